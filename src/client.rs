@@ -1,0 +1,343 @@
+//! The client: a connection pool, a pub/sub connection, a watchdog, and an id.
+//!
+//! `Client` is a cheap handle (`Arc`) shared by locks and guards. The shared
+//! state, `Inner`, also belongs to the two background threads; they hold it
+//! weakly or through pieces, so they never keep a client alive on their own.
+//! When the last `Client`, `Lock` or `LockGuard` goes away (or on
+//! [`Client::shutdown`]) the threads stop. Shutting down releases nothing: a
+//! live guard still releases its own lock when dropped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use crate::config::{ClientBuilder, Config};
+use crate::connection::{self, Conn, Connector, Pool};
+use crate::entry::Entry;
+use crate::error::{Error, LostReason, Result};
+use crate::hold::Hold;
+use crate::lease::Lease;
+use crate::lock::Lock;
+use crate::names;
+use crate::scripts::{Release, Scripts};
+use crate::subscriber::{Subscriber, Target};
+use crate::watchdog::{self, Registry};
+
+/// A keyholder client: the entry point for locks.
+///
+/// Cheap to clone and safe to share across threads; all clones share one
+/// client id, one connection pool, one pub/sub connection and one watchdog
+/// thread. Two `Client`s built separately are two owners to each other, like
+/// two Redisson instances.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> Result<(), keyholder::Error> {
+/// let client = keyholder::Client::open("redis://127.0.0.1:6379/")?;
+/// let lock = client.lock("orders:42")?;
+/// let guard = lock.lock()?;
+/// // ... guarded work ...
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    handle: Arc<Handle>,
+}
+
+/// Shuts the client down when the last handle goes.
+struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.inner.shut_down();
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pool: Pool,
+    pub(crate) scripts: Scripts,
+    entries: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
+    pub(crate) subscriber: Arc<Subscriber>,
+    pub(crate) watchdog: Registry,
+    next_hold_id: AtomicU64,
+    shutdown: AtomicBool,
+    /// Dropped on shutdown: its disconnection stops the background threads.
+    stop: Mutex<Option<Sender<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner().id)
+            .field("watchdog_timeout", &self.inner().config.watchdog_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A builder for a client of the Redis server at `url`
+    /// (`redis://[[user]:password@]host[:port][/db]`). No I/O happens until
+    /// [`ClientBuilder::build`].
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::new(url)
+    }
+
+    /// A client with default settings; shorthand for
+    /// `Client::builder(url).build()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`].
+    pub fn open(url: impl Into<String>) -> Result<Client> {
+        Client::builder(url).build()
+    }
+
+    pub(crate) fn start(config: Config) -> Result<Client> {
+        let redis_client = redis::Client::open(config.url.as_str())
+            .map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
+        let target = Target::from_info(redis_client.get_connection_info())?;
+        let info = redis_client
+            .get_connection_info()
+            .clone()
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let redis_client =
+            redis::Client::open(info).map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
+        let connector = Connector::new(redis_client, config.connect_timeout, config.command_timeout);
+        let pool = connection::build_pool(connector, config.pool_max_size, config.connect_timeout)?;
+        let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let inner = Arc::new(Inner {
+            id: uuid::Uuid::new_v4().to_string(),
+            config,
+            pool,
+            scripts: Scripts::new(),
+            entries: Mutex::new(HashMap::new()),
+            subscriber: Arc::clone(&subscriber),
+            watchdog: Registry::default(),
+            next_hold_id: AtomicU64::new(1),
+            shutdown: AtomicBool::new(false),
+            stop: Mutex::new(Some(stop_tx)),
+            threads: Mutex::new(Vec::new()),
+        });
+        let short_id: String = inner.id.chars().take(8).collect();
+        let subscriber_stop = stop_rx.clone();
+        let reader = std::thread::Builder::new()
+            .name(format!("keyholder-pubsub-{short_id}"))
+            .spawn(move || subscriber.run(subscriber_stop))
+            .map_err(|e| Error::InvalidConfig(format!("cannot start the pub/sub thread: {e}")))?;
+        inner.threads.lock().push(reader);
+        let weak = Arc::downgrade(&inner);
+        let period = inner.config.renewal_period();
+        let renewer = std::thread::Builder::new()
+            .name(format!("keyholder-watchdog-{short_id}"))
+            .spawn(move || watchdog::run(weak, period, stop_rx));
+        match renewer {
+            Ok(handle) => inner.threads.lock().push(handle),
+            Err(e) => {
+                inner.shut_down();
+                return Err(Error::InvalidConfig(format!("cannot start the watchdog thread: {e}")));
+            }
+        }
+        Ok(Client { handle: Arc::new(Handle { inner }) })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.handle.inner
+    }
+
+    /// A lock handle for `name` with the default [`Lease::Watchdog`]. No I/O.
+    ///
+    /// The Redis key is `name` itself, as in Redisson, so a Java service
+    /// calling `getLock(name)` contends for the same lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a name longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or one with control
+    /// characters.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        self.lock_with_lease(name, Lease::Watchdog)
+    }
+
+    /// A lock handle for `name` whose acquisitions use `lease`. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Client::lock), and [`Error::InvalidArgument`] for a fixed
+    /// lease outside 1 ms to 30 days.
+    pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
+        names::validate_name(name)?;
+        lease.validate()?;
+        Ok(Lock::new(self.clone(), name, lease))
+    }
+
+    /// This client's id: a v4 UUID made when it was built, the first half of
+    /// every owner id it writes.
+    pub fn id(&self) -> &str {
+        &self.inner().id
+    }
+
+    /// The watchdog timeout this client was built with.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner().config.watchdog_timeout
+    }
+
+    /// The number of locks this client's watchdog is renewing.
+    pub fn watched_locks(&self) -> usize {
+        self.inner().watchdog.len()
+    }
+
+    /// The number of unlock channels this client is subscribed to (one per
+    /// lock name that has a waiting thread).
+    pub fn subscribed_channels(&self) -> usize {
+        self.inner().subscriber.channel_count()
+    }
+
+    /// Stops the client's background threads and refuses new acquisitions
+    /// ([`Error::Shutdown`]); threads waiting for a lock return that error.
+    /// Releases nothing: live guards keep their locks, now without renewal,
+    /// and still release them when dropped. Dropping the last handle does
+    /// the same. Idempotent.
+    pub fn shutdown(&self) {
+        self.inner().shut_down();
+    }
+
+    /// True once the client was shut down.
+    pub fn is_shutdown(&self) -> bool {
+        self.inner().shutdown.load(Ordering::Acquire)
+    }
+}
+
+impl Inner {
+    /// A pooled connection, waiting at most the connect timeout.
+    pub(crate) fn connection(&self) -> Result<r2d2::PooledConnection<Connector>> {
+        Ok(self.pool.get()?)
+    }
+
+    /// Runs `f` on a pooled connection.
+    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        let mut conn = self.connection()?;
+        f(&mut conn)
+    }
+
+    pub(crate) fn check_running(&self) -> Result<()> {
+        if self.shutdown.load(Ordering::Acquire) { Err(Error::Shutdown) } else { Ok(()) }
+    }
+
+    pub(crate) fn next_hold_id(&self) -> u64 {
+        self.next_hold_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The local state of lock `name`, created on first use.
+    pub(crate) fn entry(&self, name: &Arc<str>, channel: &str) -> Arc<Entry> {
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.get(name) {
+            return Arc::clone(entry);
+        }
+        let entry = Arc::new(Entry::new(Arc::clone(name), channel.to_owned()));
+        if self.shutdown.load(Ordering::Acquire) {
+            entry.shut_down();
+        }
+        entries.insert(Arc::clone(name), Arc::clone(&entry));
+        entry
+    }
+
+    /// Drops the local state of a lock nobody here uses any more.
+    pub(crate) fn forget_if_idle(&self, entry: &Arc<Entry>) {
+        let mut entries = self.entries.lock();
+        // Every other reference (a hold, a subscription, a thread at the
+        // gate) is made from one that exists, or from the map under this
+        // lock: two references means only the map and the caller remain.
+        if Arc::strong_count(entry) == 2 && entry.is_idle() {
+            entries.remove(&entry.name);
+        }
+    }
+
+    /// Releases one guard's share of `hold`.
+    pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
+        let name = &hold.entry.name;
+        let sent = Instant::now();
+        let outcome = self.with_conn(|conn| {
+            self.scripts.release(conn, name, &hold.entry.channel, hold.lease_ms, &hold.owner)
+        });
+        let guards_left = hold.drop_guard();
+        match outcome {
+            Ok(Release::StillHeld) => {
+                hold.set_deadline(sent + Duration::from_millis(hold.lease_ms));
+                if guards_left == 0 {
+                    // Redis counts more holds than this client has guards (an
+                    // acquire whose reply was lost): stop renewing so the
+                    // orphaned count expires with the lease.
+                    self.finish(hold);
+                }
+                Ok(())
+            }
+            Ok(Release::Released) => {
+                if guards_left > 0 {
+                    hold.mark_lost(LostReason::ReleaseFoundGone);
+                }
+                self.finish(hold);
+                Ok(())
+            }
+            Ok(Release::NotOwner) => {
+                let known = hold.lost_reason();
+                hold.mark_lost(LostReason::ReleaseFoundGone);
+                if guards_left == 0 {
+                    self.finish(hold);
+                }
+                Err(match known {
+                    Some(reason) => Error::LockLost { name: name.to_string(), reason },
+                    None => Error::NotOwner { name: name.to_string() },
+                })
+            }
+            Err(e) => {
+                if guards_left == 0 {
+                    // Clear local state whatever Redis did: the lock, if
+                    // still there, expires with its lease.
+                    self.finish(hold);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a hold locally: no more renewal, the gate passes on.
+    fn finish(&self, hold: &Arc<Hold>) {
+        if hold.finish() {
+            self.watchdog.deregister(hold.id);
+            hold.entry.release_gate(hold.id);
+            self.forget_if_idle(&hold.entry);
+        }
+    }
+
+    pub(crate) fn shut_down(&self) {
+        if self.shutdown.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.stop.lock().take();
+        self.subscriber.shut_down();
+        let entries: Vec<Arc<Entry>> = self.entries.lock().values().cloned().collect();
+        for entry in entries {
+            entry.shut_down();
+        }
+        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
+        let me = std::thread::current().id();
+        for thread in threads {
+            if thread.thread().id() != me {
+                let _ = thread.join();
+            }
+        }
+    }
+}

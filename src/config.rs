@@ -1,0 +1,171 @@
+//! Building a client: every setting, its default, and its validation.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease::MAX_LEASE;
+
+/// The settings a client was built with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) url: String,
+    pub(crate) pool_max_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) watchdog_timeout: Duration,
+}
+
+/// The shortest watchdog timeout accepted (renewal every 10 ms).
+pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+
+/// A builder for [`Client`]: consuming setters, each with a documented
+/// default, and validation in [`build`](ClientBuilder::build) rather than
+/// panics, since lock settings often come from configuration files.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), keyholder::Error> {
+/// let client = keyholder::Client::builder("redis://127.0.0.1:6379/")
+///     .pool_max_size(32)
+///     .command_timeout(Duration::from_secs(1))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct ClientBuilder {
+    config: Config,
+}
+
+impl ClientBuilder {
+    pub(crate) fn new(url: impl Into<String>) -> Self {
+        ClientBuilder {
+            config: Config {
+                url: url.into(),
+                pool_max_size: 16,
+                connect_timeout: Duration::from_secs(3),
+                command_timeout: Duration::from_secs(3),
+                watchdog_timeout: Duration::from_secs(30),
+            },
+        }
+    }
+
+    /// The most command connections the pool keeps open. Each lock operation
+    /// borrows one for a single script call; no connection is held while a
+    /// thread waits for a lock.
+    ///
+    /// Defaults to 16. Must be at least 1.
+    pub fn pool_max_size(mut self, size: u32) -> Self {
+        self.config.pool_max_size = size;
+        self
+    }
+
+    /// How long to wait for a TCP connection to Redis, and for a free pooled
+    /// connection.
+    ///
+    /// Defaults to 3 s (Redisson's `connectTimeout` is 10 s; `timeout` 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// The read and write timeout of every command, and the time a waiter
+    /// waits for Redis to confirm a subscription. The pub/sub connection is
+    /// probed with PING after this much silence and replaced if the probe gets
+    /// no answer within it.
+    ///
+    /// Defaults to 3 s (Redisson's `timeout`).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// The lease of a lock taken with [`Lease::Watchdog`](crate::Lease::Watchdog):
+    /// the key's TTL, renewed every third of it while held. If the process
+    /// dies, its locks free themselves within this time.
+    ///
+    /// Defaults to 30 s (Redisson's `lockWatchdogTimeout`). 30 ms to 30 days.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings, opens the connection pool (blocking until one
+    /// connection is open, at most the connect timeout) and starts the
+    /// client's pub/sub and watchdog threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a malformed URL or a setting out of range,
+    /// before any I/O; [`Error::Pool`] when Redis cannot be reached within the
+    /// connect timeout.
+    pub fn build(self) -> Result<Client> {
+        self.config.validate()?;
+        Client::start(self.config)
+    }
+}
+
+impl Config {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let invalid = |what: String| Err(Error::InvalidConfig(what));
+        if self.pool_max_size == 0 {
+            return invalid("pool_max_size must be at least 1".into());
+        }
+        for (name, value) in
+            [("connect_timeout", self.connect_timeout), ("command_timeout", self.command_timeout)]
+        {
+            if value.is_zero() || value > Duration::from_secs(3600) {
+                return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
+            }
+        }
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
+            return invalid(format!(
+                "watchdog_timeout {:?} is outside 30 ms ..= 30 days",
+                self.watchdog_timeout
+            ));
+        }
+        Ok(())
+    }
+
+    /// How often the watchdog renews: a third of the watchdog timeout.
+    pub(crate) fn renewal_period(&self) -> Duration {
+        self.watchdog_timeout / 3
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        ClientBuilder::new("redis://127.0.0.1/").config
+    }
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let c = config();
+        assert_eq!(c.pool_max_size, 16);
+        assert_eq!(c.connect_timeout, Duration::from_secs(3));
+        assert_eq!(c.command_timeout, Duration::from_secs(3));
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
+        assert_eq!(c.renewal_period(), Duration::from_secs(10));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn out_of_range_settings_are_refused() {
+        let bad = [
+            Config { pool_max_size: 0, ..config() },
+            Config { connect_timeout: Duration::ZERO, ..config() },
+            Config { command_timeout: Duration::from_secs(7200), ..config() },
+            Config { watchdog_timeout: Duration::from_millis(29), ..config() },
+        ];
+        for c in bad {
+            assert!(c.validate().unwrap_err().is_invalid(), "{c:?}");
+        }
+    }
+}

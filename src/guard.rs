@@ -1,0 +1,111 @@
+//! The guard: proof of one acquisition, released on drop.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::client::Client;
+use crate::error::{LostReason, Result};
+use crate::hold::Hold;
+use crate::lease::Lease;
+
+/// An RAII guard for one acquisition of a [`Lock`](crate::Lock).
+///
+/// Dropping the guard releases that acquisition (best effort: one script
+/// call, bounded by the client's timeouts; an error is logged, never a
+/// panic). [`unlock`](LockGuard::unlock) does the same and returns the error.
+/// Write `let _guard = lock.lock()?;`, not `let _ = ...`, which would release
+/// at once.
+///
+/// The owner of a Redisson-style lock is a thread, so a guard stays on the
+/// thread that acquired it: it is neither `Send` nor `Sync`.
+///
+/// ```compile_fail
+/// # fn demo(lock: keyholder::Lock) -> Result<(), keyholder::Error> {
+/// let guard = lock.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `LockGuard` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// Leaking a guard (`mem::forget`) leaves its acquisition held: with the
+/// watchdog lease, until the client shuts down and the lease runs out.
+#[must_use = "if unused the lock will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    client: Client,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name())
+            .field("lease", &self.hold.lease)
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: Client, hold: Arc<Hold>) -> Self {
+        LockGuard { client, hold, released: false, _not_send: PhantomData }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.hold.entry.name
+    }
+
+    /// The lease policy of the acquisition this guard's hold began with.
+    pub fn lease(&self) -> Lease {
+        self.hold.lease
+    }
+
+    /// The owner id written in Redis: `<client-uuid>:<thread-id>`.
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
+    /// True if this hold is known lost: a renewal was refused, a release
+    /// found the lock gone, or the lease deadline passed on the local clock
+    /// without a successful renewal. No I/O.
+    ///
+    /// `false` means no loss is known, not that the lock is certainly still
+    /// held: a lease lock cannot rule out a pause longer than its lease.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Why this hold is known lost, if it is. No I/O.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.hold.lost_reason()
+    }
+
+    /// Releases this acquisition, like dropping the guard, but returns the
+    /// outcome. The last guard of a thread's holds deletes the lock and wakes
+    /// a waiter; earlier ones decrement the hold count.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`](crate::Error::LockLost) if the hold had been lost
+    /// (lease expired, renewal refused); [`Error::NotOwner`](crate::Error::NotOwner)
+    /// if Redis says this thread holds nothing there though no loss was known
+    /// (force-unlocked); a Redis failure, in which case the lock, if still
+    /// held, expires with its lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.client.inner().release(&self.hold)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.client.inner().release(&self.hold) {
+            log::warn!("keyholder: releasing lock '{}' on drop failed: {e}", self.name());
+        }
+    }
+}

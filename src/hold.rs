@@ -1,0 +1,150 @@
+//! A hold: one thread's possession of one lock, shared by its re-entrant guards.
+//!
+//! The hold count itself lives in Redis. A `Hold` keeps only what the client
+//! needs without I/O: how many live guards share it, the local lease deadline
+//! (measured from when the acquire or renewal was *sent*, so it never runs
+//! later than the server's), and whether the hold is known lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::entry::Entry;
+use crate::error::LostReason;
+use crate::lease::Lease;
+
+pub(crate) struct Hold {
+    /// Unique within the client; tells one hold of a thread from a later one.
+    pub(crate) id: u64,
+    pub(crate) entry: Arc<Entry>,
+    /// The hash field `<client-uuid>:<thread-id>`.
+    pub(crate) owner: String,
+    pub(crate) thread: u64,
+    pub(crate) lease: Lease,
+    /// The TTL re-applied by a partial release, in milliseconds.
+    pub(crate) lease_ms: u64,
+    guards: AtomicU32,
+    lost: AtomicU8,
+    finished: AtomicBool,
+    /// The local lease deadline, in nanoseconds after `base`.
+    deadline_ns: AtomicU64,
+    base: Instant,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("id", &self.id)
+            .field("name", &self.entry.name)
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .field("lost", &self.lost_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+const NOT_LOST: u8 = 0;
+
+fn encode(reason: LostReason) -> u8 {
+    match reason {
+        LostReason::RenewalRefused => 1,
+        LostReason::LeaseExpired => 2,
+        LostReason::ReleaseFoundGone => 3,
+    }
+}
+
+fn decode(code: u8) -> Option<LostReason> {
+    match code {
+        1 => Some(LostReason::RenewalRefused),
+        2 => Some(LostReason::LeaseExpired),
+        3 => Some(LostReason::ReleaseFoundGone),
+        _ => None,
+    }
+}
+
+impl Hold {
+    /// A hold acquired by a script call sent at `sent`, with one guard.
+    pub(crate) fn new(
+        id: u64,
+        entry: Arc<Entry>,
+        owner: String,
+        thread: u64,
+        lease: Lease,
+        lease_ms: u64,
+        sent: Instant,
+    ) -> Self {
+        let hold = Hold {
+            id,
+            entry,
+            owner,
+            thread,
+            lease,
+            lease_ms,
+            guards: AtomicU32::new(1),
+            lost: AtomicU8::new(NOT_LOST),
+            finished: AtomicBool::new(false),
+            deadline_ns: AtomicU64::new(0),
+            base: sent,
+        };
+        hold.set_deadline(sent + Duration::from_millis(lease_ms));
+        hold
+    }
+
+    fn nanos_after_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Sets the lease deadline (after an acquire, re-entry or partial release).
+    pub(crate) fn set_deadline(&self, deadline: Instant) {
+        self.deadline_ns.store(self.nanos_after_base(deadline), Ordering::Release);
+    }
+
+    /// Moves the deadline later (after a successful renewal sent before it).
+    pub(crate) fn extend_deadline(&self, deadline: Instant) {
+        self.deadline_ns.fetch_max(self.nanos_after_base(deadline), Ordering::AcqRel);
+    }
+
+    /// The local lease deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.base + Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
+    }
+
+    /// Records that the hold is lost; the first reason recorded wins.
+    /// Returns true when this call recorded it.
+    pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
+        self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Why the hold is known lost, if it is: a recorded loss, or the local
+    /// lease deadline having passed. No I/O.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        if let Some(reason) = decode(self.lost.load(Ordering::Acquire)) {
+            return Some(reason);
+        }
+        (Instant::now() >= self.deadline()).then_some(LostReason::LeaseExpired)
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    pub(crate) fn add_guard(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops one guard's share; returns the number of guards left.
+    pub(crate) fn drop_guard(&self) -> u32 {
+        let before = self.guards.fetch_sub(1, Ordering::AcqRel);
+        before.saturating_sub(1)
+    }
+
+    /// True once the last guard's release has run.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Marks the hold finished; true only for the first caller.
+    pub(crate) fn finish(&self) -> bool {
+        !self.finished.swap(true, Ordering::AcqRel)
+    }
+}

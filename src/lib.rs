@@ -1,0 +1,108 @@
+//! Redisson-compatible reentrant distributed locks on Redis, for synchronous
+//! Rust.
+//!
+//! keyholder replaces the hand-rolled `SET key token NX PX` + sleep-and-retry +
+//! Lua compare-and-delete with Redisson's `RLock`: reentrant, kept alive by a
+//! watchdog while held, and woken by pub/sub instead of polling. It writes
+//! Redisson's own data layout, so Rust and Java services can share a lock.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), keyholder::Error> {
+//! let client = keyholder::Client::open("redis://127.0.0.1:6379/")?;
+//! let lock = client.lock("orders:42")?;        // a handle; no I/O
+//!
+//! {
+//!     let _guard = lock.lock()?;               // blocks until held
+//!     let _again = lock.lock()?;               // re-entrant: hold count 2
+//! }                                            // both released here
+//!
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(2))? {
+//!     // ... guarded work ...
+//!     guard.unlock()?;                         // like drop, but returns the error
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Reentrancy
+//!
+//! The owner of a lock is a thread of a client: `<client-uuid>:<thread-id>`.
+//! The thread that holds a lock may acquire it again without waiting; Redis
+//! keeps the count, and each acquisition's guard releases one level. Another
+//! thread, or another client, waits until the count is back to zero. Guards
+//! are neither `Send` nor `Sync`.
+//!
+//! # Leases and the watchdog
+//!
+//! By default ([`Lease::Watchdog`]) a lock has no fixed lease: its key's TTL
+//! is the client's watchdog timeout (30 s), which the client's watchdog
+//! thread renews every third of it while the lock is held. If the process
+//! dies, the lock frees itself within that timeout. With a fixed lease
+//! ([`Lease::Fixed`], through [`Client::lock_with_lease`] or
+//! [`Lock::with_lease`]) there is no renewal and the lock expires after it.
+//!
+//! A lease lock cannot stop a holder that pauses longer than its lease. When
+//! the client learns that a hold was lost (a renewal refused, the lease
+//! deadline passed without renewal), [`LockGuard::is_lost`] says so without
+//! I/O.
+//!
+//! # Waiting
+//!
+//! [`Lock::try_lock`] makes one attempt; [`Lock::lock`] waits as long as it
+//! takes; [`Lock::try_lock_for`] and [`Lock::try_lock_until`] wait at most so
+//! long and return `Ok(None)` when time runs out: not getting a lock in time
+//! is an ordinary outcome, not an error.
+//!
+//! Nobody polls. Threads of one client queue locally for a lock, and the one
+//! in front subscribes to the lock's unlock channel, retries, and sleeps
+//! until an unlock message, the holder's remaining lease, or its own
+//! deadline. A lost message costs latency, never correctness.
+//!
+//! # Errors
+//!
+//! [`Error`] tells apart Redis and connection failures, releasing what one
+//! does not own, a lost hold, a key of another type at the lock's name,
+//! invalid arguments and configuration, and a shut-down client. With Redis
+//! unreachable every call returns an error within the configured timeouts.
+//!
+//! # How it works
+//!
+//! One client owns an r2d2 pool of command connections, one pub/sub
+//! connection with a reader thread, and one watchdog thread. Four Lua scripts
+//! under `lua/` acquire, release, renew and force-unlock atomically, sent by
+//! EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
+//! and a release; `docs/redisson-compat.md` documents the wire format.
+//!
+//! # Guarantees and limits
+//!
+//! Mutual exclusion holds while leases hold: against one Redis primary,
+//! between holders whose pauses stay shorter than their lease. A failover
+//! with asynchronous replication can lose a lock. Redis 5 or newer; TCP
+//! (`redis://`) connections.
+
+mod client;
+mod config;
+mod connection;
+mod entry;
+mod error;
+mod guard;
+mod hold;
+mod lease;
+mod lock;
+mod names;
+mod owner;
+mod resp;
+mod scripts;
+mod subscriber;
+mod watchdog;
+
+pub use client::Client;
+pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
+pub use error::{Error, LostReason, Result};
+pub use guard::LockGuard;
+pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
+pub use lock::Lock;
+pub use names::MAX_NAME_LEN;

@@ -1,0 +1,331 @@
+//! A lock handle: acquisition, waiting, and inspection.
+//!
+//! Acquiring runs in three steps:
+//!
+//! 1. **Re-entry**: a thread that already holds the lock runs the acquire
+//!    script again (the hold count lives in Redis) and gets another guard.
+//! 2. **The gate**: threads of this client queue locally, FIFO, so that one
+//!    of them at a time talks to Redis (see `entry.rs`).
+//! 3. **Contention**: try the acquire script; if another owner holds the
+//!    lock, subscribe to its unlock channel, try again (a release between the
+//!    first try and the subscription would otherwise go unnoticed), then
+//!    sleep until an unlock message, the holder's remaining lease, or the
+//!    caller's deadline, whichever is first, and repeat. No pooled connection
+//!    is held while sleeping.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::hold::Hold;
+use crate::lease::Lease;
+use crate::names;
+use crate::owner;
+use crate::scripts::Acquire;
+
+/// A handle to one named distributed lock.
+///
+/// Cheap to clone (`Arc`s inside) and shareable across threads; it does no
+/// I/O until asked. The guard-returning methods follow parking_lot's
+/// vocabulary: [`lock`](Lock::lock) blocks, [`try_lock`](Lock::try_lock)
+/// never waits, [`try_lock_for`](Lock::try_lock_for) and
+/// [`try_lock_until`](Lock::try_lock_until) wait at most so long. Not getting
+/// the lock in time is `Ok(None)`, not an error.
+///
+/// The lock is reentrant: a thread that holds it may acquire it again, and
+/// each acquisition is released by its own guard.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), keyholder::Error> {
+/// let client = keyholder::Client::open("redis://127.0.0.1:6379/")?;
+/// let lock = client.lock("reports:daily")?;
+/// match lock.try_lock_for(Duration::from_secs(2))? {
+///     Some(guard) => {
+///         // ... run the job ...
+///         guard.unlock()?;
+///     }
+///     None => println!("another node is running it"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    channel: Arc<str>,
+    lease: Lease,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name).field("lease", &self.lease).finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &str, lease: Lease) -> Self {
+        Lock { client, name: Arc::from(name), channel: Arc::from(names::unlock_channel(name)), lease }
+    }
+
+    /// The lock name (also its Redis key).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The lease policy of this handle's acquisitions.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// The unlock channel waiters listen on: `redisson_lock__channel:{<name>}`.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// A handle to the same lock whose acquisitions use `lease`: the per-call
+    /// form, as in `lock.with_lease(Lease::Fixed(d)).try_lock()`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a fixed lease outside 1 ms to 30 days.
+    pub fn with_lease(&self, lease: Lease) -> Result<Lock> {
+        lease.validate()?;
+        Ok(Lock { lease, ..self.clone() })
+    }
+
+    /// Acquires the lock, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// A Redis or connection failure ([`Error::Redis`], [`Error::Pool`]),
+    /// [`Error::WrongType`] when a foreign key sits at the lock name, or
+    /// [`Error::Shutdown`].
+    pub fn lock(&self) -> Result<LockGuard> {
+        // Without a deadline, acquire returns only once the lock is held.
+        self.acquire(None, true)?.ok_or(Error::Shutdown)
+    }
+
+    /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
+    /// elsewhere (or another thread of this client is acquiring it).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Lock::lock).
+    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.acquire(Some(Instant::now()), false)
+    }
+
+    /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it was not
+    /// acquired in time. At least one attempt is made, even for a zero wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Lock::lock).
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.try_lock_until(deadline),
+            None => self.lock().map(Some),
+        }
+    }
+
+    /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
+    /// if it was not acquired by then. At least one attempt is made.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Lock::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.acquire(Some(deadline), true)
+    }
+
+    /// True if any owner holds the lock (one `TYPE` command).
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`Error::WrongType`] when a key of another type
+    /// sits at the lock name.
+    pub fn is_locked(&self) -> Result<bool> {
+        let kind: String = self.query(redis::cmd("TYPE").arg(&*self.name))?;
+        match kind.as_str() {
+            "none" => Ok(false),
+            "hash" => Ok(true),
+            _ => Err(Error::WrongType { name: self.name.to_string() }),
+        }
+    }
+
+    /// True if the calling thread holds the lock, as Redis sees it
+    /// (one `HEXISTS`).
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Lock::is_locked).
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()))
+    }
+
+    /// How many times the calling thread holds the lock (0 when it does
+    /// not), as Redis counts it (one `HGET`).
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Lock::is_locked).
+    pub fn hold_count(&self) -> Result<u32> {
+        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()))?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// The lock's remaining lease (its key's PTTL), whoever holds it; `None`
+    /// when it is not locked or its key has no expiry.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure.
+    pub fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let pttl: i64 = self.query(redis::cmd("PTTL").arg(&*self.name))?;
+        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+    }
+
+    /// Deletes the lock whoever holds it, and wakes a waiter. Returns whether
+    /// there was a lock.
+    ///
+    /// This is an administrative escape hatch for a lock whose holder is
+    /// known dead: the holder is not told, and anything it still does is
+    /// unprotected. Its guard reports the loss at the next renewal or at
+    /// release. A key of another type at the name is refused, not deleted.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`Error::WrongType`].
+    pub fn force_unlock(&self) -> Result<bool> {
+        let inner = self.client.inner();
+        inner.with_conn(|conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
+    }
+
+    fn current_owner(&self) -> String {
+        owner::owner_id(self.client.id(), owner::current_thread_id())
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
+        self.client
+            .inner()
+            .with_conn(|conn| conn.run(|c| cmd.query(c)).map_err(|e| Error::from_redis(&self.name, e)))
+    }
+
+    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
+        let inner = self.client.inner();
+        inner.check_running()?;
+        let entry = inner.entry(&self.name, &self.channel);
+        let acquired = self.acquire_in(&entry, deadline, block);
+        inner.forget_if_idle(&entry);
+        Ok(acquired?.map(|hold| LockGuard::new(self.client.clone(), hold)))
+    }
+
+    fn acquire_in(
+        &self,
+        entry: &Arc<Entry>,
+        deadline: Option<Instant>,
+        block: bool,
+    ) -> Result<Option<Arc<Hold>>> {
+        let inner = self.client.inner();
+        let thread = owner::current_thread_id();
+        let owner = owner::owner_id(&inner.id, thread);
+        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
+
+        if let Some(hold) = entry.hold_of(thread) {
+            let sent = Instant::now();
+            match self.try_acquire(&owner, lease_ms)? {
+                Acquire::Acquired => {
+                    hold.add_guard();
+                    hold.set_deadline(sent + Duration::from_millis(lease_ms));
+                    return Ok(Some(hold));
+                }
+                // Another owner has it: our hold was lost unnoticed. Let the
+                // gate go and contend like anyone else.
+                Acquire::Held { .. } => {
+                    hold.mark_lost(crate::error::LostReason::RenewalRefused);
+                    entry.release_gate(hold.id);
+                }
+            }
+        }
+
+        if !entry.enter_gate(thread, deadline, block)? {
+            return Ok(None);
+        }
+        match self.contend(entry, deadline, block, &owner, lease_ms) {
+            Ok(Some(sent)) => {
+                let hold = Arc::new(Hold::new(
+                    inner.next_hold_id(),
+                    Arc::clone(entry),
+                    owner,
+                    thread,
+                    self.lease,
+                    lease_ms,
+                    sent,
+                ));
+                entry.set_held(Arc::clone(&hold));
+                if self.lease == Lease::Watchdog {
+                    inner.watchdog.register(Arc::clone(&hold));
+                }
+                Ok(Some(hold))
+            }
+            other => {
+                entry.leave_gate(thread);
+                other.map(|_| None)
+            }
+        }
+    }
+
+    /// Contends in Redis from the gate. Returns when the acquire script,
+    /// sent at the returned instant, succeeded; `None` when the deadline
+    /// passed first.
+    fn contend(
+        &self,
+        entry: &Arc<Entry>,
+        deadline: Option<Instant>,
+        block: bool,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<Option<Instant>> {
+        let inner = self.client.inner();
+        let sent = Instant::now();
+        if self.try_acquire(owner, lease_ms)? == Acquire::Acquired {
+            return Ok(Some(sent));
+        }
+        if !block || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        let _subscription = inner.subscriber.subscribe(entry, deadline)?;
+        entry.clear_wake();
+        loop {
+            let sent = Instant::now();
+            let remaining = match self.try_acquire(owner, lease_ms)? {
+                Acquire::Acquired => return Ok(Some(sent)),
+                Acquire::Held { remaining } => remaining,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            // A key without a TTL (a foreign writer) is re-checked every
+            // watchdog timeout rather than waited on forever.
+            let mut until = now + remaining.unwrap_or(inner.config.watchdog_timeout);
+            if let Some(deadline) = deadline {
+                until = until.min(deadline);
+            }
+            entry.wait_wake(until)?;
+        }
+    }
+
+    fn try_acquire(&self, owner: &str, lease_ms: u64) -> Result<Acquire> {
+        let inner = self.client.inner();
+        inner.check_running()?;
+        inner.with_conn(|conn| inner.scripts.acquire(conn, &self.name, lease_ms, owner))
+    }
+}

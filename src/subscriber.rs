@@ -1,0 +1,374 @@
+//! The client's one pub/sub connection, shared by every waiting thread.
+//!
+//! Waiters subscribe to a lock's unlock channel through [`Subscriber::subscribe`],
+//! which reference-counts channels: the first waiter on a name sends SUBSCRIBE,
+//! the last one to leave sends UNSUBSCRIBE. SUBSCRIBE is written by the waiting
+//! thread itself, on a clone of the socket, so a subscription costs one round
+//! trip and never waits for the reader thread.
+//!
+//! One reader thread decodes what Redis pushes: subscription confirmations
+//! (which release the subscribing waiter) and unlock messages (which wake the
+//! lock's waiting thread). When the connection fails, or stays silent through
+//! a PING, the reader reconnects, resubscribes every channel in use and wakes
+//! every waiter, since messages published meanwhile were lost. Waiters never
+//! depend on a message alone: every wait is bounded by the holder's lease.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use parking_lot::{Condvar, Mutex};
+
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::resp::{self, Resp};
+
+/// Where and how to connect.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl Target {
+    /// The pub/sub target of a redis-rs connection description.
+    pub(crate) fn from_info(info: &redis::ConnectionInfo) -> Result<Target> {
+        match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Ok(Target {
+                host: host.clone(),
+                port: *port,
+                username: info.redis_settings().username().map(str::to_owned),
+                password: info.redis_settings().password().map(str::to_owned),
+            }),
+            other => {
+                Err(Error::InvalidConfig(format!("keyholder supports redis:// TCP connections; got {other}")))
+            }
+        }
+    }
+}
+
+pub(crate) struct Subscriber {
+    target: Target,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    state: Mutex<State>,
+    confirmed: Condvar,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber").field("target", &self.target.host).finish_non_exhaustive()
+    }
+}
+
+struct Channel {
+    entry: Arc<Entry>,
+    refs: u32,
+}
+
+#[derive(Default)]
+struct State {
+    /// The socket's write side; `None` while disconnected.
+    writer: Option<TcpStream>,
+    channels: HashMap<String, Channel>,
+    /// SUBSCRIBE confirmations still expected on the current connection.
+    acks_pending: HashMap<String, u32>,
+    shutdown: bool,
+}
+
+impl State {
+    /// Writes a command; a failed write drops the connection for the reader
+    /// to notice and replace.
+    fn send(&mut self, args: &[&[u8]]) {
+        if let Some(writer) = self.writer.as_mut()
+            && resp::write_command(writer, args).is_err()
+        {
+            let _ = writer.shutdown(Shutdown::Both);
+            self.writer = None;
+        }
+    }
+
+    fn send_subscribe(&mut self, channels: &[String]) {
+        if self.writer.is_none() || channels.is_empty() {
+            return;
+        }
+        for channel in channels {
+            *self.acks_pending.entry(channel.clone()).or_insert(0) += 1;
+        }
+        let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+        args.extend(channels.iter().map(|c| c.as_bytes()));
+        self.send(&args);
+    }
+
+    fn is_confirmed(&self, channel: &str) -> bool {
+        self.writer.is_some() && !self.acks_pending.contains_key(channel)
+    }
+
+    fn entries(&self) -> Vec<Arc<Entry>> {
+        self.channels.values().map(|c| Arc::clone(&c.entry)).collect()
+    }
+}
+
+/// A waiter's share of a channel subscription; unsubscribes when dropped.
+pub(crate) struct Subscription {
+    subscriber: Arc<Subscriber>,
+    channel: String,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut st = self.subscriber.state.lock();
+        let Some(channel) = st.channels.get_mut(&self.channel) else { return };
+        channel.refs = channel.refs.saturating_sub(1);
+        if channel.refs == 0 {
+            st.channels.remove(&self.channel);
+            st.send(&[b"UNSUBSCRIBE", self.channel.as_bytes()]);
+        }
+    }
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+impl Subscriber {
+    pub(crate) fn new(target: Target, connect_timeout: Duration, command_timeout: Duration) -> Self {
+        Subscriber {
+            target,
+            connect_timeout,
+            command_timeout,
+            state: Mutex::new(State::default()),
+            confirmed: Condvar::new(),
+        }
+    }
+
+    /// Subscribes `entry`'s unlock channel for the calling waiter and waits
+    /// (at most the command timeout, and not past `deadline`) until Redis
+    /// confirms it. An unconfirmed subscription is still returned: it will be
+    /// made on reconnect, and the waiter's lease-bounded wait covers the gap.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        deadline: Option<Instant>,
+    ) -> Result<Subscription> {
+        let channel = entry.channel.clone();
+        let mut st = self.state.lock();
+        if st.shutdown {
+            return Err(Error::Shutdown);
+        }
+        let slot = st
+            .channels
+            .entry(channel.clone())
+            .or_insert_with(|| Channel { entry: Arc::clone(entry), refs: 0 });
+        slot.refs += 1;
+        if slot.refs == 1 {
+            st.send_subscribe(std::slice::from_ref(&channel));
+        }
+        let subscription = Subscription { subscriber: Arc::clone(self), channel };
+        let mut until = Instant::now() + self.command_timeout;
+        if let Some(deadline) = deadline {
+            until = until.min(deadline);
+        }
+        while !st.is_confirmed(&subscription.channel) && !st.shutdown {
+            if self.confirmed.wait_until(&mut st, until).timed_out() {
+                break;
+            }
+        }
+        let shutdown = st.shutdown;
+        drop(st);
+        if shutdown {
+            return Err(Error::Shutdown);
+        }
+        Ok(subscription)
+    }
+
+    /// The number of channels subscribed for waiters right now.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.state.lock().channels.len()
+    }
+
+    /// Stops the reader: closes the socket it reads from.
+    pub(crate) fn shut_down(&self) {
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        if let Some(writer) = st.writer.take() {
+            let _ = writer.shutdown(Shutdown::Both);
+        }
+        self.confirmed.notify_all();
+    }
+
+    /// The reader thread: connect, read, reconnect, until shut down. `stop`
+    /// disconnects on shutdown and bounds the back-off waits.
+    pub(crate) fn run(self: Arc<Self>, stop: Receiver<()>) {
+        let mut backoff = FIRST_BACKOFF;
+        let mut reconnecting = false;
+        loop {
+            if self.state.lock().shutdown {
+                return;
+            }
+            match self.connect() {
+                Ok((mut reader, writer)) => {
+                    backoff = FIRST_BACKOFF;
+                    if !self.attach(writer) {
+                        return;
+                    }
+                    if reconnecting {
+                        self.wake_all();
+                    }
+                    self.read_until_failure(&mut reader);
+                    self.detach();
+                    self.wake_all();
+                    reconnecting = true;
+                    // Reconnect at once; back off only when connecting fails.
+                    continue;
+                }
+                Err(e) => log::debug!("keyholder pub/sub connect failed: {e}"),
+            }
+            match stop.recv_timeout(backoff) {
+                Err(RecvTimeoutError::Timeout) => backoff = (backoff * 2).min(MAX_BACKOFF),
+                _ => return,
+            }
+        }
+    }
+
+    fn connect(&self) -> io::Result<(BufReader<TcpStream>, TcpStream)> {
+        let addrs = (self.target.host.as_str(), self.target.port).to_socket_addrs()?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, self.connect_timeout) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    stream.set_write_timeout(Some(self.command_timeout))?;
+                    let mut writer = stream.try_clone()?;
+                    let mut reader = BufReader::new(stream);
+                    self.authenticate(&mut reader, &mut writer)?;
+                    reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
+                    return Ok((reader, writer));
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn authenticate(&self, reader: &mut BufReader<TcpStream>, writer: &mut TcpStream) -> io::Result<()> {
+        let Some(password) = self.target.password.as_deref() else { return Ok(()) };
+        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
+        match self.target.username.as_deref() {
+            Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
+            None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
+        }
+        match resp::read_value(reader)? {
+            Resp::Error(e) => Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Publishes a fresh connection and resubscribes every channel in use.
+    /// False when the subscriber was shut down meanwhile.
+    fn attach(&self, writer: TcpStream) -> bool {
+        let mut st = self.state.lock();
+        if st.shutdown {
+            let _ = writer.shutdown(Shutdown::Both);
+            return false;
+        }
+        st.writer = Some(writer);
+        st.acks_pending.clear();
+        let channels: Vec<String> = st.channels.keys().cloned().collect();
+        st.send_subscribe(&channels);
+        true
+    }
+
+    fn detach(&self) {
+        let mut st = self.state.lock();
+        if let Some(writer) = st.writer.take() {
+            let _ = writer.shutdown(Shutdown::Both);
+        }
+        st.acks_pending.clear();
+    }
+
+    fn wake_all(&self) {
+        let entries = self.state.lock().entries();
+        for entry in entries {
+            entry.notify();
+        }
+    }
+
+    /// Reads pushes until the connection fails or stays silent through a PING.
+    fn read_until_failure(&self, reader: &mut BufReader<TcpStream>) {
+        let mut ping_outstanding = false;
+        loop {
+            // Between values, a read timeout means an idle connection: probe
+            // it. A timeout inside a value means a stalled one: replace it.
+            if reader.buffer().is_empty() {
+                match io::BufRead::fill_buf(reader) {
+                    Ok([]) => return,
+                    Ok(_) => {}
+                    Err(e) if is_timeout(&e) => {
+                        if ping_outstanding {
+                            log::debug!("keyholder pub/sub connection silent through a PING; reconnecting");
+                            return;
+                        }
+                        let mut st = self.state.lock();
+                        if !st.channels.is_empty() {
+                            st.send(&[b"PING"]);
+                            ping_outstanding = true;
+                        }
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+            }
+            match resp::read_value(reader) {
+                Ok(value) => {
+                    ping_outstanding = false;
+                    self.dispatch(value);
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn dispatch(&self, value: Resp) {
+        let Resp::Array(Some(items)) = value else { return };
+        match items.first().and_then(Resp::text) {
+            Some("message") => {
+                let (Some(channel), Some(payload)) =
+                    (items.get(1).and_then(Resp::text), items.get(2).and_then(Resp::text))
+                else {
+                    return;
+                };
+                // "0" wakes one waiting thread, "1" all of them. Behind the
+                // gate at most one thread of this client waits per lock, so
+                // both wake that thread; other payloads are not unlocks.
+                if payload != "0" && payload != "1" {
+                    return;
+                }
+                let entry = self.state.lock().channels.get(channel).map(|c| Arc::clone(&c.entry));
+                if let Some(entry) = entry {
+                    entry.notify();
+                }
+            }
+            Some("subscribe") => {
+                let Some(channel) = items.get(1).and_then(Resp::text) else { return };
+                let mut st = self.state.lock();
+                if let Some(pending) = st.acks_pending.get_mut(channel) {
+                    *pending = pending.saturating_sub(1);
+                    if *pending == 0 {
+                        st.acks_pending.remove(channel);
+                    }
+                }
+                self.confirmed.notify_all();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
