@@ -1,6 +1,7 @@
+//! Smoke test: acquire, re-enter, contend across clients, release.
 #![allow(clippy::unwrap_used)]
 mod common;
-use common::RedisServer;
+use common::{RedisServer, ServerExt};
 use std::time::{Duration, Instant};
 
 #[test]

@@ -1,161 +1,32 @@
-//! Shared test harness: a private `redis-server` per test, on a free loopback
-//! port, in its own temp dir, stopped when dropped.
-//!
-//! `REDIS_SERVER_BIN` overrides the binary. A missing binary fails loudly.
+//! Shared test harness: a private `redis-server` per test (see `server.rs`)
+//! and small helpers.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+mod server;
+
 use std::time::{Duration, Instant};
 
 use keyholder::{Client, ClientBuilder};
+#[allow(unused_imports)]
+pub use server::{RedisServer, free_port};
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
-
-pub struct RedisServer {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-}
-
-fn server_bin() -> String {
-    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_string())
-}
-
-fn server_major_version() -> u32 {
-    let out = Command::new(server_bin()).arg("--version").output().unwrap_or_else(|e| {
-        panic!("cannot run {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
-    });
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("v=").nth(1).and_then(|v| v.split('.').next()).and_then(|m| m.parse().ok()).unwrap_or(0)
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl RedisServer {
-    /// Starts a server; retries on a port race.
-    pub fn start() -> RedisServer {
-        let dir = std::env::temp_dir().join(format!(
-            "keyholder-test-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        for _ in 0..5 {
-            let mut server = RedisServer { child: None, port: free_port(), dir: dir.clone() };
-            if server.spawn() {
-                return server;
-            }
-        }
-        panic!(
-            "redis-server did not start; log:\n{}",
-            std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
-        );
-    }
-
-    fn spawn(&mut self) -> bool {
-        let mut cmd = Command::new(server_bin());
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .arg("--logfile")
-            .arg(self.dir.join("redis.log"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if server_major_version() >= 7 {
-            cmd.args(["--enable-debug-command", "yes"]);
-        }
-        let child = cmd.spawn().unwrap_or_else(|e| {
-            panic!("cannot start {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
-        });
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(_)) = child.try_wait()
-            {
-                self.child = None;
-                return false; // exited: most likely the port was taken
-            }
-            if let Ok(mut con) = self.try_conn()
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.stop();
-        false
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
+/// Clients for a test server.
+pub trait ServerExt {
     /// A builder with test-friendly timeouts.
-    pub fn builder(&self) -> ClientBuilder {
+    fn builder(&self) -> ClientBuilder;
+    /// A client with test-friendly timeouts.
+    fn client(&self) -> Client;
+}
+
+impl ServerExt for RedisServer {
+    fn builder(&self) -> ClientBuilder {
         Client::builder(self.url())
             .connect_timeout(Duration::from_secs(2))
             .command_timeout(Duration::from_secs(2))
     }
 
-    pub fn client(&self) -> Client {
+    fn client(&self) -> Client {
         self.builder().build().unwrap()
-    }
-
-    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        con.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(con)
-    }
-
-    /// A raw redis-rs connection, for inspecting and arranging state.
-    pub fn conn(&self) -> redis::Connection {
-        self.try_conn().unwrap()
-    }
-
-    /// Kills the server (SIGKILL) and waits for it.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port, empty.
-    pub fn restart(&mut self) {
-        self.stop();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.spawn() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not restart on port {}", self.port);
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
