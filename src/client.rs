@@ -118,6 +118,7 @@ impl Client {
         let pool = connection::build_pool(connector, config.pool_max_size, config.connect_timeout)?;
         let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
         let inner = Arc::new(Inner {
             id: uuid::Uuid::new_v4().to_string(),
             config,
@@ -125,7 +126,7 @@ impl Client {
             scripts: Scripts::new(),
             entries: Mutex::new(HashMap::new()),
             subscriber: Arc::clone(&subscriber),
-            watchdog: Registry::default(),
+            watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
@@ -142,7 +143,7 @@ impl Client {
         let period = inner.config.renewal_period();
         let renewer = std::thread::Builder::new()
             .name(format!("keyholder-watchdog-{short_id}"))
-            .spawn(move || watchdog::run(weak, period, stop_rx));
+            .spawn(move || watchdog::run(weak, period, stop_rx, kick_rx));
         match renewer {
             Ok(handle) => inner.threads.lock().push(handle),
             Err(e) => {

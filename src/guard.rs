@@ -67,6 +67,43 @@ impl LockGuard {
         &self.hold.owner
     }
 
+    /// The fencing token of this hold, for locks made with
+    /// [`Lock::fenced`](crate::Lock::fenced): strictly larger than any token
+    /// of an earlier fresh acquisition of the lock. Re-entrant guards share
+    /// their hold's token. `None` for unfenced locks.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.token
+    }
+
+    /// A channel that receives the [`LostReason`] once, the moment this
+    /// client learns the hold is lost: a renewal refused, the lease deadline
+    /// passed without renewal (noticed on time by the watchdog thread, for
+    /// fixed leases too), a release or re-entry that found it gone. If the
+    /// loss is already known the reason is waiting in the channel. Nothing is
+    /// sent while the hold is intact, or after it was released normally.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// # let lock = keyholder::Client::open("redis://127.0.0.1/")?.lock("job")?;
+    /// let guard = lock.lock()?;
+    /// let lost = guard.lost_signal();
+    /// for step in 0..100 {
+    ///     if let Ok(reason) = lost.try_recv() {
+    ///         eprintln!("stopping at step {step}: {reason}");
+    ///         break;
+    ///     }
+    ///     // ... one step of guarded work ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
+        let signal = self.hold.lost_signal();
+        if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
+            self.client.inner().watchdog.watch(Arc::clone(&self.hold));
+        }
+        signal
+    }
+
     /// True if this hold is known lost: a renewal was refused, a release
     /// found the lock gone, or the lease deadline passed on the local clock
     /// without a successful renewal. No I/O.

@@ -1,13 +1,17 @@
 //! A hold: one thread's possession of one lock, shared by its re-entrant guards.
 //!
 //! The hold count itself lives in Redis. A `Hold` keeps only what the client
-//! needs without I/O: how many live guards share it, the local lease deadline
-//! (measured from when the acquire or renewal was *sent*, so it never runs
-//! later than the server's), and whether the hold is known lost.
+//! needs without I/O: how many live guards share it, its fencing token, the
+//! local lease deadline (measured from when the acquire or renewal was *sent*,
+//! so it never runs later than the server's), whether the hold is known lost,
+//! and who wants to hear the moment it is.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 
 use crate::entry::Entry;
 use crate::error::LostReason;
@@ -23,7 +27,10 @@ pub(crate) struct Hold {
     pub(crate) lease: Lease,
     /// The TTL re-applied by a partial release, in milliseconds.
     pub(crate) lease_ms: u64,
+    /// The fencing token minted by the acquisition, for fenced locks.
+    pub(crate) token: Option<u64>,
     guards: AtomicU32,
+    lost_listeners: Mutex<Vec<Sender<LostReason>>>,
     lost: AtomicU8,
     finished: AtomicBool,
     /// The local lease deadline, in nanoseconds after `base`.
@@ -41,6 +48,17 @@ impl std::fmt::Debug for Hold {
             .field("lost", &self.lost_reason())
             .finish_non_exhaustive()
     }
+}
+
+/// What a successful acquire script call established.
+pub(crate) struct Acquisition {
+    pub(crate) owner: String,
+    pub(crate) thread: u64,
+    pub(crate) lease: Lease,
+    pub(crate) lease_ms: u64,
+    pub(crate) token: Option<u64>,
+    /// When the acquire script was sent: the lease runs from here at the latest.
+    pub(crate) sent: Instant,
 }
 
 const NOT_LOST: u8 = 0;
@@ -63,16 +81,9 @@ fn decode(code: u8) -> Option<LostReason> {
 }
 
 impl Hold {
-    /// A hold acquired by a script call sent at `sent`, with one guard.
-    pub(crate) fn new(
-        id: u64,
-        entry: Arc<Entry>,
-        owner: String,
-        thread: u64,
-        lease: Lease,
-        lease_ms: u64,
-        sent: Instant,
-    ) -> Self {
+    /// The hold begun by `acquisition`, with one guard.
+    pub(crate) fn new(id: u64, entry: Arc<Entry>, acquisition: Acquisition) -> Self {
+        let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
         let hold = Hold {
             id,
             entry,
@@ -80,7 +91,9 @@ impl Hold {
             thread,
             lease,
             lease_ms,
+            token,
             guards: AtomicU32::new(1),
+            lost_listeners: Mutex::new(Vec::new()),
             lost: AtomicU8::new(NOT_LOST),
             finished: AtomicBool::new(false),
             deadline_ns: AtomicU64::new(0),
@@ -109,10 +122,37 @@ impl Hold {
         self.base + Duration::from_nanos(self.deadline_ns.load(Ordering::Acquire))
     }
 
-    /// Records that the hold is lost; the first reason recorded wins.
-    /// Returns true when this call recorded it.
+    /// Records that the hold is lost and tells the listeners; the first
+    /// reason recorded wins. Returns true when this call recorded it.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
-        self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok()
+        let first =
+            self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if first {
+            for listener in self.lost_listeners.lock().drain(..) {
+                let _ = listener.try_send(reason);
+            }
+        }
+        first
+    }
+
+    /// A channel that receives the loss reason once, the moment the client
+    /// learns of it (at once if it already knows).
+    pub(crate) fn lost_signal(&self) -> Receiver<LostReason> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let known = {
+            let mut listeners = self.lost_listeners.lock();
+            let known = self.lost_reason();
+            if known.is_none() {
+                listeners.push(tx.clone());
+            }
+            known
+        };
+        if let Some(reason) = known {
+            // Record a deadline-based loss too, so every listener agrees.
+            self.mark_lost(reason);
+            let _ = tx.try_send(self.lost_reason().unwrap_or(reason));
+        }
+        rx
     }
 
     /// Why the hold is known lost, if it is: a recorded loss, or the local

@@ -20,7 +20,7 @@ use crate::client::Client;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::Hold;
+use crate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
 use crate::owner;
@@ -61,6 +61,8 @@ pub struct Lock {
     name: Arc<str>,
     channel: Arc<str>,
     lease: Lease,
+    /// The fencing-token counter, for fenced handles.
+    token_key: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -71,7 +73,13 @@ impl std::fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &str, lease: Lease) -> Self {
-        Lock { client, name: Arc::from(name), channel: Arc::from(names::unlock_channel(name)), lease }
+        Lock {
+            client,
+            name: Arc::from(name),
+            channel: Arc::from(names::unlock_channel(name)),
+            lease,
+            token_key: None,
+        }
     }
 
     /// The lock name (also its Redis key).
@@ -98,6 +106,35 @@ impl Lock {
     pub fn with_lease(&self, lease: Lease) -> Result<Lock> {
         lease.validate()?;
         Ok(Lock { lease, ..self.clone() })
+    }
+
+    /// A handle to the same lock whose fresh acquisitions also mint a
+    /// fencing token: a 64-bit number, strictly larger for each fresh
+    /// acquisition, taken in the same script call from the counter
+    /// `redisson_lock_token:{<name>}` (Redisson's `RFencedLock` counter, so
+    /// Java and Rust holders share one sequence). Re-entries keep the token
+    /// of the hold. Read it with [`LockGuard::fencing_token`]; have the
+    /// protected resource refuse writes carrying a token lower than the
+    /// highest it has seen. `docs/guarantees.md` explains what a Redis restart
+    /// without persistence does to the sequence.
+    pub fn fenced(&self) -> Lock {
+        Lock { token_key: Some(Arc::from(names::token_key(&self.name))), ..self.clone() }
+    }
+
+    /// True for handles made by [`fenced`](Lock::fenced).
+    pub fn is_fenced(&self) -> bool {
+        self.token_key.is_some()
+    }
+
+    /// The last fencing token minted for this lock by any client (one `GET`
+    /// of the counter); `None` before the first fenced acquisition.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`Error::WrongType`] when the counter key holds
+    /// something else.
+    pub fn last_fencing_token(&self) -> Result<Option<u64>> {
+        self.query(redis::cmd("GET").arg(names::token_key(&self.name)))
     }
 
     /// Acquires the lock, waiting as long as it takes.
@@ -240,8 +277,8 @@ impl Lock {
 
         if let Some(hold) = entry.hold_of(thread) {
             let sent = Instant::now();
-            match self.try_acquire(&owner, lease_ms)? {
-                Acquire::Acquired => {
+            match self.try_acquire(&owner, lease_ms, false)? {
+                Acquire::Acquired { .. } => {
                     hold.add_guard();
                     hold.set_deadline(sent + Duration::from_millis(lease_ms));
                     return Ok(Some(hold));
@@ -259,16 +296,9 @@ impl Lock {
             return Ok(None);
         }
         match self.contend(entry, deadline, block, &owner, lease_ms) {
-            Ok(Some(sent)) => {
-                let hold = Arc::new(Hold::new(
-                    inner.next_hold_id(),
-                    Arc::clone(entry),
-                    owner,
-                    thread,
-                    self.lease,
-                    lease_ms,
-                    sent,
-                ));
+            Ok(Some((sent, token))) => {
+                let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
+                let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
                 entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(Arc::clone(&hold));
@@ -283,8 +313,8 @@ impl Lock {
     }
 
     /// Contends in Redis from the gate. Returns when the acquire script,
-    /// sent at the returned instant, succeeded; `None` when the deadline
-    /// passed first.
+    /// sent at the returned instant, succeeded (with the fencing token, for a
+    /// fenced handle); `None` when the deadline passed first.
     fn contend(
         &self,
         entry: &Arc<Entry>,
@@ -292,11 +322,11 @@ impl Lock {
         block: bool,
         owner: &str,
         lease_ms: u64,
-    ) -> Result<Option<Instant>> {
+    ) -> Result<Option<(Instant, Option<u64>)>> {
         let inner = self.client.inner();
         let sent = Instant::now();
-        if self.try_acquire(owner, lease_ms)? == Acquire::Acquired {
-            return Ok(Some(sent));
+        if let Acquire::Acquired { token } = self.try_acquire(owner, lease_ms, true)? {
+            return Ok(Some((sent, token)));
         }
         if !block || deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -305,8 +335,8 @@ impl Lock {
         entry.clear_wake();
         loop {
             let sent = Instant::now();
-            let remaining = match self.try_acquire(owner, lease_ms)? {
-                Acquire::Acquired => return Ok(Some(sent)),
+            let remaining = match self.try_acquire(owner, lease_ms, true)? {
+                Acquire::Acquired { token } => return Ok(Some((sent, token))),
                 Acquire::Held { remaining } => remaining,
             };
             let now = Instant::now();
@@ -323,9 +353,16 @@ impl Lock {
         }
     }
 
-    fn try_acquire(&self, owner: &str, lease_ms: u64) -> Result<Acquire> {
+    /// One acquire script call; `fresh` acquisitions of a fenced handle also
+    /// mint a token.
+    fn try_acquire(&self, owner: &str, lease_ms: u64, fresh: bool) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
-        inner.with_conn(|conn| inner.scripts.acquire(conn, &self.name, lease_ms, owner))
+        inner.with_conn(|conn| match (&self.token_key, fresh) {
+            (Some(token_key), true) => {
+                inner.scripts.acquire_fenced(conn, &self.name, token_key, lease_ms, owner)
+            }
+            _ => inner.scripts.acquire(conn, &self.name, lease_ms, owner),
+        })
     }
 }

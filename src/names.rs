@@ -38,6 +38,11 @@ pub(crate) fn unlock_channel(name: &str) -> String {
     prefixed("redisson_lock__channel", name)
 }
 
+/// The fencing-token counter of the lock `name` (Redisson's RFencedLock key).
+pub(crate) fn token_key(name: &str) -> String {
+    prefixed("redisson_lock_token", name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +55,12 @@ mod tests {
     #[test]
     fn channel_keeps_the_names_own_braces() {
         assert_eq!(unlock_channel("{user}:1"), "redisson_lock__channel:{user}:1");
+    }
+
+    #[test]
+    fn token_key_shares_the_locks_slot() {
+        assert_eq!(token_key("order:42"), "redisson_lock_token:{order:42}");
+        assert_eq!(token_key("{user}:1"), "redisson_lock_token:{user}:1");
     }
 
     #[test]

@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 /// Outcome of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
-    /// Acquired or re-entered.
-    Acquired,
+    /// Acquired or re-entered; with the fencing token minted, when asked.
+    Acquired { token: Option<u64> },
     /// Held by another owner, with that holder's remaining lease (`None` when
     /// the key has no TTL).
     Held { remaining: Option<Duration> },
@@ -38,6 +38,7 @@ pub(crate) enum Release {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     acquire: redis::Script,
+    acquire_fenced: redis::Script,
     release: redis::Script,
     renew: redis::Script,
     force_unlock: redis::Script,
@@ -50,6 +51,7 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
+            acquire_fenced: redis::Script::new(include_str!("../lua/acquire_fenced.lua")),
             release: redis::Script::new(include_str!("../lua/release.lua")),
             renew: redis::Script::new(include_str!("../lua/renew.lua")),
             force_unlock: redis::Script::new(include_str!("../lua/force_unlock.lua")),
@@ -61,12 +63,39 @@ impl Scripts {
             .run(|c| self.acquire.key(name).arg(lease_ms).arg(owner).invoke(c))
             .map_err(|e| Error::from_redis(name, e))?;
         match reply {
-            Value::Nil => Ok(Acquire::Acquired),
+            Value::Nil => Ok(Acquire::Acquired { token: None }),
             Value::Int(ms) if ms >= 0 => {
                 Ok(Acquire::Held { remaining: Some(Duration::from_millis(ms.unsigned_abs())) })
             }
             Value::Int(-1) => Ok(Acquire::Held { remaining: None }),
             other => Err(unexpected("acquire", &other)),
+        }
+    }
+
+    /// Acquires and mints a fencing token from `token_key` in one call.
+    pub(crate) fn acquire_fenced(
+        &self,
+        conn: &mut Conn,
+        name: &str,
+        token_key: &str,
+        lease_ms: u64,
+        owner: &str,
+    ) -> Result<Acquire> {
+        let reply: Value = conn
+            .run(|c| self.acquire_fenced.key(name).key(token_key).arg(lease_ms).arg(owner).invoke(c))
+            .map_err(|e| Error::from_redis(name, e))?;
+        match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(-1), Value::Int(token)] if *token > 0 => {
+                    Ok(Acquire::Acquired { token: Some(token.unsigned_abs()) })
+                }
+                [Value::Int(ms), Value::Int(-1)] if *ms >= 0 => {
+                    Ok(Acquire::Held { remaining: Some(Duration::from_millis(ms.unsigned_abs())) })
+                }
+                [Value::Int(-1), Value::Int(-1)] => Ok(Acquire::Held { remaining: None }),
+                _ => Err(unexpected("acquire_fenced", &reply)),
+            },
+            _ => Err(unexpected("acquire_fenced", &reply)),
         }
     }
 

@@ -1,11 +1,14 @@
-//! The watchdog: one thread per client renews every watchdog-lease hold.
+//! The watchdog: one thread per client renews every watchdog-lease hold and
+//! notices leases that run out.
 //!
 //! Every third of the watchdog timeout it renews all registered holds, up to
 //! [`BATCH`] keys per script call (Redisson's `lockWatchdogBatchSize`). A reply
 //! of 0 means the owner no longer holds the key: the hold is marked lost and
 //! dropped from renewal. A failed call (Redis unreachable) is retried next
-//! period; if no renewal succeeds before the local lease deadline, the hold
-//! reports itself lost without I/O, and the watchdog drops it.
+//! period; if no renewal succeeds before the local lease deadline, the thread
+//! wakes at that deadline and marks the hold lost, which tells the holder's
+//! lost-signal listeners. Fixed-lease holds with a listener are watched the
+//! same way, without renewal.
 //!
 //! A hold is registered before its guard is returned and deregistered by the
 //! release of its last guard, before that release returns. A renewal already
@@ -16,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, Sender, select};
 use parking_lot::Mutex;
 
 use crate::client::Inner;
@@ -26,67 +29,104 @@ use crate::hold::Hold;
 /// Keys renewed per script call.
 pub(crate) const BATCH: usize = 100;
 
-/// The holds to renew, by hold id.
-#[derive(Debug, Default)]
+/// A hold the watchdog looks after.
+#[derive(Debug)]
+struct Watched {
+    hold: Arc<Hold>,
+    /// Renew it (watchdog lease), or only watch its deadline (fixed lease).
+    renew: bool,
+}
+
+/// The holds to renew or watch, by hold id.
+#[derive(Debug)]
 pub(crate) struct Registry {
-    holds: Mutex<HashMap<u64, Arc<Hold>>>,
+    holds: Mutex<HashMap<u64, Watched>>,
+    /// Wakes the thread to reconsider its next deadline.
+    kick: Sender<()>,
 }
 
 impl Registry {
+    pub(crate) fn new(kick: Sender<()>) -> Self {
+        Registry { holds: Mutex::new(HashMap::new()), kick }
+    }
+
+    /// Renews `hold` until deregistered.
     pub(crate) fn register(&self, hold: Arc<Hold>) {
-        self.holds.lock().insert(hold.id, hold);
+        self.holds.lock().insert(hold.id, Watched { hold, renew: true });
+    }
+
+    /// Watches the deadline of a hold that is not renewed.
+    pub(crate) fn watch(&self, hold: Arc<Hold>) {
+        self.holds.lock().entry(hold.id).or_insert(Watched { hold, renew: false });
+        let _ = self.kick.try_send(());
     }
 
     pub(crate) fn deregister(&self, hold_id: u64) {
         self.holds.lock().remove(&hold_id);
     }
 
+    /// The number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
-        self.holds.lock().len()
+        self.holds.lock().values().filter(|w| w.renew).count()
     }
 
-    fn snapshot(&self) -> Vec<Arc<Hold>> {
-        self.holds.lock().values().cloned().collect()
+    fn to_renew(&self) -> Vec<Arc<Hold>> {
+        self.holds.lock().values().filter(|w| w.renew).map(|w| Arc::clone(&w.hold)).collect()
+    }
+
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.holds.lock().values().map(|w| w.hold.deadline()).min()
+    }
+
+    /// Marks lost, and drops, every hold whose deadline has passed.
+    fn expire_overdue(&self, now: Instant) {
+        let overdue: Vec<Arc<Hold>> = {
+            let mut holds = self.holds.lock();
+            let ids: Vec<u64> =
+                holds.iter().filter(|(_, w)| w.hold.deadline() <= now).map(|(id, _)| *id).collect();
+            ids.iter().filter_map(|id| holds.remove(id)).map(|w| w.hold).collect()
+        };
+        for hold in overdue {
+            if !hold.is_finished() {
+                hold.mark_lost(LostReason::LeaseExpired);
+            }
+        }
     }
 }
 
 /// The watchdog thread's body. Runs until `stop` disconnects or the client
 /// is gone.
-pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>) {
-    let mut next = Instant::now() + period;
+pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>, kick: Receiver<()>) {
+    let mut next_renewal = Instant::now() + period;
     loop {
-        match stop.recv_deadline(next) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+        let wake_at = match client.upgrade() {
+            Some(inner) => inner.watchdog.earliest_deadline().map_or(next_renewal, |d| d.min(next_renewal)),
+            None => return,
+        };
+        let timeout = wake_at.saturating_duration_since(Instant::now());
+        select! {
+            recv(stop) -> _ => return,
+            recv(kick) -> _ => continue,
+            default(timeout) => {}
         }
         let Some(inner) = client.upgrade() else { return };
-        renew_all(&inner);
-        drop(inner);
-        next += period;
         let now = Instant::now();
-        if next < now {
-            // A slow round (Redis timing out) must not trigger a burst.
-            next = now + period;
+        inner.watchdog.expire_overdue(now);
+        if now >= next_renewal {
+            renew_all(&inner);
+            next_renewal += period;
+            let now = Instant::now();
+            if next_renewal < now {
+                // A slow round (Redis timing out) must not trigger a burst.
+                next_renewal = now + period;
+            }
         }
     }
 }
 
-/// Renews every registered hold once, in batches.
+/// Renews every registered watchdog hold once, in batches.
 pub(crate) fn renew_all(inner: &Inner) {
-    let holds: Vec<Arc<Hold>> = inner
-        .watchdog
-        .snapshot()
-        .into_iter()
-        .filter(|hold| {
-            if let Some(reason) = hold.lost_reason() {
-                // Lost already (deadline passed without renewal): stop renewing.
-                hold.mark_lost(reason);
-                inner.watchdog.deregister(hold.id);
-                return false;
-            }
-            true
-        })
-        .collect();
+    let holds = inner.watchdog.to_renew();
     let lease_ms = crate::lease::millis_ceil(inner.config.watchdog_timeout);
     for batch in holds.chunks(BATCH) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (&*h.entry.name, h.owner.as_str())).collect();
