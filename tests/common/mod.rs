@@ -2,6 +2,7 @@
 //! and small helpers.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod proxy;
 mod server;
 
 use std::time::{Duration, Instant};
