@@ -3,6 +3,7 @@
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
 -- ARGV[1]  unlock message to publish when a lock was deleted ("0": wake one waiter)
+-- ARGV[2]  optional publish command, "publish" (default) or "spublish"
 --
 -- Returns
 --   1  the lock existed: it was deleted and ARGV[1] published on KEYS[2]
@@ -20,5 +21,5 @@ if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
 redis.call('del', key)
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[2] or 'publish', KEYS[2], ARGV[1])
 return 1

@@ -1,28 +1,45 @@
--- release.lua: give back one hold of a reentrant lock (Redisson RLock layout).
+-- release.lua: give back one hold of a reentrant lock (Redisson RLock layout,
+-- with Redisson 3.24+'s unlock latch for retried releases).
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
+-- KEYS[3]  optional unlock latch "redisson_unlock_latch:{<name>}:<32 hex request id>"
 -- ARGV[1]  unlock message published on the final release ("0": wake one waiter)
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[4]  optional publish command, "publish" (default) or "spublish"
+-- ARGV[5]  latch TTL in milliseconds (required with KEYS[3])
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
 --        nothing was changed
 --   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
 --   1    last hold released: the key was deleted and ARGV[1] published on KEYS[2]
+-- With a latch, the first 0 or 1 is also stored in KEYS[3] for ARGV[5] ms, and
+-- a retry with the same latch returns it without changing anything: a release
+-- whose reply was lost can be retried without decrementing twice.
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
-local key = KEYS[1]
+local key, latch = KEYS[1], KEYS[3]
+if latch then
+    local earlier = redis.call('get', latch)
+    if earlier then
+        return tonumber(earlier)
+    end
+end
 if redis.call('hexists', key, ARGV[3]) == 0 then
     return nil
 end
-local remaining = redis.call('hincrby', key, ARGV[3], -1)
-if remaining > 0 then
+local outcome = 1
+if redis.call('hincrby', key, ARGV[3], -1) > 0 then
     redis.call('pexpire', key, ARGV[2])
-    return 0
+    outcome = 0
+else
+    redis.call('del', key)
+    redis.call(ARGV[4] or 'publish', KEYS[2], ARGV[1])
 end
-redis.call('del', key)
-redis.call('publish', KEYS[2], ARGV[1])
-return 1
+if latch then
+    redis.call('set', latch, outcome, 'px', ARGV[5])
+end
+return outcome

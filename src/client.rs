@@ -24,7 +24,7 @@ use crate::hold::Hold;
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::names;
-use crate::scripts::{Release, Scripts};
+use crate::scripts::{Latch, Release, ReleaseArgs, Scripts};
 use crate::subscriber::{Subscriber, Target};
 use crate::watchdog::{self, Registry};
 
@@ -266,13 +266,40 @@ impl Inner {
         }
     }
 
+    /// Runs `release.lua` with an unlock latch, retrying once on a fresh
+    /// connection if the first reply was lost: the latch makes the retry
+    /// return the first outcome rather than release a second hold. A pool
+    /// error means the script never ran, so it is not retried.
+    pub(crate) fn release_script(
+        &self,
+        name: &str,
+        channel: &str,
+        lease_ms: u64,
+        owner: &str,
+    ) -> Result<Release> {
+        let latch_key = names::unlock_latch(name);
+        let latch = Latch { key: &latch_key, ttl_ms: crate::lease::millis_ceil(self.latch_ttl()) };
+        let args = ReleaseArgs { name, channel, lease_ms, owner, latch: Some(latch) };
+        match self.with_conn(|conn| self.scripts.release(conn, &args)) {
+            Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
+                self.with_conn(|conn| self.scripts.release(conn, &args))
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// How long an unlock latch must outlive its first use: a command
+    /// timeout for the lost reply, then a connect and a command timeout for
+    /// the retry, and a second of slack.
+    fn latch_ttl(&self) -> Duration {
+        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
+    }
+
     /// Releases one guard's share of `hold`.
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
         let name = &hold.entry.name;
         let sent = Instant::now();
-        let outcome = self.with_conn(|conn| {
-            self.scripts.release(conn, name, &hold.entry.channel, hold.lease_ms, &hold.owner)
-        });
+        let outcome = self.release_script(name, &hold.entry.channel, hold.lease_ms, &hold.owner);
         let guards_left = hold.drop_guard();
         match outcome {
             Ok(Release::StillHeld) => {

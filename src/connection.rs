@@ -26,12 +26,18 @@ impl Conn {
     ) -> redis::RedisResult<T> {
         let result = f(&mut self.inner);
         if let Err(e) = &result
-            && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error())
+            && (is_transport_error(e) || e.is_unrecoverable_error())
         {
             self.broken = true;
         }
         result
     }
+}
+
+/// True when a command failed in transit (I/O error, timeout, dropped
+/// connection): it may or may not have run on the server.
+pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
 /// Opens command connections for the pool.

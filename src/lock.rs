@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
+use crate::connection::is_transport_error;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -306,6 +307,14 @@ impl Lock {
                 Ok(Some(hold))
             }
             other => {
+                if let Err(Error::Redis(e)) = &other
+                    && is_transport_error(e)
+                {
+                    // The acquire may have run with its reply lost. This
+                    // thread holds no live hold here, so give back whatever
+                    // it may have taken rather than orphan it for a lease.
+                    let _ = inner.release_script(&self.name, &self.channel, lease_ms, &owner);
+                }
                 entry.leave_gate(thread);
                 other.map(|_| None)
             }

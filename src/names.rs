@@ -43,6 +43,13 @@ pub(crate) fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// The unlock latch of one release request of the lock `name`: Redisson's
+/// `redisson_unlock_latch:{<name>}:<32 hex request id>`, with a fresh random
+/// request id.
+pub(crate) fn unlock_latch(name: &str) -> String {
+    format!("{}:{}", prefixed("redisson_unlock_latch", name), uuid::Uuid::new_v4().simple())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +68,16 @@ mod tests {
     fn token_key_shares_the_locks_slot() {
         assert_eq!(token_key("order:42"), "redisson_lock_token:{order:42}");
         assert_eq!(token_key("{user}:1"), "redisson_lock_token:{user}:1");
+    }
+
+    #[test]
+    fn latch_keys_are_fresh_and_slot_safe() {
+        let a = unlock_latch("order:42");
+        let b = unlock_latch("order:42");
+        assert_ne!(a, b);
+        let id = a.strip_prefix("redisson_unlock_latch:{order:42}:").unwrap();
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     }
 
     #[test]

@@ -47,6 +47,27 @@ pub(crate) struct Scripts {
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
+/// The command the scripts publish unlock messages with.
+const PUBLISH: &str = "publish";
+
+/// What `release.lua` needs to release one hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseArgs<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) channel: &'a str,
+    /// The TTL re-applied while holds remain.
+    pub(crate) lease_ms: u64,
+    pub(crate) owner: &'a str,
+    pub(crate) latch: Option<Latch<'a>>,
+}
+
+/// An unlock latch: the first outcome of a release, kept for a retry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Latch<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) ttl_ms: u64,
+}
+
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
@@ -99,17 +120,18 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn release(
-        &self,
-        conn: &mut Conn,
-        name: &str,
-        channel: &str,
-        lease_ms: u64,
-        owner: &str,
-    ) -> Result<Release> {
+    /// Releases one hold; with a latch, a retry with the same latch key
+    /// returns the first outcome instead of releasing twice.
+    pub(crate) fn release(&self, conn: &mut Conn, args: &ReleaseArgs<'_>) -> Result<Release> {
+        let ReleaseArgs { name, channel, lease_ms, owner, latch } = *args;
         let reply: Value = conn
             .run(|c| {
-                self.release.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).invoke(c)
+                let mut invocation = self.release.prepare_invoke();
+                invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner);
+                if let Some(latch) = latch {
+                    invocation.key(latch.key).arg(PUBLISH).arg(latch.ttl_ms);
+                }
+                invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
         match reply {
@@ -144,7 +166,7 @@ impl Scripts {
     /// Deletes the lock whoever holds it; `true` when there was one.
     pub(crate) fn force_unlock(&self, conn: &mut Conn, name: &str, channel: &str) -> Result<bool> {
         let reply: Value = conn
-            .run(|c| self.force_unlock.key(name).key(channel).arg(UNLOCK_MESSAGE).invoke(c))
+            .run(|c| self.force_unlock.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke(c))
             .map_err(|e| Error::from_redis(name, e))?;
         match reply {
             Value::Int(1) => Ok(true),
