@@ -1,21 +1,73 @@
--- acquire.lua: take or re-enter a reentrant lock (Redisson RLock layout).
+-- acquire.lua: take or re-enter a reentrant lock (Redisson RLock layout),
+-- optionally minting a fencing token (Redisson RFencedLock layout) and
+-- honouring keyholder's next-in-line marker.
 --
 -- KEYS[1]  lock key: a HASH named by the lock name itself
+-- KEYS[2]  optional next-in-line marker "keyholder_lock_next:{<name>}": a
+--          STRING holding the owner id of a waiter that has waited longer than
+--          its client's fairness window; while it exists, a free lock is only
+--          given to that owner
+-- KEYS[3]  optional fencing-token counter "redisson_lock_token:{<name>}": a
+--          STRING, no TTL, shared with Java's RFencedLock; incremented on
+--          every acquisition made through this script with KEYS[3]
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[3]  optional "1" when the caller has waited past its fairness window:
+--          if it does not get the lock, it becomes next in line (when nobody
+--          else is) for the lock's remaining lease plus ARGV[4] ms
+-- ARGV[4]  optional grace in milliseconds added to a marker's TTL
 --
--- Returns
---   nil      acquired or re-entered: the owner's hold count was incremented
---            and the key's PTTL set to ARGV[1]
---   integer  the lock is held by another owner; the value is the key's PTTL in
---            milliseconds (-1 when a foreign writer left the key without a TTL)
+-- Returns, without KEYS[3]
+--   nil      acquired or re-entered: the owner's hold count was incremented,
+--            the key's PTTL set to ARGV[1], and the caller's marker removed
+--   integer  not acquired; milliseconds worth waiting: the holder's PTTL
+--            (-1 when a foreign writer left the key without a TTL), or, when
+--            the lock is free but another owner is next in line, the
+--            marker's PTTL
+-- and with KEYS[3] the same as a pair: {-1, token} when acquired, token being
+-- the counter's new value; {ms, -1} when not.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
-local key = KEYS[1]
-if redis.call('exists', key) == 0 or redis.call('hexists', key, ARGV[2]) == 1 then
-    redis.call('hincrby', key, ARGV[2], 1)
+--   WRONGTYPE when a key of another type sits at the lock's name or the
+--   counter's (nothing is changed).
+local key, marker, counter, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[2]
+
+local function refuse(ms)
+    if counter then
+        return {ms, -1}
+    end
+    return ms
+end
+
+local free = redis.call('exists', key) == 0
+if free and marker then
+    local next_owner = redis.call('get', marker)
+    if next_owner and next_owner ~= owner then
+        return refuse(redis.call('pttl', marker))
+    end
+end
+if free or redis.call('hexists', key, owner) == 1 then
+    local token = counter and redis.call('incr', counter)
+    redis.call('hincrby', key, owner, 1)
     redis.call('pexpire', key, ARGV[1])
+    if marker and free then
+        redis.call('del', marker)
+    end
+    if counter then
+        return {-1, token}
+    end
     return nil
 end
-return redis.call('pttl', key)
+
+local ttl = redis.call('pttl', key)
+if marker and ARGV[3] == '1' then
+    local next_owner = redis.call('get', marker)
+    if not next_owner or next_owner == owner then
+        local hold_for = ttl
+        if hold_for < 0 then
+            hold_for = tonumber(ARGV[1])
+        end
+        redis.call('set', marker, owner, 'px', hold_for + tonumber(ARGV[4] or '1000'))
+    end
+end
+return refuse(ttl)

@@ -18,13 +18,13 @@ use parking_lot::Mutex;
 
 use crate::config::{ClientBuilder, Config};
 use crate::connection::{self, Conn, Connector, Pool};
-use crate::entry::Entry;
+use crate::entry::{Entry, Successor};
 use crate::error::{Error, LostReason, Result};
-use crate::hold::Hold;
+use crate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::names;
-use crate::scripts::{Latch, Release, ReleaseArgs, Scripts};
+use crate::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs, Scripts};
 use crate::subscriber::{Subscriber, Target};
 use crate::watchdog::{self, Registry};
 
@@ -247,7 +247,7 @@ impl Inner {
         if let Some(entry) = entries.get(name) {
             return Arc::clone(entry);
         }
-        let entry = Arc::new(Entry::new(Arc::clone(name), channel.to_owned()));
+        let entry = Arc::new(Entry::new(Arc::clone(name), channel.to_owned(), names::next_marker(name)));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }
@@ -297,6 +297,12 @@ impl Inner {
 
     /// Releases one guard's share of `hold`.
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
+        if hold.guards() == 1
+            && hold.token.is_none()
+            && let Some(successor) = hold.entry.reserve_successor(hold.id, self.config.fairness_window)
+        {
+            return self.hand_over(hold, successor);
+        }
         let name = &hold.entry.name;
         let sent = Instant::now();
         let outcome = self.release_script(name, &hold.entry.channel, hold.lease_ms, &hold.owner);
@@ -320,15 +326,11 @@ impl Inner {
                 Ok(())
             }
             Ok(Release::NotOwner) => {
-                let known = hold.lost_reason();
-                hold.mark_lost(LostReason::ReleaseFoundGone);
+                let error = Self::not_owner(hold);
                 if guards_left == 0 {
                     self.finish(hold);
                 }
-                Err(match known {
-                    Some(reason) => Error::LockLost { name: name.to_string(), reason },
-                    None => Error::NotOwner { name: name.to_string() },
-                })
+                Err(error)
             }
             Err(e) => {
                 if guards_left == 0 {
@@ -338,6 +340,62 @@ impl Inner {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Releases the last guard of `hold` by handing the lock to `successor`,
+    /// a queued thread of this client, in one script call. If another
+    /// client's waiter is next in line the script releases instead, and the
+    /// successor contends in Redis like any waiter.
+    fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
+        let entry = &hold.entry;
+        let args = HandoffArgs {
+            name: &entry.name,
+            channel: &entry.channel,
+            marker: &entry.marker,
+            lease_ms: successor.lease_ms,
+            from: &hold.owner,
+            to: &successor.owner,
+        };
+        let sent = Instant::now();
+        let outcome = self.with_conn(|conn| self.scripts.handoff(conn, &args));
+        hold.drop_guard();
+        let result = match outcome {
+            Ok(Handoff::HandedOver) => {
+                let Successor { thread, owner, lease, lease_ms, .. } = successor;
+                let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
+                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(entry), acquisition));
+                if lease == Lease::Watchdog {
+                    self.watchdog.register(Arc::clone(&handed));
+                }
+                entry.finish_handoff(Some(handed));
+                Ok(())
+            }
+            Ok(Handoff::Released | Handoff::StillHeld) => {
+                entry.finish_handoff(None);
+                Ok(())
+            }
+            Ok(Handoff::NotOwner) => {
+                entry.finish_handoff(None);
+                Err(Self::not_owner(hold))
+            }
+            Err(e) => {
+                entry.finish_handoff(None);
+                Err(e)
+            }
+        };
+        self.finish(hold);
+        result
+    }
+
+    /// The error for a release that found `hold` gone; records the loss.
+    fn not_owner(hold: &Hold) -> Error {
+        let known = hold.lost_reason();
+        hold.mark_lost(LostReason::ReleaseFoundGone);
+        let name = hold.entry.name.to_string();
+        match known {
+            Some(reason) => Error::LockLost { name, reason },
+            None => Error::NotOwner { name },
         }
     }
 

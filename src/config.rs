@@ -14,6 +14,7 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
+    pub(crate) fairness_window: Duration,
 }
 
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
@@ -50,6 +51,7 @@ impl ClientBuilder {
                 connect_timeout: Duration::from_secs(3),
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
+                fairness_window: Duration::from_millis(10),
             },
         }
     }
@@ -94,6 +96,26 @@ impl ClientBuilder {
         self
     }
 
+    /// How long one client may keep a contended lock among its own threads;
+    /// a waiter that has waited twice this long is served ahead of others.
+    ///
+    /// Within the window, counted from when the lock came to this client, a
+    /// release hands the lock straight to the next waiting thread of the same
+    /// client, in one round trip and without waking anyone else. Past it, the
+    /// lock is released for all to contend. A thread that has waited twice
+    /// the window becomes next in line: other keyholder clients give way to
+    /// it, and their runs of local hand-offs end at their next release. This
+    /// bounds how long busy clients can starve another (to about three
+    /// windows plus a hold) while keeping most hand-offs local. Zero turns
+    /// local hand-off off and makes every waiter next in line at once. Java
+    /// clients do not take part in the next-in-line rule.
+    ///
+    /// Defaults to 10 ms. At most 1 h.
+    pub fn fairness_window(mut self, window: Duration) -> Self {
+        self.config.fairness_window = window;
+        self
+    }
+
     /// Validates the settings, opens the connection pool (blocking until one
     /// connection is open, at most the connect timeout) and starts the
     /// client's pub/sub and watchdog threads.
@@ -121,6 +143,9 @@ impl Config {
             if value.is_zero() || value > Duration::from_secs(3600) {
                 return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
             }
+        }
+        if self.fairness_window > Duration::from_secs(3600) {
+            return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
         }
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return invalid(format!(
@@ -153,6 +178,7 @@ mod tests {
         assert_eq!(c.command_timeout, Duration::from_secs(3));
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
         assert_eq!(c.renewal_period(), Duration::from_secs(10));
+        assert_eq!(c.fairness_window, Duration::from_millis(10));
         assert!(c.validate().is_ok());
     }
 
@@ -163,6 +189,7 @@ mod tests {
             Config { connect_timeout: Duration::ZERO, ..config() },
             Config { command_timeout: Duration::from_secs(7200), ..config() },
             Config { watchdog_timeout: Duration::from_millis(29), ..config() },
+            Config { fairness_window: Duration::from_secs(3601), ..config() },
         ];
         for c in bad {
             assert!(c.validate().unwrap_err().is_invalid(), "{c:?}");

@@ -1,13 +1,16 @@
-//! A client's local state for one lock name: the gate and the wake-up slot.
+//! A client's local state for one lock name: the gate, the wake-up slot, and
+//! the shared subscription.
 //!
 //! **The gate.** Threads of one client that want the same lock queue here, in
 //! FIFO order, before they talk to Redis. Only the thread at the gate runs the
 //! acquire script or waits for an unlock message, so
 //!
-//! * a release hands the lock straight to the next local thread: one acquire
-//!   and one release script per acquisition, no failed retries;
 //! * the releasing thread cannot barge ahead of its own client's waiters;
-//! * however many threads wait, an unlock message wakes one thread per client.
+//! * however many threads wait, an unlock message wakes one thread per client;
+//! * a release can hand the lock straight to the next local thread in one
+//!   script call (`handoff.lua`), for as long as the client's fairness window
+//!   allows: the lock never becomes free, nobody else is woken, and the next
+//!   thread finds its guard ready when it wakes.
 //!
 //! The gate is advisory: Redis stays the only authority on who holds the lock.
 //! A gate whose holder's lease has run out (a leaked guard, a lost hold) is
@@ -16,20 +19,28 @@
 //!
 //! **The wake-up slot** is a sticky permit: an unlock message that arrives
 //! before the waiting thread parks is kept, never lost.
+//!
+//! **The subscription** to the lock's unlock channel is made by the first
+//! thread that has to wait in Redis and kept while any local thread waits, so
+//! a queue of local waiters subscribes once, not once per thread.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, LostReason, Result};
 use crate::hold::Hold;
+use crate::lease::Lease;
+use crate::subscriber::Subscription;
 
 pub(crate) struct Entry {
     pub(crate) name: Arc<str>,
     pub(crate) channel: String,
+    /// The next-in-line marker key (see `lua/acquire.lua`).
+    pub(crate) marker: String,
     state: Mutex<State>,
     woken: Condvar,
 }
@@ -45,21 +56,49 @@ enum Gate {
     Free,
     /// A thread is running the acquire script or waiting in Redis.
     Acquiring(u64),
+    /// The holder's release is handing the lock to this queued thread.
+    Handing(u64),
+    /// The lock was handed to `hold.thread`, which has not woken yet.
+    Handed(Arc<Hold>),
     /// A thread holds the lock.
     Held(Arc<Hold>),
 }
 
+/// What a queued thread would need to receive the lock by hand-off.
+#[derive(Debug, Clone)]
+pub(crate) struct Successor {
+    pub(crate) thread: u64,
+    pub(crate) owner: String,
+    pub(crate) lease: Lease,
+    pub(crate) lease_ms: u64,
+    /// A fenced acquisition needs a token from the acquire script: no hand-off.
+    pub(crate) fenced: bool,
+}
+
 struct Queued {
-    thread: u64,
+    successor: Successor,
     wake: Sender<()>,
 }
 
 struct State {
     gate: Gate,
     queue: VecDeque<Queued>,
+    /// When the lock last passed to this client from a free state: local
+    /// hand-offs continue only within the fairness window from here.
+    run_started: Option<Instant>,
     /// An unlock message arrived and was not yet consumed.
     wake_pending: bool,
+    subscription: Option<Subscription>,
     shutdown: bool,
+}
+
+/// How a thread got through the gate.
+#[derive(Debug)]
+pub(crate) enum Entered {
+    /// It is at the gate and must acquire in Redis.
+    Gate,
+    /// The previous holder handed it the lock.
+    Handed(Arc<Hold>),
 }
 
 /// How a wait for an unlock message ended.
@@ -69,15 +108,23 @@ pub(crate) enum Wake {
     TimedOut,
 }
 
+/// How long a thread chosen as successor waits, per round, for the
+/// releasing thread to finish the hand-off (which is bounded by the client's
+/// timeouts anyway).
+const HANDING_POLL: Duration = Duration::from_secs(1);
+
 impl Entry {
-    pub(crate) fn new(name: Arc<str>, channel: String) -> Self {
+    pub(crate) fn new(name: Arc<str>, channel: String, marker: String) -> Self {
         Entry {
             name,
             channel,
+            marker,
             state: Mutex::new(State {
                 gate: Gate::Free,
                 queue: VecDeque::new(),
+                run_started: None,
                 wake_pending: false,
+                subscription: None,
                 shutdown: false,
             }),
             woken: Condvar::new(),
@@ -92,30 +139,40 @@ impl Entry {
         }
     }
 
-    /// Enters the gate as `thread`. Without `block`, returns `Ok(false)` at
-    /// once if another local thread is there; with it, queues until the gate
-    /// is handed over or `deadline` passes.
-    pub(crate) fn enter_gate(&self, thread: u64, deadline: Option<Instant>, block: bool) -> Result<bool> {
+    /// Enters the gate as `successor.thread`. Without `block`, returns
+    /// `Ok(None)` at once if another local thread is there; with it, queues
+    /// until the gate (or the lock itself) is handed over, or `deadline`
+    /// passes.
+    pub(crate) fn enter_gate(
+        &self,
+        successor: Successor,
+        deadline: Option<Instant>,
+        block: bool,
+    ) -> Result<Option<Entered>> {
+        let thread = successor.thread;
         let wake: Receiver<()> = {
             let mut st = self.state.lock();
             if st.shutdown {
                 return Err(Error::Shutdown);
             }
             if st.queue.is_empty() && st.try_take(thread) {
-                return Ok(true);
+                return Ok(Some(Entered::Gate));
             }
             if !block {
-                return Ok(false);
+                return Ok(None);
             }
             let (tx, rx) = crossbeam_channel::bounded(1);
-            st.queue.push_back(Queued { thread, wake: tx });
+            st.queue.push_back(Queued { successor, wake: tx });
             rx
         };
         loop {
-            let holder_deadline = self.holder_deadline();
-            let until = match (deadline, holder_deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
+            let until = {
+                let st = self.state.lock();
+                match &st.gate {
+                    Gate::Handing(t) if *t == thread => Some(Instant::now() + HANDING_POLL),
+                    Gate::Held(hold) => Some(deadline.map_or(hold.deadline(), |d| d.min(hold.deadline()))),
+                    _ => deadline,
+                }
             };
             // A message, a timeout and a disconnect all mean "look again".
             let _ = match until {
@@ -123,25 +180,28 @@ impl Entry {
                 None => wake.recv().map_err(drop),
             };
             let mut st = self.state.lock();
-            if matches!(st.gate, Gate::Acquiring(t) if t == thread) {
-                return Ok(true);
+            match &st.gate {
+                Gate::Acquiring(t) if *t == thread => return Ok(Some(Entered::Gate)),
+                Gate::Handed(hold) if hold.thread == thread => {
+                    let hold = Arc::clone(hold);
+                    st.gate = Gate::Held(Arc::clone(&hold));
+                    return Ok(Some(Entered::Handed(hold)));
+                }
+                // Chosen as successor: wait for the hand-off to finish,
+                // whatever the deadline, since it may bring the lock.
+                Gate::Handing(t) if *t == thread => continue,
+                _ => {}
             }
-            let at_front = st.queue.front().is_some_and(|q| q.thread == thread);
+            let at_front = st.queue.front().is_some_and(|q| q.successor.thread == thread);
             if at_front && st.try_take(thread) {
                 st.queue.pop_front();
-                return Ok(true);
+                return Ok(Some(Entered::Gate));
             }
             if st.shutdown || deadline.is_some_and(|d| Instant::now() >= d) {
-                st.queue.retain(|q| q.thread != thread);
-                return if st.shutdown { Err(Error::Shutdown) } else { Ok(false) };
+                st.queue.retain(|q| q.successor.thread != thread);
+                st.drop_unneeded_subscription();
+                return if st.shutdown { Err(Error::Shutdown) } else { Ok(None) };
             }
-        }
-    }
-
-    fn holder_deadline(&self) -> Option<Instant> {
-        match &self.state.lock().gate {
-            Gate::Held(hold) => Some(hold.deadline()),
-            _ => None,
         }
     }
 
@@ -153,13 +213,16 @@ impl Entry {
         }
     }
 
-    /// Records that the thread at the gate now holds the lock.
+    /// Records that the thread at the gate acquired the lock from Redis.
     pub(crate) fn set_held(&self, hold: Arc<Hold>) {
-        self.state.lock().gate = Gate::Held(hold);
+        let mut st = self.state.lock();
+        st.gate = Gate::Held(hold);
+        st.run_started = Some(Instant::now());
+        st.drop_unneeded_subscription();
     }
 
     /// Hands the gate on after the hold `hold_id` ended; a no-op if the gate
-    /// has moved on already (taken over after the hold was lost).
+    /// has moved on already (taken over after the hold was lost, or handed).
     pub(crate) fn release_gate(&self, hold_id: u64) {
         let mut st = self.state.lock();
         if matches!(&st.gate, Gate::Held(h) if h.id == hold_id) {
@@ -167,10 +230,60 @@ impl Entry {
         }
     }
 
+    /// Picks the next queued thread to receive the lock from the hold
+    /// `hold_id` by hand-off, if the local run is younger than `window`.
+    /// The chosen thread stays reserved until [`finish_handoff`](Entry::finish_handoff).
+    pub(crate) fn reserve_successor(&self, hold_id: u64, window: Duration) -> Option<Successor> {
+        let mut st = self.state.lock();
+        if !matches!(&st.gate, Gate::Held(h) if h.id == hold_id) {
+            return None;
+        }
+        if st.run_started.is_none_or(|started| started.elapsed() >= window) {
+            return None;
+        }
+        let next = st.queue.front().filter(|q| !q.successor.fenced)?.successor.clone();
+        st.gate = Gate::Handing(next.thread);
+        Some(next)
+    }
+
+    /// Ends a hand-off begun by [`reserve_successor`](Entry::reserve_successor):
+    /// gives the successor its hold, or, when the lock was not handed over,
+    /// the gate, to acquire in Redis itself.
+    pub(crate) fn finish_handoff(&self, handed: Option<Arc<Hold>>) {
+        let mut st = self.state.lock();
+        let Gate::Handing(thread) = st.gate else { return };
+        let Some(position) = st.queue.iter().position(|q| q.successor.thread == thread) else {
+            st.hand_off();
+            return;
+        };
+        let queued = st.queue.remove(position);
+        st.gate = match handed {
+            Some(hold) => Gate::Handed(hold),
+            None => Gate::Acquiring(thread),
+        };
+        if let Some(queued) = queued {
+            let _ = queued.wake.try_send(());
+        }
+        st.drop_unneeded_subscription();
+    }
+
     /// True when no thread is at or queued for the gate.
     pub(crate) fn is_idle(&self) -> bool {
         let st = self.state.lock();
         matches!(st.gate, Gate::Free) && st.queue.is_empty()
+    }
+
+    /// True when the entry keeps an unlock-channel subscription.
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.state.lock().subscription.is_some()
+    }
+
+    /// Keeps `subscription` for the local waiters, unless one is kept already.
+    pub(crate) fn keep_subscription(&self, subscription: Subscription) {
+        let mut st = self.state.lock();
+        if st.subscription.is_none() && !st.shutdown {
+            st.subscription = Some(subscription);
+        }
     }
 
     /// Forgets unlock messages that arrived before the caller's next attempt.
@@ -190,11 +303,8 @@ impl Entry {
                 return Ok(Wake::Notified);
             }
             if self.woken.wait_until(&mut st, until).timed_out() {
-                return Ok(if std::mem::take(&mut st.wake_pending) {
-                    Wake::Notified
-                } else {
-                    Wake::TimedOut
-                });
+                let notified = std::mem::take(&mut st.wake_pending);
+                return Ok(if notified { Wake::Notified } else { Wake::TimedOut });
             }
         }
     }
@@ -210,6 +320,7 @@ impl Entry {
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
         st.shutdown = true;
+        st.subscription = None;
         for queued in &st.queue {
             let _ = queued.wake.try_send(());
         }
@@ -222,7 +333,7 @@ impl State {
     fn try_take(&mut self, thread: u64) -> bool {
         let takeable = match &self.gate {
             Gate::Free => true,
-            Gate::Acquiring(_) => false,
+            Gate::Acquiring(_) | Gate::Handing(_) | Gate::Handed(_) => false,
             Gate::Held(hold) => {
                 if hold.is_lost() {
                     hold.mark_lost(LostReason::LeaseExpired);
@@ -242,8 +353,17 @@ impl State {
     fn hand_off(&mut self) {
         self.gate = Gate::Free;
         if let Some(next) = self.queue.pop_front() {
-            self.gate = Gate::Acquiring(next.thread);
+            self.gate = Gate::Acquiring(next.successor.thread);
             let _ = next.wake.try_send(());
+        }
+        self.drop_unneeded_subscription();
+    }
+
+    /// Lets the subscription go once no local thread waits for the lock.
+    fn drop_unneeded_subscription(&mut self) {
+        let waiting = !self.queue.is_empty() || matches!(self.gate, Gate::Acquiring(_) | Gate::Handing(_));
+        if !waiting {
+            self.subscription = None;
         }
     }
 }

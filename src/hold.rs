@@ -172,6 +172,11 @@ impl Hold {
         self.guards.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The number of live guards sharing the hold.
+    pub(crate) fn guards(&self) -> u32 {
+        self.guards.load(Ordering::Acquire)
+    }
+
     /// Drops one guard's share; returns the number of guards left.
     pub(crate) fn drop_guard(&self) -> u32 {
         let before = self.guards.fetch_sub(1, Ordering::AcqRel);

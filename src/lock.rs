@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::Entry;
+use crate::entry::{Entered, Entry, Successor};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
 use crate::owner;
-use crate::scripts::Acquire;
+use crate::scripts::{Acquire, AcquireArgs};
 
 /// A handle to one named distributed lock.
 ///
@@ -272,13 +272,14 @@ impl Lock {
         block: bool,
     ) -> Result<Option<Arc<Hold>>> {
         let inner = self.client.inner();
+        let started = Instant::now();
         let thread = owner::current_thread_id();
         let owner = owner::owner_id(&inner.id, thread);
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
 
         if let Some(hold) = entry.hold_of(thread) {
             let sent = Instant::now();
-            match self.try_acquire(&owner, lease_ms, false)? {
+            match self.try_acquire(entry, &owner, lease_ms, Attempt::Reentry)? {
                 Acquire::Acquired { .. } => {
                     hold.add_guard();
                     hold.set_deadline(sent + Duration::from_millis(lease_ms));
@@ -293,10 +294,19 @@ impl Lock {
             }
         }
 
-        if !entry.enter_gate(thread, deadline, block)? {
-            return Ok(None);
+        let successor = Successor {
+            thread,
+            owner: owner.clone(),
+            lease: self.lease,
+            lease_ms,
+            fenced: self.token_key.is_some(),
+        };
+        match entry.enter_gate(successor, deadline, block)? {
+            None => return Ok(None),
+            Some(Entered::Handed(hold)) => return Ok(Some(hold)),
+            Some(Entered::Gate) => {}
         }
-        match self.contend(entry, deadline, block, &owner, lease_ms) {
+        match self.contend(entry, started, deadline, block, &owner, lease_ms) {
             Ok(Some((sent, token))) => {
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
                 let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
@@ -327,30 +337,43 @@ impl Lock {
     fn contend(
         &self,
         entry: &Arc<Entry>,
+        started: Instant,
         deadline: Option<Instant>,
         block: bool,
         owner: &str,
         lease_ms: u64,
     ) -> Result<Option<(Instant, Option<u64>)>> {
         let inner = self.client.inner();
-        let sent = Instant::now();
-        if let Acquire::Acquired { token } = self.try_acquire(owner, lease_ms, true)? {
-            return Ok(Some((sent, token)));
+        let overdue_after = inner.config.fairness_window * 2;
+        let mut marked = false;
+        let mut subscribed = entry.is_subscribed();
+        if subscribed {
+            // Messages from before this attempt concern earlier holders.
+            entry.clear_wake();
         }
-        if !block || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        let _subscription = inner.subscriber.subscribe(entry, deadline)?;
-        entry.clear_wake();
-        loop {
+        let outcome = loop {
             let sent = Instant::now();
-            let remaining = match self.try_acquire(owner, lease_ms, true)? {
-                Acquire::Acquired { token } => return Ok(Some((sent, token))),
-                Acquire::Held { remaining } => remaining,
+            let overdue = sent.duration_since(started) >= overdue_after;
+            let remaining = match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { overdue }) {
+                Ok(Acquire::Acquired { token }) => return Ok(Some((sent, token))),
+                Ok(Acquire::Held { remaining }) => remaining,
+                Err(e) => break Err(e),
             };
+            marked |= overdue;
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
+            if !block || deadline.is_some_and(|d| now >= d) {
+                break Ok(None);
+            }
+            if !subscribed {
+                // Subscribe, then try again at once: a release between the
+                // first try and the subscription would otherwise go unheard.
+                match inner.subscriber.subscribe(entry, deadline) {
+                    Ok(subscription) => entry.keep_subscription(subscription),
+                    Err(e) => break Err(e),
+                }
+                subscribed = true;
+                entry.clear_wake();
+                continue;
             }
             // A key without a TTL (a foreign writer) is re-checked every
             // watchdog timeout rather than waited on forever.
@@ -358,20 +381,50 @@ impl Lock {
             if let Some(deadline) = deadline {
                 until = until.min(deadline);
             }
-            entry.wait_wake(until)?;
+            if let Err(e) = entry.wait_wake(until) {
+                break Err(e);
+            }
+        };
+        if marked {
+            // Giving up: stop being next in line, so other clients need not
+            // wait for the marker to expire.
+            let _ = inner.with_conn(|conn| inner.scripts.abandon(conn, &entry.marker, owner));
         }
+        outcome
     }
 
-    /// One acquire script call; `fresh` acquisitions of a fenced handle also
-    /// mint a token.
-    fn try_acquire(&self, owner: &str, lease_ms: u64, fresh: bool) -> Result<Acquire> {
+    /// One acquire script call.
+    fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
-        inner.with_conn(|conn| match (&self.token_key, fresh) {
-            (Some(token_key), true) => {
-                inner.scripts.acquire_fenced(conn, &self.name, token_key, lease_ms, owner)
-            }
-            _ => inner.scripts.acquire(conn, &self.name, lease_ms, owner),
-        })
+        let (fresh, overdue) = match attempt {
+            Attempt::Reentry => (false, false),
+            Attempt::Fresh { overdue } => (true, overdue),
+        };
+        let args = AcquireArgs {
+            name: &self.name,
+            marker: &entry.marker,
+            // Re-entries keep their hold's token.
+            token_key: self.token_key.as_deref().filter(|_| fresh),
+            lease_ms,
+            owner,
+            overdue,
+            marker_grace_ms: MARKER_GRACE_MS,
+        };
+        inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
     }
 }
+
+/// Which kind of acquire attempt.
+#[derive(Debug, Clone, Copy)]
+enum Attempt {
+    /// The thread holds the lock already.
+    Reentry,
+    /// A new hold; `overdue` once the thread has waited twice the fairness
+    /// window.
+    Fresh { overdue: bool },
+}
+
+/// How long a next-in-line marker outlives the holder's remaining lease: time
+/// for the marked waiter to hear the release and retry.
+const MARKER_GRACE_MS: u64 = 1000;

@@ -43,6 +43,11 @@ pub(crate) fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// The next-in-line marker of the lock `name` (see `lua/acquire.lua`).
+pub(crate) fn next_marker(name: &str) -> String {
+    prefixed("keyholder_lock_next", name)
+}
+
 /// The unlock latch of one release request of the lock `name`: Redisson's
 /// `redisson_unlock_latch:{<name>}:<32 hex request id>`, with a fresh random
 /// request id.

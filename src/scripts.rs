@@ -34,14 +34,28 @@ pub(crate) enum Release {
     Released,
 }
 
+/// Outcome of `handoff.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handoff {
+    /// The giving owner held nothing; nothing changed.
+    NotOwner,
+    /// The giving owner still holds other holds; nothing handed over.
+    StillHeld,
+    /// Released, not handed over: a waiter of another client is next in line.
+    Released,
+    /// The receiving owner now holds the lock.
+    HandedOver,
+}
+
 /// The scripts of one client.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     acquire: redis::Script,
-    acquire_fenced: redis::Script,
     release: redis::Script,
+    handoff: redis::Script,
     renew: redis::Script,
     force_unlock: redis::Script,
+    abandon: redis::Script,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
@@ -49,6 +63,35 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 /// The command the scripts publish unlock messages with.
 const PUBLISH: &str = "publish";
+
+/// What `acquire.lua` needs for one attempt.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireArgs<'a> {
+    pub(crate) name: &'a str,
+    /// The next-in-line marker key.
+    pub(crate) marker: &'a str,
+    /// The fencing-token counter, to mint a token.
+    pub(crate) token_key: Option<&'a str>,
+    pub(crate) lease_ms: u64,
+    pub(crate) owner: &'a str,
+    /// The caller has waited past its fairness window: if refused, it
+    /// becomes next in line.
+    pub(crate) overdue: bool,
+    /// How long a marker outlives the holder's remaining lease.
+    pub(crate) marker_grace_ms: u64,
+}
+
+/// What `handoff.lua` needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandoffArgs<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) channel: &'a str,
+    pub(crate) marker: &'a str,
+    /// The receiving owner's lease.
+    pub(crate) lease_ms: u64,
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+}
 
 /// What `release.lua` needs to release one hold.
 #[derive(Debug, Clone, Copy)]
@@ -72,51 +115,45 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
-            acquire_fenced: redis::Script::new(include_str!("../lua/acquire_fenced.lua")),
             release: redis::Script::new(include_str!("../lua/release.lua")),
+            handoff: redis::Script::new(include_str!("../lua/handoff.lua")),
             renew: redis::Script::new(include_str!("../lua/renew.lua")),
             force_unlock: redis::Script::new(include_str!("../lua/force_unlock.lua")),
+            abandon: redis::Script::new(include_str!("../lua/abandon.lua")),
         }
     }
 
-    pub(crate) fn acquire(&self, conn: &mut Conn, name: &str, lease_ms: u64, owner: &str) -> Result<Acquire> {
+    /// One acquisition attempt; mints a fencing token when `token_key` is set.
+    pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
+        let AcquireArgs { name, marker, token_key, lease_ms, owner, overdue, marker_grace_ms } = *args;
         let reply: Value = conn
-            .run(|c| self.acquire.key(name).arg(lease_ms).arg(owner).invoke(c))
+            .run(|c| {
+                let mut invocation = self.acquire.prepare_invoke();
+                invocation
+                    .key(name)
+                    .key(marker)
+                    .arg(lease_ms)
+                    .arg(owner)
+                    .arg(u8::from(overdue))
+                    .arg(marker_grace_ms);
+                if let Some(token_key) = token_key {
+                    invocation.key(token_key);
+                }
+                invocation.invoke(c)
+            })
             .map_err(|e| Error::from_redis(name, e))?;
-        match reply {
-            Value::Nil => Ok(Acquire::Acquired { token: None }),
-            Value::Int(ms) if ms >= 0 => {
-                Ok(Acquire::Held { remaining: Some(Duration::from_millis(ms.unsigned_abs())) })
-            }
-            Value::Int(-1) => Ok(Acquire::Held { remaining: None }),
-            other => Err(unexpected("acquire", &other)),
-        }
-    }
-
-    /// Acquires and mints a fencing token from `token_key` in one call.
-    pub(crate) fn acquire_fenced(
-        &self,
-        conn: &mut Conn,
-        name: &str,
-        token_key: &str,
-        lease_ms: u64,
-        owner: &str,
-    ) -> Result<Acquire> {
-        let reply: Value = conn
-            .run(|c| self.acquire_fenced.key(name).key(token_key).arg(lease_ms).arg(owner).invoke(c))
-            .map_err(|e| Error::from_redis(name, e))?;
-        match &reply {
-            Value::Array(items) => match items.as_slice() {
+        let held = |ms: i64| Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) };
+        match (&reply, token_key) {
+            (Value::Nil, None) => Ok(Acquire::Acquired { token: None }),
+            (Value::Int(ms), None) if *ms >= -1 => Ok(held(*ms)),
+            (Value::Array(items), Some(_)) => match items.as_slice() {
                 [Value::Int(-1), Value::Int(token)] if *token > 0 => {
                     Ok(Acquire::Acquired { token: Some(token.unsigned_abs()) })
                 }
-                [Value::Int(ms), Value::Int(-1)] if *ms >= 0 => {
-                    Ok(Acquire::Held { remaining: Some(Duration::from_millis(ms.unsigned_abs())) })
-                }
-                [Value::Int(-1), Value::Int(-1)] => Ok(Acquire::Held { remaining: None }),
-                _ => Err(unexpected("acquire_fenced", &reply)),
+                [Value::Int(ms), Value::Int(-1)] if *ms >= -1 => Ok(held(*ms)),
+                _ => Err(unexpected("acquire", &reply)),
             },
-            _ => Err(unexpected("acquire_fenced", &reply)),
+            _ => Err(unexpected("acquire", &reply)),
         }
     }
 
@@ -140,6 +177,39 @@ impl Scripts {
             Value::Int(1) => Ok(Release::Released),
             other => Err(unexpected("release", &other)),
         }
+    }
+
+    /// Releases the last hold and hands the lock to another owner of this
+    /// client in one call, unless another client's waiter is next in line.
+    pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
+        let HandoffArgs { name, channel, marker, lease_ms, from, to } = *args;
+        let reply: Value = conn
+            .run(|c| {
+                self.handoff
+                    .key(name)
+                    .key(channel)
+                    .key(marker)
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(lease_ms)
+                    .arg(from)
+                    .arg(to)
+                    .arg(PUBLISH)
+                    .invoke(c)
+            })
+            .map_err(|e| Error::from_redis(name, e))?;
+        match reply {
+            Value::Nil => Ok(Handoff::NotOwner),
+            Value::Int(0) => Ok(Handoff::StillHeld),
+            Value::Int(1) => Ok(Handoff::Released),
+            Value::Int(2) => Ok(Handoff::HandedOver),
+            other => Err(unexpected("handoff", &other)),
+        }
+    }
+
+    /// Stops `owner` being next in line, if it is.
+    pub(crate) fn abandon(&self, conn: &mut Conn, marker: &str, owner: &str) -> Result<()> {
+        conn.run(|c| self.abandon.key(marker).arg(owner).invoke::<Value>(c))?;
+        Ok(())
     }
 
     /// Renews the `(key, owner)` pairs in one call; `true` = still held.

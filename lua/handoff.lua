@@ -1,0 +1,47 @@
+-- handoff.lua: give back the last hold of a reentrant lock and, in the same
+-- step, give the lock to another thread of the same client that waits for it:
+-- one round trip instead of a release and an acquire, and no unlock message,
+-- since the lock never becomes free.
+--
+-- KEYS[1]  lock key (HASH)
+-- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
+-- KEYS[3]  next-in-line marker "keyholder_lock_next:{<name>}" (see acquire.lua)
+-- ARGV[1]  unlock message published when the lock is released instead ("0")
+-- ARGV[2]  lease in milliseconds for the new owner
+-- ARGV[3]  owner id giving the lock back
+-- ARGV[4]  owner id receiving it
+-- ARGV[5]  optional publish command, "publish" (default) or "spublish"
+--
+-- Returns
+--   nil  ARGV[3] holds nothing here; nothing was changed
+--   0    ARGV[3] still holds other holds: one was released, the key's PTTL
+--        reset to ARGV[2], nothing handed over
+--   1    released, not handed over, because a waiter of another owner is next
+--        in line: the key was deleted and ARGV[1] published on KEYS[2]
+--   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count incremented
+--        (to 1, unless an earlier acquisition of ARGV[4] lost its reply), the
+--        key's PTTL set to ARGV[2], and ARGV[4]'s next-in-line marker removed
+--
+-- Errors
+--   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+local key, from, to = KEYS[1], ARGV[3], ARGV[4]
+if redis.call('hexists', key, from) == 0 then
+    return nil
+end
+if redis.call('hincrby', key, from, -1) > 0 then
+    redis.call('pexpire', key, ARGV[2])
+    return 0
+end
+local next_owner = redis.call('get', KEYS[3])
+if next_owner and next_owner ~= to then
+    redis.call('del', key)
+    redis.call(ARGV[5] or 'publish', KEYS[2], ARGV[1])
+    return 1
+end
+if next_owner then
+    redis.call('del', KEYS[3])
+end
+redis.call('hdel', key, from)
+redis.call('hincrby', key, to, 1)
+redis.call('pexpire', key, ARGV[2])
+return 2
