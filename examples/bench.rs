@@ -77,11 +77,12 @@ const COMPARE_AND_DELETE: &str =
 const ACQUIRE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Commands that keyholder's and the floor's scripts run inside EVALSHA
-/// (acquire, release with its unlock latch, renew); keyholder sends none of
-/// them on its own in these workloads.
+/// (acquire with its next-in-line marker, release with its unlock latch,
+/// handoff, renew); keyholder sends none of them on its own in these
+/// workloads.
 const NESTED_LIB: &[&str] = &[
-    "exists", "hexists", "hincrby", "pexpire", "pttl", "del", "publish", "spublish", "type", "get", "set",
-    "incr",
+    "exists", "hexists", "hincrby", "hdel", "pexpire", "pttl", "del", "publish", "spublish", "type", "get",
+    "set", "incr",
 ];
 /// Commands that the baseline's compare-and-delete runs inside EVALSHA.
 const NESTED_BASELINE: &[&str] = &["get", "del"];
@@ -997,6 +998,7 @@ struct Contended {
     attempts: f64,
     evalsha: f64,
     subs: f64,
+    handoffs: f64,
     cpu_us: f64,
     server_us: f64,
 }
@@ -1138,6 +1140,7 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         attempts: attempts / n,
         evalsha: d.calls("evalsha") / n,
         subs: d.subscribes() / n,
+        handoffs: d.calls("hdel") / n,
         cpu_us: d.client_cpu / n * 1e6,
         server_us: d.server_cpu / n * 1e6,
     })
@@ -1200,6 +1203,7 @@ fn run_floor_hold(env: &Env, stats: &mut redis::Connection, n: usize, handoff: f
         attempts: d.calls("exists") / nf,
         evalsha: d.calls("evalsha") / nf,
         subs: d.subscribes() / nf,
+        handoffs: d.calls("hdel") / nf,
         cpu_us: d.client_cpu / nf * 1e6,
         server_us: d.server_cpu / nf * 1e6,
     })
@@ -1225,6 +1229,7 @@ fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
         fmt(med(runs, |r| r.attempts), 2),
         fmt(med(runs, |r| r.evalsha), 2),
         fmt(med(runs, |r| r.subs), 2),
+        fmt(med(runs, |r| r.handoffs), 2),
         fmt(med(runs, |r| r.cpu_us), 0),
         fmt(med(runs, |r| r.server_us), 0),
     ]
@@ -1265,6 +1270,7 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 attempts: 1.0,
                 evalsha: 2.0,
                 subs: 0.0,
+                handoffs: 0.0,
                 cpu_us: f64::NAN,
                 server_us: f64::NAN,
             });
@@ -1296,6 +1302,7 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 "acquire attempts/acq",
                 "EVALSHA/acq",
                 "(UN)SUBSCRIBE/acq",
+                "hand-offs/acq",
                 "client CPU µs/acq",
                 "Redis CPU µs/acq",
             ],
@@ -1312,7 +1319,9 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                      run's own ratio. Longest streak: most consecutive acquisitions by one thread / one \
                      keyholder client, worst run (a streak is barging). Lost updates: summed over runs. \
                      Round trips exclude the counter's GET/SET. Acquire attempts: keyholder's acquire.lua \
-                     calls (its EXISTS count), the baseline's SET NX calls. Client CPU includes the \
+                     calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's \
+                     handoff.lua calls that passed the lock straight to a local thread (its HDEL count), \
+                     acquisitions that took no acquire.lua call. Client CPU includes the \
                      counter's GET/SET, and has a 10 ms tick resolution. The floor loop is measured: one \
                      thread runs the raw acquire.lua, the same critical section and release.lua, with no \
                      second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
@@ -1346,6 +1355,7 @@ struct Herd {
     rt: f64,
     evalsha: f64,
     subs: f64,
+    handoffs: f64,
     idle_cpu_ms_s: f64,
     idle_wakeups_s: f64,
     idle_cmds_s: f64,
@@ -1489,6 +1499,7 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
             rt: d.round_trips(NESTED_LIB, 0) / nf,
             evalsha: d.calls("evalsha") / nf,
             subs: d.subscribes() / nf,
+            handoffs: d.calls("hdel") / nf,
             idle_cpu_ms_s: idle.cpu_ms_s,
             idle_wakeups_s: idle.wakeups_s,
             idle_cmds_s: idle.cmds_s,
@@ -1582,6 +1593,7 @@ fn w3_baseline(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<He
             rt: d.round_trips(NESTED_BASELINE, 0) / nf,
             evalsha: d.calls("evalsha") / nf,
             subs: d.subscribes() / nf,
+            handoffs: d.calls("hdel") / nf,
             idle_cpu_ms_s: idle.cpu_ms_s,
             idle_wakeups_s: idle.wakeups_s,
             idle_cmds_s: idle.cmds_s,
@@ -1603,6 +1615,7 @@ fn herd_row(name: &str, runs: &[Herd]) -> Vec<String> {
         fmt(med(runs, |r| r.attempts), 2),
         fmt(med(runs, |r| r.evalsha), 2),
         fmt(med(runs, |r| r.subs), 2),
+        fmt(med(runs, |r| r.handoffs), 2),
         fmt(med(runs, |r| r.rt), 2),
         fmt(med(runs, |r| r.idle_cpu_ms_s), 0),
         fmt(med(runs, |r| r.idle_wakeups_s), 0),
@@ -1633,6 +1646,7 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             rt: 2.0,
             evalsha: 2.0,
             subs: 0.0,
+            handoffs: 0.0,
             idle_cpu_ms_s: f64::NAN,
             idle_wakeups_s: f64::NAN,
             idle_cmds_s: f64::NAN,
@@ -1647,7 +1661,8 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
          switches of all non-main threads (wake-ups), and top-level Redis commands. pub/sub conns: CLIENT \
          LIST TYPE pubsub; conns: connected_clients added by the implementation; subscribers: PUBSUB NUMSUB \
          of the lock's channel. Acquire attempts per acquisition: keyholder's acquire.lua calls (EXISTS \
-         count), the baseline's SET NX calls; EVALSHA includes one release per acquisition.",
+         count), the baseline's SET NX calls; hand-offs: handoff.lua calls that passed the lock straight to \
+         a local thread (HDEL count). EVALSHA counts every script call: acquires, releases, hand-offs.",
         fmt(median(handoffs), 0),
         c.w3_idle
     )];
@@ -1675,6 +1690,7 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "acquire attempts/acq",
             "EVALSHA/acq",
             "(UN)SUBSCRIBE/acq",
+            "hand-offs/acq",
             "round trips/acq",
             "idle client CPU ms/s",
             "idle wake-ups/s",
