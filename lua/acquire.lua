@@ -14,8 +14,9 @@
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[3]  optional "1" when the caller has waited past its fairness window:
 --          if it does not get the lock, it becomes next in line (when nobody
---          else is) for the lock's remaining lease plus ARGV[4] ms
--- ARGV[4]  optional grace in milliseconds added to a marker's TTL
+--          else is) for ARGV[4] ms
+-- ARGV[4]  marker TTL in milliseconds (required with ARGV[3] = "1"): how long
+--          a waiter that stops retrying (it died) can hold up the others
 --
 -- Returns, without KEYS[3]
 --   nil      acquired or re-entered: the owner's hold count was incremented,
@@ -63,11 +64,7 @@ local ttl = redis.call('pttl', key)
 if marker and ARGV[3] == '1' then
     local next_owner = redis.call('get', marker)
     if not next_owner or next_owner == owner then
-        local hold_for = ttl
-        if hold_for < 0 then
-            hold_for = tonumber(ARGV[1])
-        end
-        redis.call('set', marker, owner, 'px', hold_for + tonumber(ARGV[4] or '1000'))
+        redis.call('set', marker, owner, 'px', ARGV[4])
     end
 end
 return refuse(ttl)

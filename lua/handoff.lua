@@ -6,11 +6,14 @@
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
 -- KEYS[3]  next-in-line marker "keyholder_lock_next:{<name>}" (see acquire.lua)
+-- KEYS[4]  optional latch "redisson_unlock_latch:{<name>}:<32 hex request id>"
+-- KEYS[5]  optional earlier latch, no longer needed: deleted
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
 -- ARGV[2]  lease in milliseconds for the new owner
 -- ARGV[3]  owner id giving the lock back
 -- ARGV[4]  owner id receiving it
--- ARGV[5]  optional publish command, "publish" (default) or "spublish"
+-- ARGV[5]  publish command, "publish" or "spublish"
+-- ARGV[6]  latch TTL in milliseconds (required with KEYS[4])
 --
 -- Returns
 --   nil  ARGV[3] holds nothing here; nothing was changed
@@ -21,27 +24,45 @@
 --   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count incremented
 --        (to 1, unless an earlier acquisition of ARGV[4] lost its reply), the
 --        key's PTTL set to ARGV[2], and ARGV[4]'s next-in-line marker removed
+-- With a latch, the first 0, 1 or 2 is also stored in KEYS[4] for ARGV[6] ms,
+-- and a retry with the same latch returns it without changing anything.
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
-local key, from, to = KEYS[1], ARGV[3], ARGV[4]
+local key, from, to, latch = KEYS[1], ARGV[3], ARGV[4], KEYS[4]
+if KEYS[5] then
+    redis.call('del', KEYS[5])
+end
+if latch then
+    local earlier = redis.call('get', latch)
+    if earlier then
+        return tonumber(earlier)
+    end
+end
 if redis.call('hexists', key, from) == 0 then
     return nil
 end
+local outcome
 if redis.call('hincrby', key, from, -1) > 0 then
     redis.call('pexpire', key, ARGV[2])
-    return 0
+    outcome = 0
+else
+    local next_owner = redis.call('get', KEYS[3])
+    if next_owner and next_owner ~= to then
+        redis.call('del', key)
+        redis.call(ARGV[5], KEYS[2], ARGV[1])
+        outcome = 1
+    else
+        if next_owner then
+            redis.call('del', KEYS[3])
+        end
+        redis.call('hdel', key, from)
+        redis.call('hincrby', key, to, 1)
+        redis.call('pexpire', key, ARGV[2])
+        outcome = 2
+    end
 end
-local next_owner = redis.call('get', KEYS[3])
-if next_owner and next_owner ~= to then
-    redis.call('del', key)
-    redis.call(ARGV[5] or 'publish', KEYS[2], ARGV[1])
-    return 1
+if latch then
+    redis.call('set', latch, outcome, 'px', ARGV[6])
 end
-if next_owner then
-    redis.call('del', KEYS[3])
-end
-redis.call('hdel', key, from)
-redis.call('hincrby', key, to, 1)
-redis.call('pexpire', key, ARGV[2])
-return 2
+return outcome

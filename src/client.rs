@@ -62,12 +62,19 @@ impl Drop for Handle {
     }
 }
 
+/// Lock names whose last latch a client remembers.
+const MAX_STALE_LATCHES: usize = 1024;
+
 pub(crate) struct Inner {
     pub(crate) id: String,
     pub(crate) config: Config,
     pool: Pool,
     pub(crate) scripts: Scripts,
     entries: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
+    /// Per lock name, the latch of this client's last release, for the next
+    /// release of that lock to delete (Redisson deletes each latch with an
+    /// extra command; this saves the round trip).
+    stale_latches: Mutex<HashMap<Arc<str>, String>>,
     pub(crate) subscriber: Arc<Subscriber>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
@@ -125,6 +132,7 @@ impl Client {
             pool,
             scripts: Scripts::new(),
             entries: Mutex::new(HashMap::new()),
+            stale_latches: Mutex::new(HashMap::new()),
             subscriber: Arc::clone(&subscriber),
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
@@ -266,26 +274,50 @@ impl Inner {
         }
     }
 
-    /// Runs `release.lua` with an unlock latch, retrying once on a fresh
-    /// connection if the first reply was lost: the latch makes the retry
-    /// return the first outcome rather than release a second hold. A pool
-    /// error means the script never ran, so it is not retried.
-    pub(crate) fn release_script(
+    /// Runs a latched release script (`release.lua`, `handoff.lua`) for
+    /// `entry`; with `retry`, once more on a fresh connection if the first
+    /// reply was lost: the latch makes the retry return the first outcome
+    /// rather than release a second hold. A pool error means the script never
+    /// ran, so it is not retried. Each call also deletes the previous latch
+    /// of the same lock.
+    fn run_latched<T>(
         &self,
-        name: &str,
-        channel: &str,
-        lease_ms: u64,
-        owner: &str,
-    ) -> Result<Release> {
-        let latch_key = names::unlock_latch(name);
-        let latch = Latch { key: &latch_key, ttl_ms: crate::lease::millis_ceil(self.latch_ttl()) };
-        let args = ReleaseArgs { name, channel, lease_ms, owner, latch: Some(latch) };
-        match self.with_conn(|conn| self.scripts.release(conn, &args)) {
-            Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
-                self.with_conn(|conn| self.scripts.release(conn, &args))
+        entry: &Entry,
+        retry: bool,
+        script: impl Fn(&mut Conn, Latch<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let key = names::unlock_latch(&entry.name);
+        let stale = self.stale_latches.lock().remove(&entry.name);
+        let latch =
+            Latch { key: &key, ttl_ms: crate::lease::millis_ceil(self.latch_ttl()), stale: stale.as_deref() };
+        let outcome = match self.with_conn(|conn| script(conn, latch)) {
+            Err(Error::Redis(e)) if retry && connection::is_transport_error(&e) => {
+                self.with_conn(|conn| script(conn, latch))
             }
             outcome => outcome,
+        };
+        let mut stale_latches = self.stale_latches.lock();
+        if stale_latches.len() >= MAX_STALE_LATCHES {
+            // Forgotten latches just expire with their TTL.
+            stale_latches.clear();
         }
+        stale_latches.insert(Arc::clone(&entry.name), key);
+        outcome
+    }
+
+    /// Releases one hold of `owner` on `entry`'s lock, latched; `retry` as
+    /// for [`run_latched`](Inner::run_latched).
+    pub(crate) fn release_script(
+        &self,
+        entry: &Entry,
+        lease_ms: u64,
+        owner: &str,
+        retry: bool,
+    ) -> Result<Release> {
+        self.run_latched(entry, retry, |conn, latch| {
+            let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch };
+            self.scripts.release(conn, &args)
+        })
     }
 
     /// How long an unlock latch must outlive its first use: a command
@@ -303,9 +335,8 @@ impl Inner {
         {
             return self.hand_over(hold, successor);
         }
-        let name = &hold.entry.name;
         let sent = Instant::now();
-        let outcome = self.release_script(name, &hold.entry.channel, hold.lease_ms, &hold.owner);
+        let outcome = self.release_script(&hold.entry, hold.lease_ms, &hold.owner, true);
         let guards_left = hold.drop_guard();
         match outcome {
             Ok(Release::StillHeld) => {
@@ -349,16 +380,19 @@ impl Inner {
     /// successor contends in Redis like any waiter.
     fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let entry = &hold.entry;
-        let args = HandoffArgs {
-            name: &entry.name,
-            channel: &entry.channel,
-            marker: &entry.marker,
-            lease_ms: successor.lease_ms,
-            from: &hold.owner,
-            to: &successor.owner,
-        };
         let sent = Instant::now();
-        let outcome = self.with_conn(|conn| self.scripts.handoff(conn, &args));
+        let outcome = self.run_latched(entry, true, |conn, latch| {
+            let args = HandoffArgs {
+                name: &entry.name,
+                channel: &entry.channel,
+                marker: &entry.marker,
+                lease_ms: successor.lease_ms,
+                from: &hold.owner,
+                to: &successor.owner,
+                latch,
+            };
+            self.scripts.handoff(conn, &args)
+        });
         hold.drop_guard();
         let result = match outcome {
             Ok(Handoff::HandedOver) => {

@@ -71,9 +71,9 @@
 //! # How it works
 //!
 //! One client owns an r2d2 pool of command connections, one pub/sub
-//! connection with a reader thread, and one watchdog thread. Four Lua scripts
-//! under `lua/` acquire, release, renew and force-unlock atomically, sent by
-//! EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
+//! connection with a reader thread, and one watchdog thread. Lua scripts
+//! under `lua/` acquire, release, hand over, renew and force-unlock
+//! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
 //! and a release; `docs/redisson-compat.md` documents the wire format.
 //!
 //! # Guarantees and limits

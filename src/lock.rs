@@ -220,14 +220,21 @@ impl Lock {
     }
 
     /// The lock's remaining lease (its key's PTTL), whoever holds it; `None`
-    /// when it is not locked or its key has no expiry.
+    /// when it is not locked or its key has no expiry. One round trip.
     ///
     /// # Errors
     ///
-    /// A Redis failure.
+    /// As [`is_locked`](Lock::is_locked).
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let pttl: i64 = self.query(redis::cmd("PTTL").arg(&*self.name))?;
-        Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
+        let mut pipeline = redis::pipe();
+        pipeline.cmd("TYPE").arg(&*self.name).cmd("PTTL").arg(&*self.name);
+        let (kind, pttl): (String, i64) = self.client.inner().with_conn(|conn| {
+            conn.run(|c| pipeline.query(c)).map_err(|e| Error::from_redis(&self.name, e))
+        })?;
+        match kind.as_str() {
+            "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
+            _ => Err(Error::WrongType { name: self.name.to_string() }),
+        }
     }
 
     /// Deletes the lock whoever holds it, and wakes a waiter. Returns whether
@@ -322,8 +329,9 @@ impl Lock {
                 {
                     // The acquire may have run with its reply lost. This
                     // thread holds no live hold here, so give back whatever
-                    // it may have taken rather than orphan it for a lease.
-                    let _ = inner.release_script(&self.name, &self.channel, lease_ms, &owner);
+                    // it may have taken rather than orphan it for a lease:
+                    // one attempt, so a dead Redis costs one more timeout.
+                    let _ = inner.release_script(entry, lease_ms, &owner, false);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)
@@ -385,9 +393,10 @@ impl Lock {
                 break Err(e);
             }
         };
-        if marked {
+        if marked && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_))) {
             // Giving up: stop being next in line, so other clients need not
-            // wait for the marker to expire.
+            // wait for the marker to expire. (With Redis failing, the marker
+            // just expires.)
             let _ = inner.with_conn(|conn| inner.scripts.abandon(conn, &entry.marker, owner));
         }
         outcome
@@ -409,7 +418,7 @@ impl Lock {
             lease_ms,
             owner,
             overdue,
-            marker_grace_ms: MARKER_GRACE_MS,
+            marker_ttl_ms: MARKER_TTL_MS,
         };
         inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
     }
@@ -425,6 +434,7 @@ enum Attempt {
     Fresh { overdue: bool },
 }
 
-/// How long a next-in-line marker outlives the holder's remaining lease: time
-/// for the marked waiter to hear the release and retry.
-const MARKER_GRACE_MS: u64 = 1000;
+/// How long a next-in-line marker lasts unless its waiter retries: long
+/// enough to outlast the short holds fairness matters for, short enough that
+/// a waiter that died holds nobody up for long.
+const MARKER_TTL_MS: u64 = 1000;

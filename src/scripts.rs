@@ -77,8 +77,8 @@ pub(crate) struct AcquireArgs<'a> {
     /// The caller has waited past its fairness window: if refused, it
     /// becomes next in line.
     pub(crate) overdue: bool,
-    /// How long a marker outlives the holder's remaining lease.
-    pub(crate) marker_grace_ms: u64,
+    /// How long a marker lasts if its waiter stops retrying.
+    pub(crate) marker_ttl_ms: u64,
 }
 
 /// What `handoff.lua` needs.
@@ -91,6 +91,7 @@ pub(crate) struct HandoffArgs<'a> {
     pub(crate) lease_ms: u64,
     pub(crate) from: &'a str,
     pub(crate) to: &'a str,
+    pub(crate) latch: Latch<'a>,
 }
 
 /// What `release.lua` needs to release one hold.
@@ -101,14 +102,16 @@ pub(crate) struct ReleaseArgs<'a> {
     /// The TTL re-applied while holds remain.
     pub(crate) lease_ms: u64,
     pub(crate) owner: &'a str,
-    pub(crate) latch: Option<Latch<'a>>,
+    pub(crate) latch: Latch<'a>,
 }
 
-/// An unlock latch: the first outcome of a release, kept for a retry.
+/// An unlock latch: the first outcome of a release, kept for a retry, and
+/// an earlier latch of the same lock to delete on the way.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Latch<'a> {
     pub(crate) key: &'a str,
     pub(crate) ttl_ms: u64,
+    pub(crate) stale: Option<&'a str>,
 }
 
 impl Scripts {
@@ -125,7 +128,7 @@ impl Scripts {
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, marker, token_key, lease_ms, owner, overdue, marker_grace_ms } = *args;
+        let AcquireArgs { name, marker, token_key, lease_ms, owner, overdue, marker_ttl_ms } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.prepare_invoke();
@@ -135,7 +138,7 @@ impl Scripts {
                     .arg(lease_ms)
                     .arg(owner)
                     .arg(u8::from(overdue))
-                    .arg(marker_grace_ms);
+                    .arg(marker_ttl_ms);
                 if let Some(token_key) = token_key {
                     invocation.key(token_key);
                 }
@@ -164,10 +167,8 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.prepare_invoke();
-                invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner);
-                if let Some(latch) = latch {
-                    invocation.key(latch.key).arg(PUBLISH).arg(latch.ttl_ms);
-                }
+                invocation.key(name).key(channel).key(latch.key).key(latch.stale);
+                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH).arg(latch.ttl_ms);
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
@@ -182,19 +183,13 @@ impl Scripts {
     /// Releases the last hold and hands the lock to another owner of this
     /// client in one call, unless another client's waiter is next in line.
     pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
-        let HandoffArgs { name, channel, marker, lease_ms, from, to } = *args;
+        let HandoffArgs { name, channel, marker, lease_ms, from, to, latch } = *args;
         let reply: Value = conn
             .run(|c| {
-                self.handoff
-                    .key(name)
-                    .key(channel)
-                    .key(marker)
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(lease_ms)
-                    .arg(from)
-                    .arg(to)
-                    .arg(PUBLISH)
-                    .invoke(c)
+                let mut invocation = self.handoff.prepare_invoke();
+                invocation.key(name).key(channel).key(marker).key(latch.key).key(latch.stale);
+                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
+                invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
         match reply {
