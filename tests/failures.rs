@@ -1,0 +1,337 @@
+//! Failures: Redis stopped or hung mid-wait, unreachable at build time, gone
+//! under every public call, restarted under a live client; and shutdown.
+//! Nothing may hang: every outcome arrives within a bound derived from the
+//! configured timeouts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{
+    RedisServer, ServerExt, eventually, exists, free_port, info_field, recv_within, spawn, timed,
+    wait_subscribed,
+};
+use keyholder::{Client, ClientBuilder, Error, Result};
+
+const SECOND: Duration = Duration::from_secs(1);
+const CONNECT: Duration = Duration::from_millis(300);
+const COMMAND: Duration = Duration::from_millis(300);
+
+/// A client with short timeouts.
+fn short_timeouts(builder: ClientBuilder) -> ClientBuilder {
+    builder.connect_timeout(CONNECT).command_timeout(COMMAND)
+}
+
+/// The longest one call may take with Redis gone or hung: an acquire whose
+/// reply is lost is followed by a release of whatever it may have taken, and
+/// that release by one retry on a fresh connection, so up to three command
+/// timeouts and a connect timeout, plus generous slack for a loaded machine.
+fn call_bound() -> Duration {
+    CONNECT + 3 * COMMAND + 2 * SECOND
+}
+
+#[track_caller]
+fn assert_redis_failure<T: std::fmt::Debug>(what: &str, result: Result<T>) {
+    match result {
+        Err(e) if e.is_redis_error() => {}
+        other => panic!("{what}: expected a Redis/connection error, got {other:?}"),
+    }
+}
+
+/// Starts threads of `client` waiting for `name`: one `lock()`, one long
+/// `try_lock_for`, and one more `lock()` queued behind them locally; returns
+/// once they all wait. Each channel yields that thread's outcome (whether it
+/// got the lock) and how long it waited.
+fn start_three_waiters(client: &Client, name: &str) -> Vec<mpsc::Receiver<(Result<bool>, Duration)>> {
+    let (started_tx, started_rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let lock = client.lock(name).unwrap();
+            let started = started_tx.clone();
+            spawn(move || {
+                started.send(()).unwrap();
+                timed(|| match i {
+                    1 => lock.try_lock_for(Duration::from_secs(60)).map(|g| g.is_some()),
+                    _ => lock.lock().map(|_| true),
+                })
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        recv_within(&started_rx, 5 * SECOND, "waiter start");
+    }
+    wait_subscribed(client, 1);
+    std::thread::sleep(Duration::from_millis(100)); // all parked (not needed for correctness)
+    waiters
+}
+
+#[test]
+fn redis_stopped_mid_wait_makes_waiters_return_an_error() {
+    let mut server = RedisServer::start();
+    let holder = server.client();
+    let client = short_timeouts(server.builder()).build().unwrap();
+    let guard = holder.lock("mid-wait").unwrap().lock().unwrap();
+    let waiters = start_three_waiters(&client, "mid-wait");
+
+    server.stop();
+    let stopped_at = Instant::now();
+    // Each waiter needs at most one failed attempt, one after the other.
+    let bound = 3 * call_bound();
+    for (i, waiter) in waiters.iter().enumerate() {
+        let (outcome, _) = recv_within(waiter, bound + 5 * SECOND, &format!("waiter {i}"));
+        assert_redis_failure(&format!("waiter {i}"), outcome);
+    }
+    let took = stopped_at.elapsed();
+    assert!(took < bound, "the waiters returned {took:?} after Redis stopped");
+    assert_eq!(client.subscribed_channels(), 0);
+    drop(guard);
+}
+
+#[test]
+fn redis_hanging_mid_wait_makes_waiters_return_an_error() {
+    let server = RedisServer::start();
+    let holder = server.client();
+    let client = short_timeouts(server.builder()).build().unwrap();
+    let guard = holder.lock("hung").unwrap().lock().unwrap();
+    let waiters = start_three_waiters(&client, "hung");
+
+    // The server stops answering anyone (but keeps its sockets open).
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(20_000).arg("ALL").query(&mut server.conn()).unwrap();
+    let paused_at = Instant::now();
+    // Noticing a silent pub/sub connection takes two command timeouts (read
+    // timeout, then an unanswered PING); then each waiter's attempt times out.
+    let bound = 2 * COMMAND + CONNECT + 3 * call_bound();
+    for (i, waiter) in waiters.iter().enumerate() {
+        let (outcome, _) = recv_within(waiter, bound + 5 * SECOND, &format!("waiter {i}"));
+        assert_redis_failure(&format!("waiter {i}"), outcome);
+    }
+    let took = paused_at.elapsed();
+    assert!(took < bound, "the waiters returned {took:?} after Redis hung");
+    std::mem::forget(guard); // its release would only time out; the server is killed at the end
+}
+
+#[test]
+fn building_a_client_for_an_unreachable_redis_fails_in_time() {
+    let nobody = format!("redis://127.0.0.1:{}/", free_port());
+    let (result, took) = timed(|| short_timeouts(Client::builder(nobody)).build());
+    let err = result.expect_err("built a client for a port nobody listens on");
+    assert!(err.is_connection_error(), "{err:?}");
+    assert!(took < CONNECT + 2 * SECOND, "build took {took:?}");
+
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.stop();
+    let (result, took) = timed(|| short_timeouts(Client::builder(url)).build());
+    assert!(result.expect_err("built a client for a stopped server").is_connection_error());
+    assert!(took < CONNECT + 2 * SECOND, "build took {took:?}");
+}
+
+/// Calls every public operation of `client` on lock `name` (and on two
+/// guards it holds) and checks that each fails with a Redis error within
+/// `bound`.
+fn every_call_fails_in_time(
+    client: &Client,
+    guards: (keyholder::LockGuard, keyholder::LockGuard),
+    bound: Duration,
+) {
+    let lock = client.lock("down").unwrap();
+    let mut slowest = Duration::ZERO;
+    let mut check = |what: &str, f: &mut dyn FnMut() -> Result<String>| {
+        let (result, took) = timed(f);
+        assert_redis_failure(what, result);
+        assert!(took < bound, "{what} took {took:?}");
+        slowest = slowest.max(took);
+    };
+    check("lock", &mut || lock.lock().map(|g| format!("{g:?}")));
+    check("try_lock", &mut || lock.try_lock().map(|g| format!("{g:?}")));
+    check("try_lock_for", &mut || lock.try_lock_for(Duration::from_secs(30)).map(|g| format!("{g:?}")));
+    check("try_lock_until", &mut || {
+        lock.try_lock_until(Instant::now() + Duration::from_secs(30)).map(|g| format!("{g:?}"))
+    });
+    check("is_locked", &mut || lock.is_locked().map(|v| v.to_string()));
+    check("is_held_by_current_thread", &mut || lock.is_held_by_current_thread().map(|v| v.to_string()));
+    check("hold_count", &mut || lock.hold_count().map(|v| v.to_string()));
+    check("remaining_lease", &mut || lock.remaining_lease().map(|v| format!("{v:?}")));
+    check("force_unlock", &mut || lock.force_unlock().map(|v| v.to_string()));
+    let (to_unlock, to_drop) = guards;
+    let mut to_unlock = Some(to_unlock);
+    check("guard.unlock", &mut || to_unlock.take().unwrap().unlock().map(|()| String::new()));
+    let ((), took) = timed(|| drop(to_drop));
+    assert!(took < bound, "dropping a guard took {took:?}");
+    assert_eq!(client.watched_locks(), 0, "released guards are still renewed");
+}
+
+#[test]
+fn every_public_call_returns_in_bounded_time_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let client = short_timeouts(server.builder()).build().unwrap();
+    let guards = (client.lock("a").unwrap().lock().unwrap(), client.lock("b").unwrap().lock().unwrap());
+    server.stop();
+    every_call_fails_in_time(&client, guards, call_bound());
+}
+
+#[test]
+fn every_public_call_returns_in_bounded_time_while_redis_hangs() {
+    let server = RedisServer::start();
+    let client = short_timeouts(server.builder()).pool_max_size(4).build().unwrap();
+    let guards = (client.lock("a").unwrap().lock().unwrap(), client.lock("b").unwrap().lock().unwrap());
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(30_000).arg("ALL").query(&mut server.conn()).unwrap();
+    every_call_fails_in_time(&client, guards, call_bound());
+}
+
+#[test]
+fn the_same_client_works_again_after_a_restart() {
+    let mut server = RedisServer::start();
+    let client =
+        short_timeouts(server.builder()).watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let lock = client.lock("restart").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+
+    server.restart();
+    // Connections from before the restart may fail once each; then the
+    // client must work again, without being rebuilt.
+    let start = Instant::now();
+    let mut failures = 0;
+    let mut working = false;
+    for _ in 0..50 {
+        match lock.try_lock() {
+            Ok(Some(guard)) => {
+                guard.unlock().unwrap();
+                working = true;
+                break;
+            }
+            Ok(None) => panic!("nobody holds the lock on the fresh server"),
+            Err(e) => {
+                assert!(e.is_redis_error(), "{e:?}");
+                failures += 1;
+            }
+        }
+        if start.elapsed() > 10 * SECOND {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(working, "the client did not recover after the restart ({failures} failures)");
+    assert!(failures <= 16, "{failures} failed calls after the restart");
+    eprintln!("calls failed after the restart: {failures}");
+
+    for _ in 0..10 {
+        lock.lock().unwrap().unlock().unwrap();
+        assert!(!lock.is_locked().unwrap());
+    }
+
+    // The watchdog renews again.
+    let guard = lock.lock().unwrap();
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert!(exists(&mut server.conn(), "restart"), "not renewed after the restart");
+    assert!(!guard.is_lost());
+    guard.unlock().unwrap();
+
+    // The pub/sub connection was re-established: a waiter is woken promptly.
+    let other = server.client();
+    let held = other.lock("restart").unwrap().lock().unwrap();
+    let waiting = lock.clone();
+    let waiter =
+        spawn(move || waiting.try_lock_for(Duration::from_secs(25)).unwrap().map(|g| g.unlock().is_ok()));
+    wait_subscribed(&client, 1);
+    assert!(
+        eventually(5 * SECOND, || common::numsub(&mut server.conn(), "redisson_lock__channel:{restart}")
+            == 1),
+        "the client never resubscribed after the restart"
+    );
+    let released_at = Instant::now();
+    held.unlock().unwrap();
+    assert_eq!(recv_within(&waiter, 30 * SECOND, "waiter"), Some(true));
+    assert!(released_at.elapsed() < 3 * SECOND, "the waiter was not woken after the restart");
+}
+
+#[test]
+fn a_hold_across_a_restart_is_reported_lost() {
+    let mut server = RedisServer::start();
+    let client =
+        short_timeouts(server.builder()).watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let guard = client.lock("amnesia").unwrap().lock().unwrap();
+    server.restart(); // empty: the lock is gone
+    assert!(eventually(5 * SECOND, || guard.is_lost()), "the hold never reported itself lost");
+    let err = guard.unlock().unwrap_err();
+    assert!(err.is_lock_lost() || err.is_redis_error(), "{err:?}");
+}
+
+#[test]
+fn shutdown_makes_waiters_return_shutdown_and_refuses_new_acquisitions() {
+    let server = RedisServer::start();
+    let holder = server.client();
+    let client = server.client();
+    let guard = holder.lock("busy").unwrap().lock().unwrap();
+    let mine = client.lock("mine").unwrap().lock().unwrap();
+    let waiters = start_three_waiters(&client, "busy");
+
+    let shutdown_at = Instant::now();
+    client.shutdown();
+    assert!(client.is_shutdown());
+    for (i, waiter) in waiters.iter().enumerate() {
+        let (outcome, _) = recv_within(waiter, 10 * SECOND, &format!("waiter {i}"));
+        match outcome {
+            Err(e) if e.is_shutdown() => {}
+            other => panic!("waiter {i}: expected Shutdown, got {other:?}"),
+        }
+    }
+    assert!(shutdown_at.elapsed() < 2 * SECOND, "waiters took {:?} to return", shutdown_at.elapsed());
+
+    let lock = client.lock("busy").unwrap();
+    let free = client.lock("free").unwrap();
+    for (what, result) in [
+        ("lock", lock.lock().map(drop)),
+        ("try_lock", lock.try_lock().map(drop)),
+        ("try_lock_for", lock.try_lock_for(SECOND).map(drop)),
+        ("try_lock_until", lock.try_lock_until(Instant::now() + SECOND).map(drop)),
+        ("lock a free lock", free.lock().map(drop)),
+        ("try_lock a free lock", free.try_lock().map(drop)),
+    ] {
+        assert!(matches!(result, Err(Error::Shutdown)), "{what}: {result:?}");
+    }
+    assert!(!exists(&mut server.conn(), "free"));
+
+    // Idempotent, from any clone.
+    client.clone().shutdown();
+    assert!(client.clone().is_shutdown());
+
+    // A guard alive across the shutdown still releases its lock.
+    assert!(exists(&mut server.conn(), "mine"));
+    mine.unlock().unwrap();
+    assert!(!exists(&mut server.conn(), "mine"));
+    guard.unlock().unwrap();
+}
+
+#[test]
+fn dropping_the_last_handle_closes_the_clients_connections_but_not_a_live_guards_lock() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let baseline = info_field(&mut con, "clients", "connected_clients");
+
+    let client = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let lock = client.lock("kept").unwrap();
+    let guard = lock.lock().unwrap();
+    assert!(
+        eventually(5 * SECOND, || info_field(&mut con, "clients", "connected_clients") >= baseline + 2),
+        "expected a command connection and a pub/sub connection"
+    );
+
+    // The guard keeps the client alive: its lock is still renewed.
+    drop(lock);
+    drop(client);
+    std::thread::sleep(Duration::from_millis(900)); // three watchdog timeouts
+    assert!(exists(&mut con, "kept"), "the lock expired while its guard was alive");
+    assert!(!guard.is_lost());
+    guard.unlock().unwrap();
+    assert!(!exists(&mut con, "kept"));
+
+    // The guard was the last handle: every connection is closed.
+    assert!(
+        eventually(5 * SECOND, || info_field(&mut con, "clients", "connected_clients") == baseline),
+        "the client's connections outlived it: {} connected, {baseline} before",
+        info_field(&mut con, "clients", "connected_clients")
+    );
+}
