@@ -149,7 +149,7 @@ impl Cfg {
             w3_idle: Duration::from_millis(200),
             w4_locks: 200,
             w4_threads: 2,
-            w4_watchdog: Duration::from_millis(300),
+            w4_watchdog: Duration::from_millis(600),
             w5_iters: 100,
             ..Cfg::full()
         }
@@ -1457,9 +1457,11 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
                 wait_until(Duration::from_secs(60), "W3 threads to start", || {
                     ready.load(Ordering::Acquire) >= n
                 })?;
-                wait_until(Duration::from_secs(20), "every client to subscribe", || {
+                // Every client's waiters subscribe; give them a bounded moment
+                // (the idle window reports what is there either way).
+                let _ = wait_until(Duration::from_secs(5), "every client to subscribe", || {
                     clients.iter().all(|k| k.subscribed_channels() == 1)
-                })?;
+                });
                 thread::sleep(Duration::from_millis(if c.quick { 50 } else { 300 }));
                 measure_idle(env, stats, &channel, NESTED_LIB, conns_before + 1.0)
             })(),
@@ -1716,6 +1718,8 @@ struct Many {
     keys_per_round: f64,
     keys_lost: f64,
     guards_lost: f64,
+    /// Releases that failed (the hold was found lost at release).
+    release_errors: f64,
     min_pttl_ms: f64,
     cpu_ms_round: f64,
     server_ms_round: f64,
@@ -1822,9 +1826,6 @@ fn w4_keyholder(env: &Env, stats: &mut redis::Connection) -> Res<Many> {
             return Err(e);
         }
         let (acq, hold, (keys_lost, min_pttl)) = measured?;
-        if release_errors > 0 {
-            return Err(err(format!("W4: {release_errors} releases failed")));
-        }
         let n = names.len() as f64;
         let rounds = hold.calls("type") / n;
         let calls = hold.calls("evalsha");
@@ -1837,6 +1838,7 @@ fn w4_keyholder(env: &Env, stats: &mut redis::Connection) -> Res<Many> {
             keys_per_round: hold.calls("type") / rounds,
             keys_lost,
             guards_lost: guards_lost as f64,
+            release_errors: release_errors as f64,
             min_pttl_ms: min_pttl,
             cpu_ms_round: hold.client_cpu * 1e3 / rounds,
             server_ms_round: hold.server_cpu * 1e3 / rounds,
@@ -1922,6 +1924,7 @@ fn w4_floor(env: &Env, stats: &mut redis::Connection) -> Res<Many> {
         keys_per_round: hold.calls("type") / rounds,
         keys_lost,
         guards_lost: f64::NAN,
+        release_errors: f64::NAN,
         min_pttl_ms: min_pttl,
         cpu_ms_round: hold.client_cpu * 1e3 / rounds,
         server_ms_round: hold.server_cpu * 1e3 / rounds,
@@ -1978,6 +1981,7 @@ fn w4_baseline(env: &Env, stats: &mut redis::Connection) -> Res<Many> {
         keys_per_round: f64::NAN,
         keys_lost,
         guards_lost: f64::NAN,
+        release_errors: f64::NAN,
         min_pttl_ms: min_pttl,
         cpu_ms_round: f64::NAN,
         server_ms_round: f64::NAN,
@@ -1995,7 +1999,11 @@ fn many_row(name: &str, runs: &[Many]) -> Vec<String> {
         fmt(med(runs, |r| r.per_100), 2),
         fmt(med(runs, |r| r.keys_per_round), 0),
         fmt(sum_of(runs, |r| r.keys_lost), 0),
-        fmt(sum_of(runs, |r| r.guards_lost), 0),
+        format!(
+            "{} / {}",
+            fmt(sum_of(runs, |r| r.guards_lost), 0),
+            fmt(sum_of(runs, |r| r.release_errors), 0)
+        ),
         fmt(med(runs, |r| r.min_pttl_ms), 0),
         fmt(med(runs, |r| r.cpu_ms_round), 1),
         fmt(med(runs, |r| r.server_ms_round), 1),
@@ -2034,7 +2042,7 @@ fn w4(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "calls per 100 locks per round",
             "keys renewed/round",
             "keys lost",
-            "guards lost",
+            "guards lost / release errors",
             "min PTTL ms at end",
             "client CPU ms/round",
             "Redis CPU ms/round",
@@ -2045,7 +2053,7 @@ fn w4(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "A renewal round is one watchdog period; rounds are counted by the server (renew.lua runs TYPE \
              once per key, so rounds = TYPE calls / locks) and calls are EVALSHA calls in the hold window. \
              Keys lost: keys missing or without TTL at the end of the hold (PTTL <= 0); guards lost: \
-             LockGuard::is_lost() at the end; both summed over runs. CPU is over the hold window only. The \
+             LockGuard::is_lost() at the end; release errors: unlock() calls that failed; all summed over runs. CPU is over the hold window only. The \
              baseline holds a fixed 30 s lease and never renews (its hold window is skipped): renewing it by \
              hand costs one PEXPIRE per lock per period, {n} calls."
         )],
