@@ -312,3 +312,36 @@ fn a_hold_whose_renewals_fail_reports_itself_lost_by_its_deadline() {
     assert!(result.is_err());
     assert!(took < 2 * SECOND, "unlock took {took:?} with Redis down");
 }
+
+#[test]
+fn the_watchdog_keeps_renewing_after_a_transient_failure() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_secs(3); // renewal every second
+    let client = server
+        .builder()
+        .watchdog_timeout(timeout)
+        .command_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let mut con = server.conn();
+    let guard = client.lock("transient").unwrap().lock().unwrap();
+
+    // Right after a renewal, make Redis unresponsive across the next one, so
+    // that it times out; the one after must succeed.
+    let before = script_calls(&mut con);
+    assert!(eventually(5 * SECOND, || script_calls(&mut con) > before), "no renewal");
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(1_300).arg("ALL").query(&mut con).unwrap();
+    let paused_at = Instant::now();
+    std::thread::sleep(Duration::from_millis(1_300));
+    let after_pause = script_calls(&mut con);
+
+    // Two more periods: renewals resumed, the hold is intact.
+    std::thread::sleep(Duration::from_millis(2_200));
+    assert!(paused_at.elapsed() > timeout, "the check must come after one whole timeout");
+    assert!(!guard.is_lost(), "a transient failure lost the hold: {:?}", guard.lost_reason());
+    assert!(script_calls(&mut con) > after_pause, "the watchdog stopped renewing after a failure");
+    let ttl = pttl(&mut con, "transient");
+    assert!(ttl > 0, "the lock expired");
+    assert_eq!(client.watched_locks(), 1);
+    guard.unlock().unwrap();
+}

@@ -413,6 +413,7 @@ fn a_key_of_another_type_at_the_lock_name_is_refused_and_left_untouched() {
     assert!(lock.is_locked().unwrap_err().is_wrong_type());
     assert!(lock.is_held_by_current_thread().unwrap_err().is_wrong_type());
     assert!(lock.hold_count().unwrap_err().is_wrong_type());
+    assert!(lock.remaining_lease().unwrap_err().is_wrong_type());
     assert!(lock.force_unlock().unwrap_err().is_wrong_type());
     let fixed = lock.with_lease(Lease::Fixed(SECOND)).unwrap();
     assert!(fixed.try_lock().unwrap_err().is_wrong_type());

@@ -60,18 +60,23 @@ fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, Str
 
 #[test]
 fn every_script_documents_its_contract_in_a_header() {
-    for (file, text) in [
-        ("acquire.lua", include_str!("../lua/acquire.lua")),
-        ("release.lua", include_str!("../lua/release.lua")),
-        ("renew.lua", include_str!("../lua/renew.lua")),
-        ("force_unlock.lua", include_str!("../lua/force_unlock.lua")),
-    ] {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let mut scripts = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "lua") {
+            continue;
+        }
+        scripts += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = path.display();
         assert!(text.starts_with("--"), "{file} does not open with a header comment");
         let header: String = text.lines().take_while(|l| l.starts_with("--")).collect::<Vec<_>>().join("\n");
         for word in ["KEYS[", "ARGV[", "Returns"] {
             assert!(header.contains(word), "{file}'s header does not document {word}");
         }
     }
+    assert!(scripts >= 4, "only {scripts} scripts under lua/");
 }
 
 #[test]
@@ -339,4 +344,241 @@ fn the_channel_of_a_name_with_braces_keeps_the_names_own_braces() {
         Some(("redisson_lock__channel:{orders:42}".to_owned(), "0".to_owned()))
     );
     assert_eq!(listener.drain_until_marker(&mut con, "redisson_lock__channel:{user}:1"), []);
+}
+
+// Optional arguments added beyond Redisson's layout: unlock latches (Redisson
+// 3.24+), the next-in-line marker, fencing tokens, the local hand-off.
+
+const OWNER_C: &str = "8c1f0a4e-3333-4000-8000-000000000003:9";
+
+fn marker_of(name: &str) -> String {
+    format!("keyholder_lock_next:{{{name}}}")
+}
+
+fn latch_of(name: &str, id: u32) -> String {
+    format!("redisson_unlock_latch:{{{name}}}:{id:032x}")
+}
+
+/// release.lua with a latch (and optionally an earlier latch to delete).
+fn release_latched(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    latch: &str,
+    earlier: Option<&str>,
+) -> redis::RedisResult<Value> {
+    let script = release_script();
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(latch);
+    if let Some(earlier) = earlier {
+        invocation.key(earlier);
+    }
+    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).invoke(con)
+}
+
+/// acquire.lua with the marker, as a waiter past its fairness window
+/// (`overdue`) or not.
+fn acquire_marked(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    overdue: bool,
+) -> redis::RedisResult<Value> {
+    let script = acquire_script();
+    let mut invocation = script.key(name);
+    invocation.key(marker_of(name)).arg(10_000).arg(owner);
+    if overdue {
+        invocation.arg("1").arg(1_000);
+    }
+    invocation.invoke(con)
+}
+
+fn handoff(
+    con: &mut redis::Connection,
+    name: &str,
+    from: &str,
+    to: &str,
+    latch: Option<&str>,
+) -> redis::RedisResult<Value> {
+    let script = redis::Script::new(include_str!("../lua/handoff.lua"));
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(marker_of(name));
+    if let Some(latch) = latch {
+        invocation.key(latch);
+    }
+    invocation.arg("0").arg(10_000).arg(from).arg(to).arg("publish");
+    if latch.is_some() {
+        invocation.arg(5_000);
+    }
+    invocation.invoke(con)
+}
+
+fn get(con: &mut redis::Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).unwrap()
+}
+
+#[test]
+fn a_latched_release_retried_returns_the_first_outcome_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let channel = channel_of("latched");
+    let listener = Listener::start(&server, &[&channel]);
+    let (first, second) = (latch_of("latched", 1), latch_of("latched", 2));
+    assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
+    assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
+
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &first, None).unwrap(), Value::Int(0));
+    assert_eq!(get(&mut con, &first).as_deref(), Some("0"));
+    let ttl = pttl(&mut con, &first);
+    assert!(ttl > 0 && ttl <= 5_000, "latch PTTL {ttl}");
+    // The retry (its first reply was lost) does not release a second hold.
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &first, None).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, "latched"), one_field(OWNER_A, "1"));
+
+    // The next release deletes the earlier latch, and its own retry does not
+    // publish a second time.
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &second, Some(&first)).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, &first), "the earlier latch was not deleted");
+    assert!(!exists(&mut con, "latched"));
+    assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &second, None).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "latched"));
+    assert_eq!(listener.drain_until_marker(&mut con, &channel), [], "a retried release published again");
+
+    // Without a stored outcome, a latched release by a non-owner is nil and
+    // stores nothing.
+    let third = latch_of("latched", 3);
+    assert_eq!(release_latched(&mut con, "latched", OWNER_B, &third, None).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &third));
+}
+
+#[test]
+fn acquire_honours_the_next_in_line_marker() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let marker = marker_of("fair");
+    assert_eq!(acquire_marked(&mut con, "fair", OWNER_B, false).unwrap(), Value::Nil);
+
+    // A waiter within its fairness window does not mark; an overdue one does,
+    // and a second overdue waiter does not displace it.
+    assert!(matches!(acquire_marked(&mut con, "fair", OWNER_A, false).unwrap(), Value::Int(ms) if ms > 0));
+    assert!(!exists(&mut con, &marker));
+    assert!(matches!(acquire_marked(&mut con, "fair", OWNER_A, true).unwrap(), Value::Int(ms) if ms > 0));
+    assert_eq!(get(&mut con, &marker).as_deref(), Some(OWNER_A));
+    let ttl = pttl(&mut con, &marker);
+    assert!(ttl > 0 && ttl <= 1_000, "marker PTTL {ttl}");
+    assert!(matches!(acquire_marked(&mut con, "fair", OWNER_C, true).unwrap(), Value::Int(_)));
+    assert_eq!(get(&mut con, &marker).as_deref(), Some(OWNER_A));
+
+    // Released: the free lock goes to the marked owner only.
+    assert_eq!(release(&mut con, "fair", 10_000, OWNER_B).unwrap(), Value::Int(1));
+    let reply = acquire_marked(&mut con, "fair", OWNER_C, false).unwrap();
+    let Value::Int(wait) = reply else { panic!("C took a lock reserved for A: {reply:?}") };
+    assert!(wait > 0 && wait <= 1_000, "C should wait for the marker's PTTL, got {wait}");
+    assert!(!exists(&mut con, "fair"));
+    assert_eq!(acquire_marked(&mut con, "fair", OWNER_A, true).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "fair"), one_field(OWNER_A, "1"));
+    assert!(!exists(&mut con, &marker), "the marker outlived its owner's acquisition");
+}
+
+#[test]
+fn abandon_deletes_only_the_callers_marker() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let abandon = redis::Script::new(include_str!("../lua/abandon.lua"));
+    let marker = marker_of("gave-up");
+    let _: () = redis::cmd("SET").arg(&marker).arg(OWNER_A).arg("PX").arg(1_000).query(&mut con).unwrap();
+    assert_eq!(abandon.key(&marker).arg(OWNER_B).invoke::<i64>(&mut con).unwrap(), 0);
+    assert_eq!(get(&mut con, &marker).as_deref(), Some(OWNER_A));
+    assert_eq!(abandon.key(&marker).arg(OWNER_A).invoke::<i64>(&mut con).unwrap(), 1);
+    assert!(!exists(&mut con, &marker));
+    assert_eq!(abandon.key(&marker).arg(OWNER_A).invoke::<i64>(&mut con).unwrap(), 0);
+}
+
+#[test]
+fn acquire_with_a_token_counter_mints_increasing_tokens() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let counter = "redisson_lock_token:{fenced}";
+    let fenced = |con: &mut redis::Connection, owner: &str| -> redis::RedisResult<Value> {
+        acquire_script()
+            .key("fenced")
+            .key(marker_of("fenced"))
+            .key(counter)
+            .arg(10_000)
+            .arg(owner)
+            .invoke(con)
+    };
+    assert_eq!(fenced(&mut con, OWNER_A).unwrap(), Value::Array(vec![Value::Int(-1), Value::Int(1)]));
+    let reply = fenced(&mut con, OWNER_B).unwrap();
+    assert!(
+        matches!(&reply, Value::Array(items) if matches!(items[..], [Value::Int(ms), Value::Int(-1)] if ms > 0)),
+        "{reply:?}"
+    );
+    assert_eq!(get(&mut con, counter).as_deref(), Some("1"), "a refused acquisition minted a token");
+    assert_eq!(release(&mut con, "fenced", 10_000, OWNER_A).unwrap(), Value::Int(1));
+    assert_eq!(fenced(&mut con, OWNER_B).unwrap(), Value::Array(vec![Value::Int(-1), Value::Int(2)]));
+    assert_eq!(pttl(&mut con, counter), -1, "the counter must not expire");
+
+    // A counter of the wrong type is refused before anything changes.
+    let _: i64 =
+        redis::cmd("HSET").arg("redisson_lock_token:{other}").arg("f").arg(1).query(&mut con).unwrap();
+    let err = acquire_script()
+        .key("other")
+        .key(marker_of("other"))
+        .key("redisson_lock_token:{other}")
+        .arg(10_000)
+        .arg(OWNER_A)
+        .invoke::<Value>(&mut con)
+        .unwrap_err();
+    assert!(is_wrongtype(&err), "{err}");
+    assert!(!exists(&mut con, "other"), "the lock was taken though the token could not be minted");
+}
+
+#[test]
+fn handoff_gives_the_lock_to_a_local_successor_without_publishing() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let channel = channel_of("hand");
+    let listener = Listener::start(&server, &[&channel]);
+    assert_eq!(acquire(&mut con, "hand", 10_000, OWNER_A).unwrap(), Value::Nil);
+    assert_eq!(acquire(&mut con, "hand", 10_000, OWNER_A).unwrap(), Value::Nil);
+    let _: i64 = redis::cmd("PEXPIRE").arg("hand").arg(1_000).query(&mut con).unwrap();
+
+    // Not the last hold: one released, nothing handed over.
+    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_B, None).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_A, "1"));
+    assert!(pttl(&mut con, "hand") > 9_000);
+
+    // The last hold: handed over in place.
+    let _: i64 = redis::cmd("PEXPIRE").arg("hand").arg(1_000).query(&mut con).unwrap();
+    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_B, None).unwrap(), Value::Int(2));
+    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_B, "1"));
+    assert!(pttl(&mut con, "hand") > 9_000, "the new owner did not get its lease");
+    assert_eq!(listener.drain_until_marker(&mut con, &channel), [], "a hand-off published");
+
+    // By a non-owner: nil, nothing changed.
+    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_C, None).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_B, "1"));
+
+    // The successor is next in line itself: handed over, marker removed.
+    let _: () =
+        redis::cmd("SET").arg(marker_of("hand")).arg(OWNER_C).arg("PX").arg(1_000).query(&mut con).unwrap();
+    assert_eq!(handoff(&mut con, "hand", OWNER_B, OWNER_C, None).unwrap(), Value::Int(2));
+    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_C, "1"));
+    assert!(!exists(&mut con, &marker_of("hand")));
+
+    // Another owner is next in line: released and published instead.
+    let _: () =
+        redis::cmd("SET").arg(marker_of("hand")).arg(OWNER_B).arg("PX").arg(1_000).query(&mut con).unwrap();
+    let latch = latch_of("hand", 7);
+    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some(&latch)).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "hand"));
+    assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
+    assert_eq!(get(&mut con, &marker_of("hand")).as_deref(), Some(OWNER_B), "another's marker was removed");
+
+    // Retried with its latch: the first outcome, nothing changed, no message.
+    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some(&latch)).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "hand"));
+    assert_eq!(listener.drain_until_marker(&mut con, &channel), []);
 }
