@@ -41,17 +41,15 @@ local function refuse(ms)
 end
 
 local free = redis.call('exists', key) == 0
-if free and marker then
-    local next_owner = redis.call('get', marker)
-    if next_owner and next_owner ~= owner then
-        return refuse(redis.call('pttl', marker))
-    end
+local next_owner = free and marker and redis.call('get', marker)
+if next_owner and next_owner ~= owner then
+    return refuse(redis.call('pttl', marker))
 end
 if free or redis.call('hexists', key, owner) == 1 then
     local token = counter and redis.call('incr', counter)
     redis.call('hincrby', key, owner, 1)
     redis.call('pexpire', key, ARGV[1])
-    if marker and free then
+    if next_owner then
         redis.call('del', marker)
     end
     if counter then

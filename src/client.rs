@@ -345,7 +345,7 @@ impl Inner {
                     // Redis counts more holds than this client has guards (an
                     // acquire whose reply was lost): stop renewing so the
                     // orphaned count expires with the lease.
-                    self.finish(hold);
+                    self.finish(hold, false);
                 }
                 Ok(())
             }
@@ -353,13 +353,13 @@ impl Inner {
                 if guards_left > 0 {
                     hold.mark_lost(LostReason::ReleaseFoundGone);
                 }
-                self.finish(hold);
+                self.finish(hold, true);
                 Ok(())
             }
             Ok(Release::NotOwner) => {
                 let error = Self::not_owner(hold);
                 if guards_left == 0 {
-                    self.finish(hold);
+                    self.finish(hold, false);
                 }
                 Err(error)
             }
@@ -367,7 +367,7 @@ impl Inner {
                 if guards_left == 0 {
                     // Clear local state whatever Redis did: the lock, if
                     // still there, expires with its lease.
-                    self.finish(hold);
+                    self.finish(hold, false);
                 }
                 Err(e)
             }
@@ -402,23 +402,27 @@ impl Inner {
                 if lease == Lease::Watchdog {
                     self.watchdog.register(Arc::clone(&handed));
                 }
-                entry.finish_handoff(Some(handed));
+                entry.finish_handoff(Some(handed), false);
                 Ok(())
             }
-            Ok(Handoff::Released | Handoff::StillHeld) => {
-                entry.finish_handoff(None);
+            Ok(Handoff::Released) => {
+                entry.finish_handoff(None, true);
+                Ok(())
+            }
+            Ok(Handoff::StillHeld) => {
+                entry.finish_handoff(None, false);
                 Ok(())
             }
             Ok(Handoff::NotOwner) => {
-                entry.finish_handoff(None);
+                entry.finish_handoff(None, false);
                 Err(Self::not_owner(hold))
             }
             Err(e) => {
-                entry.finish_handoff(None);
+                entry.finish_handoff(None, false);
                 Err(e)
             }
         };
-        self.finish(hold);
+        self.finish(hold, false);
         result
     }
 
@@ -434,10 +438,11 @@ impl Inner {
     }
 
     /// Ends a hold locally: no more renewal, the gate passes on.
-    fn finish(&self, hold: &Arc<Hold>) {
+    /// `published`: the release published an unlock message.
+    fn finish(&self, hold: &Arc<Hold>, published: bool) {
         if hold.finish() {
             self.watchdog.deregister(hold.id);
-            hold.entry.release_gate(hold.id);
+            hold.entry.release_gate(hold.id, published);
             self.forget_if_idle(&hold.entry);
         }
     }

@@ -89,6 +89,10 @@ struct State {
     /// An unlock message arrived and was not yet consumed.
     wake_pending: bool,
     subscription: Option<Subscription>,
+    /// A thread given the gate right after its own client released the lock
+    /// for all: it waits for that unlock message, as other clients' waiters
+    /// do, before it tries, so it does not win every race by being local.
+    deferred: Option<u64>,
     shutdown: bool,
 }
 
@@ -125,6 +129,7 @@ impl Entry {
                 run_started: None,
                 wake_pending: false,
                 subscription: None,
+                deferred: None,
                 shutdown: false,
             }),
             woken: Condvar::new(),
@@ -213,21 +218,32 @@ impl Entry {
         }
     }
 
-    /// Records that the thread at the gate acquired the lock from Redis.
-    pub(crate) fn set_held(&self, hold: Arc<Hold>) {
+    /// Records that the thread at the gate acquired the lock from Redis;
+    /// with `start_run`, local hand-offs may follow for a fairness window.
+    pub(crate) fn set_held(&self, hold: Arc<Hold>, start_run: bool) {
         let mut st = self.state.lock();
         st.gate = Gate::Held(hold);
-        st.run_started = Some(Instant::now());
+        st.run_started = start_run.then(Instant::now);
         st.drop_unneeded_subscription();
     }
 
     /// Hands the gate on after the hold `hold_id` ended; a no-op if the gate
     /// has moved on already (taken over after the hold was lost, or handed).
-    pub(crate) fn release_gate(&self, hold_id: u64) {
+    /// `published`: the release published an unlock message, which the next
+    /// thread should wait for (see `deferred`).
+    pub(crate) fn release_gate(&self, hold_id: u64, published: bool) {
         let mut st = self.state.lock();
         if matches!(&st.gate, Gate::Held(h) if h.id == hold_id) {
             st.hand_off();
+            st.defer_successor(published);
         }
+    }
+
+    /// True, once, if `thread` was given the gate right after a release that
+    /// published an unlock message this entry will hear.
+    pub(crate) fn take_deferral(&self, thread: u64) -> bool {
+        let mut st = self.state.lock();
+        st.deferred.take_if(|t| *t == thread).is_some()
     }
 
     /// Picks the next queued thread to receive the lock from the hold
@@ -249,11 +265,12 @@ impl Entry {
     /// Ends a hand-off begun by [`reserve_successor`](Entry::reserve_successor):
     /// gives the successor its hold, or, when the lock was not handed over,
     /// the gate, to acquire in Redis itself.
-    pub(crate) fn finish_handoff(&self, handed: Option<Arc<Hold>>) {
+    pub(crate) fn finish_handoff(&self, handed: Option<Arc<Hold>>, published: bool) {
         let mut st = self.state.lock();
         let Gate::Handing(thread) = st.gate else { return };
         let Some(position) = st.queue.iter().position(|q| q.successor.thread == thread) else {
             st.hand_off();
+            st.defer_successor(published);
             return;
         };
         let queued = st.queue.remove(position);
@@ -261,6 +278,7 @@ impl Entry {
             Some(hold) => Gate::Handed(hold),
             None => Gate::Acquiring(thread),
         };
+        st.defer_successor(published);
         if let Some(queued) = queued {
             let _ = queued.wake.try_send(());
         }
@@ -357,6 +375,15 @@ impl State {
             let _ = next.wake.try_send(());
         }
         self.drop_unneeded_subscription();
+    }
+
+    /// Marks the thread now at the gate as deferred, when the release that
+    /// gave it the gate published an unlock message it will hear.
+    fn defer_successor(&mut self, published: bool) {
+        self.deferred = match self.gate {
+            Gate::Acquiring(thread) if published && self.subscription.is_some() => Some(thread),
+            _ => None,
+        };
     }
 
     /// Lets the subscription go once no local thread waits for the lock.

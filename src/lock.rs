@@ -296,7 +296,7 @@ impl Lock {
                 // gate go and contend like anyone else.
                 Acquire::Held { .. } => {
                     hold.mark_lost(crate::error::LostReason::RenewalRefused);
-                    entry.release_gate(hold.id);
+                    entry.release_gate(hold.id, false);
                 }
             }
         }
@@ -308,16 +308,16 @@ impl Lock {
             lease_ms,
             fenced: self.token_key.is_some(),
         };
-        match entry.enter_gate(successor, deadline, block)? {
+        match entry.enter_gate(successor.clone(), deadline, block)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => return Ok(Some(hold)),
             Some(Entered::Gate) => {}
         }
-        match self.contend(entry, started, deadline, block, &owner, lease_ms) {
-            Ok(Some((sent, token))) => {
+        match self.contend(entry, &successor, started, deadline, block) {
+            Ok(Some(Won { sent, token, overdue })) => {
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
                 let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
-                entry.set_held(Arc::clone(&hold));
+                entry.set_held(Arc::clone(&hold), true);
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(Arc::clone(&hold));
                 }
@@ -339,31 +339,43 @@ impl Lock {
         }
     }
 
-    /// Contends in Redis from the gate. Returns when the acquire script,
-    /// sent at the returned instant, succeeded (with the fencing token, for a
-    /// fenced handle); `None` when the deadline passed first.
+    /// Contends in Redis from the gate, until the acquire script succeeds or
+    /// the deadline passes (`None`).
+    ///
+    /// A waiter becomes overdue after twice the fairness window: it then
+    /// retries once at that moment, not only when woken, and from then on
+    /// its refused attempts make it next in line.
     fn contend(
         &self,
         entry: &Arc<Entry>,
+        me: &Successor,
         started: Instant,
         deadline: Option<Instant>,
         block: bool,
-        owner: &str,
-        lease_ms: u64,
-    ) -> Result<Option<(Instant, Option<u64>)>> {
+    ) -> Result<Option<Won>> {
         let inner = self.client.inner();
-        let overdue_after = inner.config.fairness_window * 2;
+        let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
+        let overdue_at = started + inner.config.fairness_window * 2;
         let mut marked = false;
         let mut subscribed = entry.is_subscribed();
-        if subscribed {
+        if entry.take_deferral(me.thread) {
+            // This client just released the lock for all. Wait for that
+            // unlock message, as other clients' waiters do, so that being
+            // local does not win every race and starve them.
+            let mut until = Instant::now() + inner.config.fairness_window;
+            if let Some(deadline) = deadline {
+                until = until.min(deadline);
+            }
+            entry.wait_wake(until)?;
+        } else if subscribed {
             // Messages from before this attempt concern earlier holders.
             entry.clear_wake();
         }
         let outcome = loop {
             let sent = Instant::now();
-            let overdue = sent.duration_since(started) >= overdue_after;
+            let overdue = sent >= overdue_at;
             let remaining = match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { overdue }) {
-                Ok(Acquire::Acquired { token }) => return Ok(Some((sent, token))),
+                Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token, overdue })),
                 Ok(Acquire::Held { remaining }) => remaining,
                 Err(e) => break Err(e),
             };
@@ -388,6 +400,9 @@ impl Lock {
             let mut until = now + remaining.unwrap_or(inner.config.watchdog_timeout);
             if let Some(deadline) = deadline {
                 until = until.min(deadline);
+            }
+            if !overdue {
+                until = until.min(overdue_at);
             }
             if let Err(e) = entry.wait_wake(until) {
                 break Err(e);
@@ -422,6 +437,17 @@ impl Lock {
         };
         inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
     }
+}
+
+/// A successful fresh acquisition.
+#[derive(Debug, Clone, Copy)]
+struct Won {
+    /// When the successful acquire script was sent.
+    sent: Instant,
+    /// The fencing token, for a fenced handle.
+    token: Option<u64>,
+    /// Whether the thread had waited past twice the fairness window.
+    overdue: bool,
 }
 
 /// Which kind of acquire attempt.
