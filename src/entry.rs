@@ -218,12 +218,12 @@ impl Entry {
         }
     }
 
-    /// Records that the thread at the gate acquired the lock from Redis;
-    /// with `start_run`, local hand-offs may follow for a fairness window.
-    pub(crate) fn set_held(&self, hold: Arc<Hold>, start_run: bool) {
+    /// Records that the thread at the gate acquired the lock from Redis:
+    /// local hand-offs may follow for a fairness window.
+    pub(crate) fn set_held(&self, hold: Arc<Hold>) {
         let mut st = self.state.lock();
         st.gate = Gate::Held(hold);
-        st.run_started = start_run.then(Instant::now);
+        st.run_started = Some(Instant::now());
         st.drop_unneeded_subscription();
     }
 

@@ -314,10 +314,10 @@ impl Lock {
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, started, deadline, block) {
-            Ok(Some(Won { sent, token, overdue })) => {
+            Ok(Some(Won { sent, token })) => {
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
                 let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
-                entry.set_held(Arc::clone(&hold), true);
+                entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(Arc::clone(&hold));
                 }
@@ -375,7 +375,7 @@ impl Lock {
             let sent = Instant::now();
             let overdue = sent >= overdue_at;
             let remaining = match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { overdue }) {
-                Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token, overdue })),
+                Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token })),
                 Ok(Acquire::Held { remaining }) => remaining,
                 Err(e) => break Err(e),
             };
@@ -446,8 +446,6 @@ struct Won {
     sent: Instant,
     /// The fencing token, for a fenced handle.
     token: Option<u64>,
-    /// Whether the thread had waited past twice the fairness window.
-    overdue: bool,
 }
 
 /// Which kind of acquire attempt.
