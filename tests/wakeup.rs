@@ -273,3 +273,26 @@ fn killing_the_pubsub_connection_while_threads_wait_costs_no_wakeup() {
 fn a_release_right_after_the_pubsub_connection_is_killed_still_wakes_waiters() {
     pubsub_killed_while_waiting(false);
 }
+
+#[test]
+fn waiters_are_woken_whatever_the_name_looks_like() {
+    // The channel a release publishes on and the one a waiter subscribes to
+    // are derived separately (script argument, subscriber): they must agree
+    // for names with braces, spaces, non-ASCII and the longest names.
+    let server = RedisServer::start();
+    let (a, b) = (server.client(), server.client());
+    let long = "n".repeat(keyholder::MAX_NAME_LEN);
+    for name in ["{user}:1", "a{b}c", "{", "}", "with space", "ключ:✓", long.as_str()] {
+        let guard = a.lock(name).unwrap().lock().unwrap();
+        let lock_b = b.lock(name).unwrap();
+        assert!(lock_b.try_lock().unwrap().is_none(), "{name:?}");
+        let waiter = spawn(move || lock_b.try_lock_for(20 * SECOND).unwrap().map(|g| g.unlock().is_ok()));
+        wait_subscribed(&b, 1);
+        let released_at = Instant::now();
+        guard.unlock().unwrap();
+        assert_eq!(recv_within(&waiter, 25 * SECOND, name), Some(true), "{name:?}");
+        let latency = released_at.elapsed();
+        assert!(latency < 3 * SECOND, "{name:?}: woken {latency:?} after the release (lease 30 s)");
+        assert!(!a.lock(name).unwrap().is_locked().unwrap());
+    }
+}
