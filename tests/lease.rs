@@ -185,14 +185,11 @@ const CHILD_WATCHDOG: Duration = Duration::from_millis(500);
 
 /// Not a test of its own: the body of the child process of
 /// `a_crashed_holders_lock_is_freed_within_the_lease`, which re-runs this
-/// test binary with `CHILD_ENV` set. Without it, it does nothing.
+/// test binary with `CHILD_ENV` set and kills it (SIGKILL) while it holds the
+/// lock. Without the variable it does nothing.
 #[test]
 fn crash_child_process() {
     let Ok(url) = std::env::var(CHILD_ENV) else { return };
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(20)); // never outlive the parent's test
-        std::process::abort();
-    });
     let client = Client::builder(url)
         .watchdog_timeout(CHILD_WATCHDOG)
         .connect_timeout(2 * SECOND)
@@ -203,11 +200,20 @@ fn crash_child_process() {
     let mut out = std::io::stdout();
     writeln!(out, "\n{CHILD_MARK}{}", guard.owner_id()).unwrap();
     out.flush().unwrap();
-    // Crash at the parent's word (or when the parent goes away): no unlock,
-    // no destructor, no shutdown.
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    std::process::abort();
+    // Hold (renewed by the watchdog) until killed; never outlive the parent's
+    // test, and never release: exit runs no destructor.
+    std::thread::sleep(Duration::from_secs(20));
+    std::process::exit(3);
+}
+
+/// A child process killed when the test ends, whatever happens.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
@@ -217,14 +223,17 @@ fn a_crashed_holders_lock_is_freed_within_the_lease() {
     let mut con = server.conn();
     let lock = client.lock("crash").unwrap();
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child_process", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, server.url())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_child_process", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, server.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
     let stdout = child.stdout.take().unwrap();
     let owner =
         spawn(move || {
@@ -239,10 +248,9 @@ fn a_crashed_holders_lock_is_freed_within_the_lease() {
     assert_eq!(hgetall(&mut con, "crash"), [(owner, "1".to_owned())].into_iter().collect());
     assert!(lock.try_lock().unwrap().is_none());
 
-    // Crash it, and wait (bounded) until it is gone.
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"crash\n").unwrap();
-    drop(stdin);
+    // Crash it (kill -9: no unlock, no destructor, no shutdown), and wait
+    // (bounded) until it is gone.
+    child.kill().unwrap();
     let mut status = None;
     assert!(
         eventually(10 * SECOND, || {
