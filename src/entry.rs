@@ -89,11 +89,23 @@ struct State {
     /// An unlock message arrived and was not yet consumed.
     wake_pending: bool,
     subscription: Option<Subscription>,
+    /// An unlock message arrived while a local thread held the lock.
+    holder_suspect: bool,
+    /// A queued thread is subscribing on the queue's behalf.
+    subscribing: bool,
     /// A thread given the gate right after its own client released the lock
     /// for all: it waits for that unlock message, as other clients' waiters
     /// do, before it tries, so it does not win every race by being local.
     deferred: Option<u64>,
     shutdown: bool,
+}
+
+/// What the gate needs from Redis while threads queue.
+pub(crate) trait GateRedis {
+    /// Subscribes the entry's unlock channel.
+    fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription>;
+    /// Whether `hold`'s owner still holds the lock (true if unsure).
+    fn still_held(&self, hold: &Hold) -> bool;
 }
 
 /// How a thread got through the gate.
@@ -129,6 +141,8 @@ impl Entry {
                 run_started: None,
                 wake_pending: false,
                 subscription: None,
+                holder_suspect: false,
+                subscribing: false,
                 deferred: None,
                 shutdown: false,
             }),
@@ -149,10 +163,11 @@ impl Entry {
     /// until the gate (or the lock itself) is handed over, or `deadline`
     /// passes.
     pub(crate) fn enter_gate(
-        &self,
+        self: &Arc<Self>,
         successor: Successor,
         deadline: Option<Instant>,
         block: bool,
+        redis: &dyn GateRedis,
     ) -> Result<Option<Entered>> {
         let thread = successor.thread;
         let wake: Receiver<()> = {
@@ -170,6 +185,7 @@ impl Entry {
             st.queue.push_back(Queued { successor, wake: tx });
             rx
         };
+        self.subscribe_for_queue(redis);
         loop {
             let until = {
                 let st = self.state.lock();
@@ -198,6 +214,18 @@ impl Entry {
                 _ => {}
             }
             let at_front = st.queue.front().is_some_and(|q| q.successor.thread == thread);
+            if at_front && std::mem::take(&mut st.holder_suspect) {
+                // An unlock message arrived while a local thread holds the
+                // lock: it may have been force-unlocked or lost. Ask Redis.
+                if let Gate::Held(hold) = &st.gate {
+                    let hold = Arc::clone(hold);
+                    drop(st);
+                    if !hold.is_finished() && !redis.still_held(&hold) {
+                        hold.mark_lost(LostReason::Gone);
+                    }
+                    st = self.state.lock();
+                }
+            }
             if at_front && st.try_take(thread) {
                 st.queue.pop_front();
                 return Ok(Some(Entered::Gate));
@@ -207,6 +235,37 @@ impl Entry {
                 st.drop_unneeded_subscription();
                 return if st.shutdown { Err(Error::Shutdown) } else { Ok(None) };
             }
+        }
+    }
+
+    /// Subscribes the unlock channel for threads queued behind a local
+    /// holder, so that they hear if its lock is force-unlocked or lost. One
+    /// queued thread does it; the subscription is kept while any waits.
+    fn subscribe_for_queue(self: &Arc<Self>, redis: &dyn GateRedis) {
+        {
+            let mut st = self.state.lock();
+            if st.subscription.is_some() || st.subscribing || st.shutdown {
+                return;
+            }
+            st.subscribing = true;
+        }
+        let subscription = redis.subscribe(self);
+        let mut st = self.state.lock();
+        st.subscribing = false;
+        if let Ok(subscription) = subscription
+            && st.subscription.is_none()
+            && !st.shutdown
+        {
+            st.subscription = Some(subscription);
+            st.drop_unneeded_subscription();
+        }
+    }
+
+    /// Wakes the first queued thread to look at the gate again (its holder
+    /// was found lost).
+    pub(crate) fn wake_front(&self) {
+        if let Some(front) = self.state.lock().queue.front() {
+            let _ = front.wake.try_send(());
         }
     }
 
@@ -327,11 +386,19 @@ impl Entry {
         }
     }
 
-    /// An unlock message (or a reconnect) arrived: wake the waiting thread.
+    /// An unlock message (or a reconnect) arrived: wake the waiting thread;
+    /// if a local thread holds the lock, have the first queued thread check
+    /// that it still does.
     pub(crate) fn notify(&self) {
         let mut st = self.state.lock();
         st.wake_pending = true;
         self.woken.notify_all();
+        if matches!(st.gate, Gate::Held(_)) && !st.queue.is_empty() {
+            st.holder_suspect = true;
+            if let Some(front) = st.queue.front() {
+                let _ = front.wake.try_send(());
+            }
+        }
     }
 
     /// Wakes everyone with `Error::Shutdown`.

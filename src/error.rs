@@ -23,6 +23,9 @@ pub enum LostReason {
     LeaseExpired,
     /// The release found the lock no longer held by this owner.
     ReleaseFoundGone,
+    /// An unlock message led the client to check, and the lock was no longer
+    /// held by this owner (force-unlocked, or Redis lost it).
+    Gone,
 }
 
 impl fmt::Display for LostReason {
@@ -31,6 +34,7 @@ impl fmt::Display for LostReason {
             LostReason::RenewalRefused => "the watchdog's renewal was refused",
             LostReason::LeaseExpired => "the lease ran out without a successful renewal",
             LostReason::ReleaseFoundGone => "the release found it no longer held",
+            LostReason::Gone => "a check found it no longer held",
         })
     }
 }

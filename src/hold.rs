@@ -68,6 +68,7 @@ fn encode(reason: LostReason) -> u8 {
         LostReason::RenewalRefused => 1,
         LostReason::LeaseExpired => 2,
         LostReason::ReleaseFoundGone => 3,
+        LostReason::Gone => 4,
     }
 }
 
@@ -76,6 +77,7 @@ fn decode(code: u8) -> Option<LostReason> {
         1 => Some(LostReason::RenewalRefused),
         2 => Some(LostReason::LeaseExpired),
         3 => Some(LostReason::ReleaseFoundGone),
+        4 => Some(LostReason::Gone),
         _ => None,
     }
 }

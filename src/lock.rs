@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::{Entered, Entry, Successor};
+use crate::entry::{Entered, Entry, GateRedis, Successor};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -26,6 +26,7 @@ use crate::lease::Lease;
 use crate::names;
 use crate::owner;
 use crate::scripts::{Acquire, AcquireArgs};
+use crate::subscriber::Subscription;
 
 /// A handle to one named distributed lock.
 ///
@@ -308,7 +309,7 @@ impl Lock {
             lease_ms,
             fenced: self.token_key.is_some(),
         };
-        match entry.enter_gate(successor.clone(), deadline, block)? {
+        match entry.enter_gate(successor.clone(), deadline, block, self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => return Ok(Some(hold)),
             Some(Entered::Gate) => {}
@@ -436,6 +437,16 @@ impl Lock {
             marker_ttl_ms: MARKER_TTL_MS,
         };
         inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
+    }
+}
+
+impl GateRedis for Lock {
+    fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
+        self.client.inner().subscriber.subscribe(entry, None)
+    }
+
+    fn still_held(&self, hold: &Hold) -> bool {
+        self.query(redis::cmd("HEXISTS").arg(&*hold.entry.name).arg(&hold.owner)).unwrap_or(true)
     }
 }
 

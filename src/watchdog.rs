@@ -89,6 +89,7 @@ impl Registry {
         for hold in overdue {
             if !hold.is_finished() {
                 hold.mark_lost(LostReason::LeaseExpired);
+                hold.entry.wake_front();
             }
         }
     }
@@ -141,6 +142,9 @@ pub(crate) fn renew_all(inner: &Inner) {
                     } else if !hold.is_finished() {
                         hold.mark_lost(LostReason::RenewalRefused);
                         inner.watchdog.deregister(hold.id);
+                        // Threads of this client queued behind the lost
+                        // hold may take the lock now.
+                        hold.entry.wake_front();
                     }
                 }
             }
