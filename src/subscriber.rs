@@ -1,8 +1,10 @@
 //! The client's one pub/sub connection, shared by every waiting thread.
 //!
 //! Waiters subscribe to a lock's unlock channel through [`Subscriber::subscribe`],
-//! which reference-counts channels: the first waiter on a name sends SUBSCRIBE,
-//! the last one to leave sends UNSUBSCRIBE. SUBSCRIBE is written by the waiting
+//! which reference-counts channels: the first waiter on a name sends SUBSCRIBE;
+//! when the last one leaves, the channel lingers for [`LINGER`] and is then
+//! unsubscribed, so that waiters coming and going in quick succession (a busy
+//! lock) do not pay a SUBSCRIBE and an UNSUBSCRIBE each. SUBSCRIBE is written by the waiting
 //! thread itself, on a clone of the socket, so a subscription costs one round
 //! trip and never waits for the reader thread.
 //!
@@ -16,7 +18,7 @@
 use std::collections::HashMap;
 use std::io::{self, BufReader};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -67,8 +69,11 @@ impl std::fmt::Debug for Subscriber {
 }
 
 struct Channel {
-    entry: Arc<Entry>,
+    /// The lock entry to wake; weak, so a lingering channel keeps no entry.
+    entry: Weak<Entry>,
     refs: u32,
+    /// When the last waiter left, for a lingering channel.
+    idle_since: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -110,7 +115,27 @@ impl State {
     }
 
     fn entries(&self) -> Vec<Arc<Entry>> {
-        self.channels.values().map(|c| Arc::clone(&c.entry)).collect()
+        self.channels.values().filter_map(|c| c.entry.upgrade()).collect()
+    }
+
+    /// Unsubscribes channels that have lingered unused for [`LINGER`];
+    /// returns whether any channel still lingers.
+    fn expire_lingering(&mut self, now: Instant) -> bool {
+        let expired: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.idle_since.is_some_and(|t| now.duration_since(t) >= LINGER))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &expired {
+            self.channels.remove(name);
+        }
+        if !expired.is_empty() {
+            let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
+            args.extend(expired.iter().map(|c| c.as_bytes()));
+            self.send(&args);
+        }
+        self.channels.values().any(|c| c.idle_since.is_some())
     }
 }
 
@@ -126,11 +151,17 @@ impl Drop for Subscription {
         let Some(channel) = st.channels.get_mut(&self.channel) else { return };
         channel.refs = channel.refs.saturating_sub(1);
         if channel.refs == 0 {
-            st.channels.remove(&self.channel);
-            st.send(&[b"UNSUBSCRIBE", self.channel.as_bytes()]);
+            channel.idle_since = Some(Instant::now());
+            drop(st);
+            // The reader may be asleep for a whole command timeout: let it
+            // know a channel now lingers.
+            self.subscriber.linger_started();
         }
     }
 }
+
+/// How long an unused channel stays subscribed.
+pub(crate) const LINGER: Duration = Duration::from_millis(100);
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -160,12 +191,16 @@ impl Subscriber {
         if st.shutdown {
             return Err(Error::Shutdown);
         }
-        let slot = st
-            .channels
-            .entry(channel.clone())
-            .or_insert_with(|| Channel { entry: Arc::clone(entry), refs: 0 });
+        let slot = st.channels.entry(channel.clone()).or_insert_with(|| Channel {
+            entry: Arc::downgrade(entry),
+            refs: 0,
+            idle_since: None,
+        });
         slot.refs += 1;
-        if slot.refs == 1 {
+        // A lingering channel is still subscribed: reuse it.
+        let fresh = slot.idle_since.take().is_none() && slot.refs == 1;
+        slot.entry = Arc::downgrade(entry);
+        if fresh {
             st.send_subscribe(std::slice::from_ref(&channel));
         }
         let subscription = Subscription { subscriber: Arc::clone(self), channel };
@@ -186,9 +221,20 @@ impl Subscriber {
         Ok(subscription)
     }
 
-    /// The number of channels subscribed for waiters right now.
+    /// The number of channels subscribed for waiters right now (not
+    /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
-        self.state.lock().channels.len()
+        self.state.lock().channels.values().filter(|c| c.refs > 0).count()
+    }
+
+    /// Wakes the reader so it times lingering channels out: a tiny write
+    /// would need a round trip, so the reader's read timeout is shortened
+    /// instead, through the socket it reads from.
+    fn linger_started(&self) {
+        let st = self.state.lock();
+        if let Some(writer) = &st.writer {
+            let _ = writer.set_read_timeout(Some(LINGER.min(self.command_timeout)));
+        }
     }
 
     /// Stops the reader: closes the socket it reads from.
@@ -278,6 +324,8 @@ impl Subscriber {
         }
         st.writer = Some(writer);
         st.acks_pending.clear();
+        // Lingering channels are not worth resubscribing.
+        st.channels.retain(|_, c| c.refs > 0);
         let channels: Vec<String> = st.channels.keys().cloned().collect();
         st.send_subscribe(&channels);
         true
@@ -299,8 +347,12 @@ impl Subscriber {
     }
 
     /// Reads pushes until the connection fails or stays silent through a PING.
+    ///
+    /// The read timeout is the command timeout, or [`LINGER`] while a channel
+    /// lingers, so that it is unsubscribed on time.
     fn read_until_failure(&self, reader: &mut BufReader<TcpStream>) {
         let mut ping_outstanding = false;
+        let mut last_heard = Instant::now();
         loop {
             // Between values, a read timeout means an idle connection: probe
             // it. A timeout inside a value means a stalled one: replace it.
@@ -309,15 +361,26 @@ impl Subscriber {
                     Ok([]) => return,
                     Ok(_) => {}
                     Err(e) if is_timeout(&e) => {
-                        if ping_outstanding {
-                            log::debug!("keyholder pub/sub connection silent through a PING; reconnecting");
-                            return;
-                        }
+                        let now = Instant::now();
                         let mut st = self.state.lock();
-                        if !st.channels.is_empty() {
-                            st.send(&[b"PING"]);
-                            ping_outstanding = true;
+                        let lingering = st.expire_lingering(now);
+                        if now.duration_since(last_heard) >= self.command_timeout {
+                            if ping_outstanding {
+                                log::debug!(
+                                    "keyholder pub/sub connection silent through a PING; reconnecting"
+                                );
+                                return;
+                            }
+                            if !st.channels.is_empty() {
+                                st.send(&[b"PING"]);
+                                ping_outstanding = true;
+                                last_heard = now;
+                            }
                         }
+                        drop(st);
+                        let timeout =
+                            if lingering { LINGER.min(self.command_timeout) } else { self.command_timeout };
+                        let _ = reader.get_ref().set_read_timeout(Some(timeout));
                         continue;
                     }
                     Err(_) => return,
@@ -326,7 +389,9 @@ impl Subscriber {
             match resp::read_value(reader) {
                 Ok(value) => {
                     ping_outstanding = false;
+                    last_heard = Instant::now();
                     self.dispatch(value);
+                    self.state.lock().expire_lingering(last_heard);
                 }
                 Err(_) => return,
             }
@@ -348,7 +413,7 @@ impl Subscriber {
                 if payload != "0" && payload != "1" {
                     return;
                 }
-                let entry = self.state.lock().channels.get(channel).map(|c| Arc::clone(&c.entry));
+                let entry = self.state.lock().channels.get(channel).and_then(|c| c.entry.upgrade());
                 if let Some(entry) = entry {
                     entry.notify();
                 }
