@@ -6,14 +6,16 @@
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
 -- KEYS[3]  next-in-line marker "keyholder_lock_next:{<name>}" (see acquire.lua)
--- KEYS[4]  optional latch "redisson_unlock_latch:{<name>}:<32 hex request id>"
--- KEYS[5]  optional earlier latch, no longer needed: deleted
+-- KEYS[4]  optional latch "redisson_unlock_latch:{<name>}:<32 hex>" of ARGV[3]
+--          (see release.lua)
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
 -- ARGV[2]  lease in milliseconds for the new owner
 -- ARGV[3]  owner id giving the lock back
 -- ARGV[4]  owner id receiving it
 -- ARGV[5]  publish command, "publish" or "spublish"
 -- ARGV[6]  latch TTL in milliseconds (required with KEYS[4])
+-- ARGV[7]  request id, as for release.lua (required with KEYS[4])
+-- ARGV[8]  optional "1" on a retry
 --
 -- Returns
 --   nil  ARGV[3] holds nothing here; nothing was changed
@@ -24,19 +26,20 @@
 --   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count incremented
 --        (to 1, unless an earlier acquisition of ARGV[4] lost its reply), the
 --        key's PTTL set to ARGV[2], and ARGV[4]'s next-in-line marker removed
--- With a latch, the first 0, 1 or 2 is also stored in KEYS[4] for ARGV[6] ms,
--- and a retry with the same latch returns it without changing anything.
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[4] for ARGV[6] ms,
+-- and a retry with the same request id returns that outcome without changing
+-- anything.
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
 local key, from, to, latch = KEYS[1], ARGV[3], ARGV[4], KEYS[4]
-if KEYS[5] then
-    redis.call('del', KEYS[5])
-end
-if latch then
+if latch and ARGV[8] == '1' then
     local earlier = redis.call('get', latch)
     if earlier then
-        return tonumber(earlier)
+        local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
+        if id == ARGV[7] then
+            return tonumber(outcome)
+        end
     end
 end
 if redis.call('hexists', key, from) == 0 then
@@ -63,6 +66,6 @@ else
     end
 end
 if latch then
-    redis.call('set', latch, outcome, 'px', ARGV[6])
+    redis.call('set', latch, ARGV[7] .. ':' .. outcome, 'px', ARGV[6])
 end
 return outcome

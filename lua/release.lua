@@ -3,35 +3,38 @@
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[3]  optional unlock latch "redisson_unlock_latch:{<name>}:<32 hex request id>"
--- KEYS[4]  optional earlier latch of the same client and lock, no longer
---          needed: deleted (Redisson deletes each latch after its release; this
---          does it on the next one, saving a round trip)
+-- KEYS[3]  optional unlock latch "redisson_unlock_latch:{<name>}:<32 hex>": one
+--          key per owner and lock, reused by each of its releases
 -- ARGV[1]  unlock message published on the final release ("0": wake one waiter)
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[4]  optional publish command, "publish" (default) or "spublish"
 -- ARGV[5]  latch TTL in milliseconds (required with KEYS[3])
+-- ARGV[6]  request id: a decimal number unique to this release (required
+--          with KEYS[3]); a retry of the same release sends the same id
+-- ARGV[7]  optional "1" on a retry
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
 --        nothing was changed
 --   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
 --   1    last hold released: the key was deleted and ARGV[1] published on KEYS[2]
--- With a latch, the first 0 or 1 is also stored in KEYS[3] for ARGV[5] ms, and
--- a retry with the same latch returns it without changing anything: a release
--- whose reply was lost can be retried without decrementing twice.
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[3] for ARGV[5] ms,
+-- and a retry whose request id is stored there returns that outcome without
+-- changing anything: a release whose reply was lost can be retried without
+-- decrementing twice. (Redisson keys its latch by a random id per release and
+-- deletes it afterwards; one reused key per owner needs no deletion.)
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
 local key, latch = KEYS[1], KEYS[3]
-if KEYS[4] then
-    redis.call('del', KEYS[4])
-end
-if latch then
+if latch and ARGV[7] == '1' then
     local earlier = redis.call('get', latch)
     if earlier then
-        return tonumber(earlier)
+        local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
+        if id == ARGV[6] then
+            return tonumber(outcome)
+        end
     end
 end
 if redis.call('hexists', key, ARGV[3]) == 0 then
@@ -46,6 +49,6 @@ else
     redis.call(ARGV[4] or 'publish', KEYS[2], ARGV[1])
 end
 if latch then
-    redis.call('set', latch, outcome, 'px', ARGV[5])
+    redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])
 end
 return outcome

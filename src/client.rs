@@ -62,19 +62,16 @@ impl Drop for Handle {
     }
 }
 
-/// Lock names whose last latch a client remembers.
-const MAX_STALE_LATCHES: usize = 1024;
-
 pub(crate) struct Inner {
+    uuid: uuid::Uuid,
+    /// The client id: `uuid` as a string.
     pub(crate) id: String,
     pub(crate) config: Config,
     pool: Pool,
     pub(crate) scripts: Scripts,
     entries: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
-    /// Per lock name, the latch of this client's last release, for the next
-    /// release of that lock to delete (Redisson deletes each latch with an
-    /// extra command; this saves the round trip).
-    stale_latches: Mutex<HashMap<Arc<str>, String>>,
+    /// Numbers release requests, for their latches.
+    next_request: AtomicU64,
     pub(crate) subscriber: Arc<Subscriber>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
@@ -124,15 +121,17 @@ impl Client {
         let connector = Connector::new(redis_client, config.connect_timeout, config.command_timeout);
         let pool = connection::build_pool(connector, config.pool_max_size, config.connect_timeout)?;
         let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
+        let uuid = uuid::Uuid::new_v4();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
         let inner = Arc::new(Inner {
-            id: uuid::Uuid::new_v4().to_string(),
+            uuid,
+            id: uuid.to_string(),
             config,
             pool,
             scripts: Scripts::new(),
             entries: Mutex::new(HashMap::new()),
-            stale_latches: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
@@ -274,47 +273,41 @@ impl Inner {
         }
     }
 
-    /// Runs a latched release script (`release.lua`, `handoff.lua`) for
-    /// `entry`; with `retry`, once more on a fresh connection if the first
-    /// reply was lost: the latch makes the retry return the first outcome
-    /// rather than release a second hold. A pool error means the script never
-    /// ran, so it is not retried. Each call also deletes the previous latch
-    /// of the same lock.
+    /// Runs a latched release script (`release.lua`, `handoff.lua`) of
+    /// `thread` on `entry`'s lock; with `retry`, once more on a fresh
+    /// connection if the first reply was lost: the latch makes the retry
+    /// return the first outcome rather than release a second hold. A pool
+    /// error means the script never ran, so it is not retried.
     fn run_latched<T>(
         &self,
         entry: &Entry,
+        thread: u64,
         retry: bool,
         script: impl Fn(&mut Conn, Latch<'_>) -> Result<T>,
     ) -> Result<T> {
-        let key = names::unlock_latch(&entry.name);
-        let stale = self.stale_latches.lock().remove(&entry.name);
-        let latch =
-            Latch { key: &key, ttl_ms: crate::lease::millis_ceil(self.latch_ttl()), stale: stale.as_deref() };
-        let outcome = match self.with_conn(|conn| script(conn, latch)) {
+        let key = names::unlock_latch(&entry.name, self.uuid.as_u128(), thread);
+        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
+        let latch = Latch { key: &key, ttl_ms, request, retry: false };
+        match self.with_conn(|conn| script(conn, latch)) {
             Err(Error::Redis(e)) if retry && connection::is_transport_error(&e) => {
-                self.with_conn(|conn| script(conn, latch))
+                self.with_conn(|conn| script(conn, Latch { retry: true, ..latch }))
             }
             outcome => outcome,
-        };
-        let mut stale_latches = self.stale_latches.lock();
-        if stale_latches.len() >= MAX_STALE_LATCHES {
-            // Forgotten latches just expire with their TTL.
-            stale_latches.clear();
         }
-        stale_latches.insert(Arc::clone(&entry.name), key);
-        outcome
     }
 
-    /// Releases one hold of `owner` on `entry`'s lock, latched; `retry` as
-    /// for [`run_latched`](Inner::run_latched).
+    /// Releases one hold of `thread` (owner id `owner`) on `entry`'s lock,
+    /// latched; `retry` as for [`run_latched`](Inner::run_latched).
     pub(crate) fn release_script(
         &self,
         entry: &Entry,
-        lease_ms: u64,
+        thread: u64,
         owner: &str,
+        lease_ms: u64,
         retry: bool,
     ) -> Result<Release> {
-        self.run_latched(entry, retry, |conn, latch| {
+        self.run_latched(entry, thread, retry, |conn, latch| {
             let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch };
             self.scripts.release(conn, &args)
         })
@@ -336,7 +329,7 @@ impl Inner {
             return self.hand_over(hold, successor);
         }
         let sent = Instant::now();
-        let outcome = self.release_script(&hold.entry, hold.lease_ms, &hold.owner, true);
+        let outcome = self.release_script(&hold.entry, hold.thread, &hold.owner, hold.lease_ms, true);
         let guards_left = hold.drop_guard();
         match outcome {
             Ok(Release::StillHeld) => {
@@ -381,7 +374,7 @@ impl Inner {
     fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let entry = &hold.entry;
         let sent = Instant::now();
-        let outcome = self.run_latched(entry, true, |conn, latch| {
+        let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
             let args = HandoffArgs {
                 name: &entry.name,
                 channel: &entry.channel,

@@ -332,7 +332,7 @@ impl Lock {
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
-                    let _ = inner.release_script(entry, lease_ms, &owner, false);
+                    let _ = inner.release_script(entry, thread, &owner, lease_ms, false);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)

@@ -48,11 +48,12 @@ pub(crate) fn next_marker(name: &str) -> String {
     prefixed("keyholder_lock_next", name)
 }
 
-/// The unlock latch of one release request of the lock `name`: Redisson's
-/// `redisson_unlock_latch:{<name>}:<32 hex request id>`, with a fresh random
-/// request id.
-pub(crate) fn unlock_latch(name: &str) -> String {
-    format!("{}:{}", prefixed("redisson_unlock_latch", name), uuid::Uuid::new_v4().simple())
+/// The unlock latch of the owner `(client, thread)` for the lock `name`:
+/// Redisson's `redisson_unlock_latch:{<name>}:<32 hex>`, the hex being the
+/// client's UUID with the thread id mixed in, so each owner has one key per
+/// lock that its releases reuse.
+pub(crate) fn unlock_latch(name: &str, client: u128, thread: u64) -> String {
+    format!("{}:{:032x}", prefixed("redisson_unlock_latch", name), client ^ u128::from(thread))
 }
 
 #[cfg(test)]
@@ -76,13 +77,12 @@ mod tests {
     }
 
     #[test]
-    fn latch_keys_are_fresh_and_slot_safe() {
-        let a = unlock_latch("order:42");
-        let b = unlock_latch("order:42");
-        assert_ne!(a, b);
-        let id = a.strip_prefix("redisson_unlock_latch:{order:42}:").unwrap();
-        assert_eq!(id.len(), 32);
-        assert!(id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    fn latch_keys_are_per_owner_and_slot_safe() {
+        let a = unlock_latch("order:42", 0xabc0, 1);
+        assert_eq!(a, "redisson_unlock_latch:{order:42}:0000000000000000000000000000abc1");
+        assert_eq!(a, unlock_latch("order:42", 0xabc0, 1));
+        assert_ne!(a, unlock_latch("order:42", 0xabc0, 2));
+        assert_ne!(a, unlock_latch("order:42", 0xdef0, 1));
     }
 
     #[test]

@@ -105,13 +105,15 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) latch: Latch<'a>,
 }
 
-/// An unlock latch: the first outcome of a release, kept for a retry, and
-/// an earlier latch of the same lock to delete on the way.
+/// An unlock latch: the outcome of a release request, kept for its retry.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Latch<'a> {
+    /// The owner's latch key for the lock.
     pub(crate) key: &'a str,
     pub(crate) ttl_ms: u64,
-    pub(crate) stale: Option<&'a str>,
+    /// Unique per release request; a retry sends the same.
+    pub(crate) request: u64,
+    pub(crate) retry: bool,
 }
 
 impl Scripts {
@@ -167,8 +169,9 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.prepare_invoke();
-                invocation.key(name).key(channel).key(latch.key).key(latch.stale);
+                invocation.key(name).key(channel).key(latch.key);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH).arg(latch.ttl_ms);
+                invocation.arg(latch.request).arg(u8::from(latch.retry));
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
@@ -187,8 +190,9 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.handoff.prepare_invoke();
-                invocation.key(name).key(channel).key(marker).key(latch.key).key(latch.stale);
+                invocation.key(name).key(channel).key(marker).key(latch.key);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
+                invocation.arg(latch.request).arg(u8::from(latch.retry));
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;

@@ -359,21 +359,20 @@ fn latch_of(name: &str, id: u32) -> String {
     format!("redisson_unlock_latch:{{{name}}}:{id:032x}")
 }
 
-/// release.lua with a latch (and optionally an earlier latch to delete).
+/// release.lua with the owner's latch, as request `request` (a retry or not).
 fn release_latched(
     con: &mut redis::Connection,
     name: &str,
     owner: &str,
     latch: &str,
-    earlier: Option<&str>,
+    request: u64,
+    retry: bool,
 ) -> redis::RedisResult<Value> {
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(latch);
-    if let Some(earlier) = earlier {
-        invocation.key(earlier);
-    }
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).invoke(con)
+    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
+    invocation.invoke(con)
 }
 
 /// acquire.lua with the marker, as a waiter past its fairness window
@@ -393,22 +392,23 @@ fn acquire_marked(
     invocation.invoke(con)
 }
 
+/// handoff.lua, optionally with the giver's latch as request `(id, retry)`.
 fn handoff(
     con: &mut redis::Connection,
     name: &str,
     from: &str,
     to: &str,
-    latch: Option<&str>,
+    latch: Option<(&str, u64, bool)>,
 ) -> redis::RedisResult<Value> {
     let script = redis::Script::new(include_str!("../lua/handoff.lua"));
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name));
-    if let Some(latch) = latch {
+    if let Some((latch, _, _)) = latch {
         invocation.key(latch);
     }
     invocation.arg("0").arg(10_000).arg(from).arg(to).arg("publish");
-    if latch.is_some() {
-        invocation.arg(5_000);
+    if let Some((_, request, retry)) = latch {
+        invocation.arg(5_000).arg(request).arg(u8::from(retry));
     }
     invocation.invoke(con)
 }
@@ -423,33 +423,37 @@ fn a_latched_release_retried_returns_the_first_outcome_and_changes_nothing() {
     let mut con = server.conn();
     let channel = channel_of("latched");
     let listener = Listener::start(&server, &[&channel]);
-    let (first, second) = (latch_of("latched", 1), latch_of("latched", 2));
+    let (latch_a, latch_b) = (latch_of("latched", 1), latch_of("latched", 2));
     assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
     assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
 
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &first, None).unwrap(), Value::Int(0));
-    assert_eq!(get(&mut con, &first).as_deref(), Some("0"));
-    let ttl = pttl(&mut con, &first);
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 41, false).unwrap(), Value::Int(0));
+    assert_eq!(get(&mut con, &latch_a).as_deref(), Some("41:0"));
+    let ttl = pttl(&mut con, &latch_a);
     assert!(ttl > 0 && ttl <= 5_000, "latch PTTL {ttl}");
-    // The retry (its first reply was lost) does not release a second hold.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &first, None).unwrap(), Value::Int(0));
+    // The retry of request 41 (its first reply was lost) does not release a
+    // second hold.
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 41, true).unwrap(), Value::Int(0));
     assert_eq!(hgetall(&mut con, "latched"), one_field(OWNER_A, "1"));
 
-    // The next release deletes the earlier latch, and its own retry does not
+    // The next request reuses the owner's latch key; its retry does not
     // publish a second time.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &second, Some(&first)).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, &first), "the earlier latch was not deleted");
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 42, false).unwrap(), Value::Int(1));
+    assert_eq!(get(&mut con, &latch_a).as_deref(), Some("42:1"));
     assert!(!exists(&mut con, "latched"));
     assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &second, None).unwrap(), Value::Int(1));
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 42, true).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, "latched"));
     assert_eq!(listener.drain_until_marker(&mut con, &channel), [], "a retried release published again");
 
+    // A retry whose request id is not the stored one runs for real: here the
+    // owner holds nothing any more, so it is nil.
+    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 40, true).unwrap(), Value::Nil);
+
     // Without a stored outcome, a latched release by a non-owner is nil and
     // stores nothing.
-    let third = latch_of("latched", 3);
-    assert_eq!(release_latched(&mut con, "latched", OWNER_B, &third, None).unwrap(), Value::Nil);
-    assert!(!exists(&mut con, &third));
+    assert_eq!(release_latched(&mut con, "latched", OWNER_B, &latch_b, 7, false).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &latch_b));
 }
 
 #[test]
@@ -572,13 +576,13 @@ fn handoff_gives_the_lock_to_a_local_successor_without_publishing() {
     let _: () =
         redis::cmd("SET").arg(marker_of("hand")).arg(OWNER_B).arg("PX").arg(1_000).query(&mut con).unwrap();
     let latch = latch_of("hand", 7);
-    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some(&latch)).unwrap(), Value::Int(1));
+    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some((&latch, 7, false))).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, "hand"));
     assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
     assert_eq!(get(&mut con, &marker_of("hand")).as_deref(), Some(OWNER_B), "another's marker was removed");
 
     // Retried with its latch: the first outcome, nothing changed, no message.
-    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some(&latch)).unwrap(), Value::Int(1));
+    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some((&latch, 7, true))).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, "hand"));
     assert_eq!(listener.drain_until_marker(&mut con, &channel), []);
 }
