@@ -249,12 +249,12 @@ impl Inner {
     }
 
     /// The local state of lock `name`, created on first use.
-    pub(crate) fn entry(&self, name: &Arc<str>, channel: &str) -> Arc<Entry> {
+    pub(crate) fn entry(&self, name: &Arc<str>, channel: &Arc<str>, marker: &Arc<str>) -> Arc<Entry> {
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get(name) {
             return Arc::clone(entry);
         }
-        let entry = Arc::new(Entry::new(Arc::clone(name), channel.to_owned(), names::next_marker(name)));
+        let entry = Arc::new(Entry::new(Arc::clone(name), Arc::clone(channel), Arc::clone(marker)));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }
@@ -297,20 +297,41 @@ impl Inner {
         }
     }
 
-    /// Releases one hold of `thread` (owner id `owner`) on `entry`'s lock,
-    /// latched; `retry` as for [`run_latched`](Inner::run_latched).
-    pub(crate) fn release_script(
-        &self,
-        entry: &Entry,
-        thread: u64,
-        owner: &str,
-        lease_ms: u64,
-        retry: bool,
-    ) -> Result<Release> {
-        self.run_latched(entry, thread, retry, |conn, latch| {
-            let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch };
+    /// Releases one of several holds of `thread` (owner id `owner`) on
+    /// `entry`'s lock, latched and retried once.
+    fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
+        self.run_latched(entry, thread, true, |conn, latch| {
+            let args = ReleaseArgs {
+                name: &entry.name,
+                channel: &entry.channel,
+                lease_ms,
+                owner,
+                latch: Some(latch),
+            };
             self.scripts.release(conn, &args)
         })
+    }
+
+    /// Releases the last hold of `owner` on `entry`'s lock. This needs no
+    /// latch: once the owner's field is gone a retry releases nothing, so it
+    /// is retried once, unlatched, if the first reply was lost. Returns the
+    /// outcome and whether it is the retry's (whose `NotOwner` most likely
+    /// means the first attempt released the lock).
+    fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
+        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        match self.with_conn(|conn| self.scripts.release(conn, &args)) {
+            Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
+                (self.with_conn(|conn| self.scripts.release(conn, &args)), true)
+            }
+            outcome => (outcome, false),
+        }
+    }
+
+    /// One unlatched release attempt, to give back what an acquire whose
+    /// reply was lost may have taken.
+    pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
+        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        self.with_conn(|conn| self.scripts.release(conn, &args))
     }
 
     /// How long an unlock latch must outlive its first use: a command
@@ -329,7 +350,11 @@ impl Inner {
             return self.hand_over(hold, successor);
         }
         let sent = Instant::now();
-        let outcome = self.release_script(&hold.entry, hold.thread, &hold.owner, hold.lease_ms, true);
+        let (outcome, retried) = if hold.guards() > 1 {
+            (self.release_nested(&hold.entry, hold.thread, &hold.owner, hold.lease_ms), false)
+        } else {
+            self.release_last(&hold.entry, &hold.owner, hold.lease_ms)
+        };
         let guards_left = hold.drop_guard();
         match outcome {
             Ok(Release::StillHeld) => {
@@ -346,6 +371,11 @@ impl Inner {
                 if guards_left > 0 {
                     hold.mark_lost(LostReason::ReleaseFoundGone);
                 }
+                self.finish(hold, true);
+                Ok(())
+            }
+            // The first attempt's reply was lost, and it did release.
+            Ok(Release::NotOwner) if retried && hold.lost_reason().is_none() => {
                 self.finish(hold, true);
                 Ok(())
             }

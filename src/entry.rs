@@ -38,9 +38,9 @@ use crate::subscriber::Subscription;
 
 pub(crate) struct Entry {
     pub(crate) name: Arc<str>,
-    pub(crate) channel: String,
+    pub(crate) channel: Arc<str>,
     /// The next-in-line marker key (see `lua/acquire.lua`).
-    pub(crate) marker: String,
+    pub(crate) marker: Arc<str>,
     state: Mutex<State>,
     woken: Condvar,
 }
@@ -130,7 +130,7 @@ pub(crate) enum Wake {
 const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
-    pub(crate) fn new(name: Arc<str>, channel: String, marker: String) -> Self {
+    pub(crate) fn new(name: Arc<str>, channel: Arc<str>, marker: Arc<str>) -> Self {
         Entry {
             name,
             channel,

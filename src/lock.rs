@@ -62,6 +62,8 @@ pub struct Lock {
     client: Client,
     name: Arc<str>,
     channel: Arc<str>,
+    /// The next-in-line marker key.
+    marker: Arc<str>,
     lease: Lease,
     /// The fencing-token counter, for fenced handles.
     token_key: Option<Arc<str>>,
@@ -79,6 +81,7 @@ impl Lock {
             client,
             name: Arc::from(name),
             channel: Arc::from(names::unlock_channel(name)),
+            marker: Arc::from(names::next_marker(name)),
             lease,
             token_key: None,
         }
@@ -267,7 +270,7 @@ impl Lock {
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
         let inner = self.client.inner();
         inner.check_running()?;
-        let entry = inner.entry(&self.name, &self.channel);
+        let entry = inner.entry(&self.name, &self.channel, &self.marker);
         let acquired = self.acquire_in(&entry, deadline, block);
         inner.forget_if_idle(&entry);
         Ok(acquired?.map(|hold| LockGuard::new(self.client.clone(), hold)))
@@ -332,7 +335,7 @@ impl Lock {
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
-                    let _ = inner.release_script(entry, thread, &owner, lease_ms, false);
+                    let _ = inner.release_orphan(entry, &owner, lease_ms);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)

@@ -102,7 +102,8 @@ pub(crate) struct ReleaseArgs<'a> {
     /// The TTL re-applied while holds remain.
     pub(crate) lease_ms: u64,
     pub(crate) owner: &'a str,
-    pub(crate) latch: Latch<'a>,
+    /// Needed only when a retry could release a second hold.
+    pub(crate) latch: Option<Latch<'a>>,
 }
 
 /// An unlock latch: the outcome of a release request, kept for its retry.
@@ -169,9 +170,11 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.prepare_invoke();
-                invocation.key(name).key(channel).key(latch.key);
-                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH).arg(latch.ttl_ms);
-                invocation.arg(latch.request).arg(u8::from(latch.retry));
+                invocation.key(name).key(channel);
+                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
+                if let Some(latch) = latch {
+                    invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry));
+                }
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;

@@ -186,7 +186,7 @@ impl Subscriber {
         entry: &Arc<Entry>,
         deadline: Option<Instant>,
     ) -> Result<Subscription> {
-        let channel = entry.channel.clone();
+        let channel = entry.channel.to_string();
         let mut st = self.state.lock();
         if st.shutdown {
             return Err(Error::Shutdown);
