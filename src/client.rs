@@ -51,6 +51,16 @@ pub struct Client {
     handle: Arc<Handle>,
 }
 
+/// The local state of the locks a client has used.
+struct Entries {
+    map: HashMap<Arc<str>, Arc<Entry>>,
+    /// Drop idle entries when the map grows past this.
+    sweep_at: usize,
+}
+
+/// Idle entries a client keeps before it sweeps.
+const MIN_SWEEP_AT: usize = 1024;
+
 /// Shuts the client down when the last handle goes.
 struct Handle {
     inner: Arc<Inner>,
@@ -69,7 +79,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pool: Pool,
     pub(crate) scripts: Scripts,
-    entries: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
+    entries: Mutex<Entries>,
     /// Numbers release requests, for their latches.
     next_request: AtomicU64,
     pub(crate) subscriber: Arc<Subscriber>,
@@ -130,7 +140,7 @@ impl Client {
             config,
             pool,
             scripts: Scripts::new(),
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
             watchdog: Registry::new(kick_tx),
@@ -248,29 +258,28 @@ impl Inner {
         self.next_hold_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The local state of lock `name`, created on first use.
+    /// The local state of lock `name`, created on first use and kept while
+    /// the client has few: a lock taken again and again reuses its entry.
+    /// Past [`Entries::sweep_at`] entries, idle ones are dropped.
     pub(crate) fn entry(&self, name: &Arc<str>, channel: &Arc<str>, marker: &Arc<str>) -> Arc<Entry> {
         let mut entries = self.entries.lock();
-        if let Some(entry) = entries.get(name) {
+        if let Some(entry) = entries.map.get(name) {
             return Arc::clone(entry);
         }
         let entry = Arc::new(Entry::new(Arc::clone(name), Arc::clone(channel), Arc::clone(marker)));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }
-        entries.insert(Arc::clone(name), Arc::clone(&entry));
-        entry
-    }
-
-    /// Drops the local state of a lock nobody here uses any more.
-    pub(crate) fn forget_if_idle(&self, entry: &Arc<Entry>) {
-        let mut entries = self.entries.lock();
-        // Every other reference (a hold, a subscription, a thread at the
-        // gate) is made from one that exists, or from the map under this
-        // lock: two references means only the map and the caller remain.
-        if Arc::strong_count(entry) == 2 && entry.is_idle() {
-            entries.remove(&entry.name);
+        entries.map.insert(Arc::clone(name), Arc::clone(&entry));
+        if entries.map.len() > entries.sweep_at {
+            // Every other reference (a hold, a subscription, a thread at the
+            // gate) is made from one that exists, or from the map under this
+            // lock: one reference means only the map holds it.
+            entries.map.retain(|_, e| Arc::strong_count(e) > 1 || !e.is_idle());
+            // Sweep again only after as many new entries: amortised O(1).
+            entries.sweep_at = (entries.map.len() * 2).max(MIN_SWEEP_AT);
         }
+        entry
     }
 
     /// Runs a latched release script (`release.lua`, `handoff.lua`) of
@@ -466,7 +475,6 @@ impl Inner {
         if hold.finish() {
             self.watchdog.deregister(hold.id);
             hold.entry.release_gate(hold.id, published);
-            self.forget_if_idle(&hold.entry);
         }
     }
 
@@ -476,7 +484,7 @@ impl Inner {
         }
         self.stop.lock().take();
         self.subscriber.shut_down();
-        let entries: Vec<Arc<Entry>> = self.entries.lock().values().cloned().collect();
+        let entries: Vec<Arc<Entry>> = self.entries.lock().map.values().cloned().collect();
         for entry in entries {
             entry.shut_down();
         }

@@ -164,7 +164,7 @@ impl Entry {
     /// passes.
     pub(crate) fn enter_gate(
         self: &Arc<Self>,
-        successor: Successor,
+        successor: &Successor,
         deadline: Option<Instant>,
         block: bool,
         redis: &dyn GateRedis,
@@ -182,7 +182,7 @@ impl Entry {
                 return Ok(None);
             }
             let (tx, rx) = crossbeam_channel::bounded(1);
-            st.queue.push_back(Queued { successor, wake: tx });
+            st.queue.push_back(Queued { successor: successor.clone(), wake: tx });
             rx
         };
         self.subscribe_for_queue(redis);

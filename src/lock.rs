@@ -271,9 +271,8 @@ impl Lock {
         let inner = self.client.inner();
         inner.check_running()?;
         let entry = inner.entry(&self.name, &self.channel, &self.marker);
-        let acquired = self.acquire_in(&entry, deadline, block);
-        inner.forget_if_idle(&entry);
-        Ok(acquired?.map(|hold| LockGuard::new(self.client.clone(), hold)))
+        let acquired = self.acquire_in(&entry, deadline, block)?;
+        Ok(acquired.map(|hold| LockGuard::new(self.client.clone(), hold)))
     }
 
     fn acquire_in(
@@ -299,26 +298,22 @@ impl Lock {
                 // Another owner has it: our hold was lost unnoticed. Let the
                 // gate go and contend like anyone else.
                 Acquire::Held { .. } => {
-                    hold.mark_lost(crate::error::LostReason::RenewalRefused);
+                    hold.mark_lost(crate::error::LostReason::Gone);
                     entry.release_gate(hold.id, false);
                 }
             }
         }
 
-        let successor = Successor {
-            thread,
-            owner: owner.clone(),
-            lease: self.lease,
-            lease_ms,
-            fenced: self.token_key.is_some(),
-        };
-        match entry.enter_gate(successor.clone(), deadline, block, self)? {
+        let successor =
+            Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
+        match entry.enter_gate(&successor, deadline, block, self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => return Ok(Some(hold)),
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, started, deadline, block) {
             Ok(Some(Won { sent, token })) => {
+                let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
                 let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
                 entry.set_held(Arc::clone(&hold));
@@ -335,7 +330,7 @@ impl Lock {
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
-                    let _ = inner.release_orphan(entry, &owner, lease_ms);
+                    let _ = inner.release_orphan(entry, &successor.owner, lease_ms);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)

@@ -135,13 +135,10 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.prepare_invoke();
-                invocation
-                    .key(name)
-                    .key(marker)
-                    .arg(lease_ms)
-                    .arg(owner)
-                    .arg(u8::from(overdue))
-                    .arg(marker_ttl_ms);
+                invocation.key(name).key(marker).arg(lease_ms).arg(owner);
+                if overdue {
+                    invocation.arg(1).arg(marker_ttl_ms);
+                }
                 if let Some(token_key) = token_key {
                     invocation.key(token_key);
                 }
