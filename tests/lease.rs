@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::child::{self, ChildProcess};
 use common::{
     RedisServer, ServerExt, calls_of, eventually, exists, hgetall, pttl, recv_within, spawn, timed,
 };
@@ -180,7 +179,6 @@ fn the_watchdog_renews_many_locks_in_batched_calls() {
 }
 
 const CHILD_ENV: &str = "KEYHOLDER_TEST_CRASH_CHILD_URL";
-const CHILD_MARK: &str = "KEYHOLDER-CHILD-LOCKED ";
 const CHILD_WATCHDOG: Duration = Duration::from_millis(500);
 
 /// Not a test of its own: the body of the child process of
@@ -189,7 +187,7 @@ const CHILD_WATCHDOG: Duration = Duration::from_millis(500);
 /// lock. Without the variable it does nothing.
 #[test]
 fn crash_child_process() {
-    let Ok(url) = std::env::var(CHILD_ENV) else { return };
+    let Some(url) = child::child_env(CHILD_ENV) else { return };
     let client = Client::builder(url)
         .watchdog_timeout(CHILD_WATCHDOG)
         .connect_timeout(2 * SECOND)
@@ -197,23 +195,11 @@ fn crash_child_process() {
         .build()
         .unwrap();
     let guard = client.lock("crash").unwrap().lock().unwrap();
-    let mut out = std::io::stdout();
-    writeln!(out, "\n{CHILD_MARK}{}", guard.owner_id()).unwrap();
-    out.flush().unwrap();
+    child::say(format!("LOCKED {}", guard.owner_id()));
     // Hold (renewed by the watchdog) until killed; never outlive the parent's
     // test, and never release: exit runs no destructor.
     std::thread::sleep(Duration::from_secs(20));
     std::process::exit(3);
-}
-
-/// A child process killed when the test ends, whatever happens.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -223,44 +209,19 @@ fn a_crashed_holders_lock_is_freed_within_the_lease() {
     let mut con = server.conn();
     let lock = client.lock("crash").unwrap();
 
-    let mut child = KillOnDrop(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child_process", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, server.url())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let child = &mut child.0;
-    let stdout = child.stdout.take().unwrap();
-    let owner =
-        spawn(move || {
-            BufReader::new(stdout).lines().take(1_000).map_while(Result::ok).find_map(|line| {
-                line.find(CHILD_MARK).map(|at| line[at + CHILD_MARK.len()..].trim().to_owned())
-            })
-        });
-    let owner = recv_within(&owner, 20 * SECOND, "child lock").expect("the child did not take the lock");
+    let url = server.url();
+    let mut child = ChildProcess::spawn("crash_child_process", &[(CHILD_ENV, url.as_str())]);
+    let owner = child.expect("LOCKED ", 20 * SECOND);
 
     // The child's watchdog keeps its lock across several timeouts.
     std::thread::sleep(3 * CHILD_WATCHDOG);
     assert_eq!(hgetall(&mut con, "crash"), [(owner, "1".to_owned())].into_iter().collect());
     assert!(lock.try_lock().unwrap().is_none());
 
-    // Crash it (kill -9: no unlock, no destructor, no shutdown), and wait
-    // (bounded) until it is gone.
-    child.kill().unwrap();
-    let mut status = None;
-    assert!(
-        eventually(10 * SECOND, || {
-            status = child.try_wait().unwrap();
-            status.is_some()
-        }),
-        "the child did not exit"
-    );
+    // Crash it (kill -9: no unlock, no destructor, no shutdown), and reap it.
+    let status = child.kill();
     let died = Instant::now();
-    assert!(!status.unwrap().success(), "the child exited normally instead of crashing");
+    assert!(!status.success(), "the child exited normally instead of crashing");
 
     let guard = lock.try_lock_for(5 * SECOND).unwrap();
     let freed_after = died.elapsed();

@@ -2,8 +2,10 @@
 //! and small helpers.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod child;
 pub mod proxy;
 mod server;
+pub mod store;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
