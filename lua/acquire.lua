@@ -12,15 +12,20 @@
 --          every acquisition made through this script with KEYS[3]
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
--- ARGV[3]  optional "1" when the caller has waited past its fairness window:
+-- ARGV[3]  optional "1" for a new hold: the caller has no live hold here, so
+--          any count its owner id still has (a hold lost unnoticed, an acquire
+--          whose reply was lost) is stale: the count is set to 1, not
+--          incremented
+-- ARGV[4]  optional "1" when the caller has waited past its fairness window:
 --          if it does not get the lock, it becomes next in line (when nobody
---          else is) for ARGV[4] ms
--- ARGV[4]  marker TTL in milliseconds (required with ARGV[3] = "1"): how long
+--          else is) for ARGV[5] ms
+-- ARGV[5]  marker TTL in milliseconds (required with ARGV[4] = "1"): how long
 --          a waiter that stops retrying (it died) can hold up the others
 --
 -- Returns, without KEYS[3]
---   nil      acquired or re-entered: the owner's hold count was incremented,
---            the key's PTTL set to ARGV[1], and the caller's marker removed
+--   nil      acquired or re-entered: the owner's hold count was incremented
+--            (set to 1 with ARGV[3]), the key's PTTL set to ARGV[1], and the
+--            caller's marker removed
 --   integer  not acquired; milliseconds worth waiting: the holder's PTTL
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but another owner is next in line, the
@@ -47,7 +52,11 @@ if next_owner and next_owner ~= owner then
 end
 if free or redis.call('hexists', key, owner) == 1 then
     local token = counter and redis.call('incr', counter)
-    redis.call('hincrby', key, owner, 1)
+    if ARGV[3] == '1' then
+        redis.call('hset', key, owner, 1)
+    else
+        redis.call('hincrby', key, owner, 1)
+    end
     redis.call('pexpire', key, ARGV[1])
     if next_owner then
         redis.call('del', marker)
@@ -59,10 +68,10 @@ if free or redis.call('hexists', key, owner) == 1 then
 end
 
 local ttl = redis.call('pttl', key)
-if marker and ARGV[3] == '1' then
+if marker and ARGV[4] == '1' then
     local next_owner = redis.call('get', marker)
     if not next_owner or next_owner == owner then
-        redis.call('set', marker, owner, 'px', ARGV[4])
+        redis.call('set', marker, owner, 'px', ARGV[5])
     end
 end
 return refuse(ttl)

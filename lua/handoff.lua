@@ -23,8 +23,8 @@
 --        reset to ARGV[2], nothing handed over
 --   1    released, not handed over, because a waiter of another owner is next
 --        in line: the key was deleted and ARGV[1] published on KEYS[2]
---   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count incremented
---        (to 1, unless an earlier acquisition of ARGV[4] lost its reply), the
+--   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count set to 1 (the
+--        receiver has no live hold here, so any count it had is stale), the
 --        key's PTTL set to ARGV[2], and ARGV[4]'s next-in-line marker removed
 -- With a latch, "<request id>:<outcome>" is stored in KEYS[4] for ARGV[6] ms,
 -- and a retry with the same request id returns that outcome without changing
@@ -60,7 +60,7 @@ else
             redis.call('del', KEYS[3])
         end
         redis.call('hdel', key, from)
-        redis.call('hincrby', key, to, 1)
+        redis.call('hset', key, to, 1)
         redis.call('pexpire', key, ARGV[2])
         outcome = 2
     end

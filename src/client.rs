@@ -352,6 +352,17 @@ impl Inner {
 
     /// Releases one guard's share of `hold`.
     pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
+        if let Some(reason) = hold.lost_reason()
+            && hold.entry.has_newer_hold(hold.thread, hold.id)
+        {
+            // The thread locked again after this hold was lost. Its owner id
+            // is the same, and the count in Redis is the new hold's (a new
+            // hold resets it), so this release must not touch Redis.
+            if hold.drop_guard() == 0 {
+                self.finish(hold, false);
+            }
+            return Err(Error::LockLost { name: hold.entry.name.to_string(), reason });
+        }
         if hold.guards() == 1
             && hold.token.is_none()
             && let Some(successor) = hold.entry.reserve_successor(hold.id, self.config.fairness_window)

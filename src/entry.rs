@@ -158,6 +158,15 @@ impl Entry {
         }
     }
 
+    /// True when `thread` holds (or was handed) a hold here other than
+    /// `hold_id`: it locked again after `hold_id` was lost.
+    pub(crate) fn has_newer_hold(&self, thread: u64, hold_id: u64) -> bool {
+        match &self.state.lock().gate {
+            Gate::Held(h) | Gate::Handed(h) => h.thread == thread && h.id != hold_id,
+            _ => false,
+        }
+    }
+
     /// Enters the gate as `successor.thread`. Without `block`, returns
     /// `Ok(None)` at once if another local thread is there; with it, queues
     /// until the gate (or the lock itself) is handed over, or `deadline`

@@ -431,6 +431,7 @@ impl Lock {
             token_key: self.token_key.as_deref().filter(|_| fresh),
             lease_ms,
             owner,
+            fresh,
             overdue,
             marker_ttl_ms: MARKER_TTL_MS,
         };

@@ -74,6 +74,8 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) token_key: Option<&'a str>,
     pub(crate) lease_ms: u64,
     pub(crate) owner: &'a str,
+    /// A new hold, not a re-entry: the owner's count is set to 1.
+    pub(crate) fresh: bool,
     /// The caller has waited past its fairness window: if refused, it
     /// becomes next in line.
     pub(crate) overdue: bool,
@@ -131,11 +133,11 @@ impl Scripts {
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, marker, token_key, lease_ms, owner, overdue, marker_ttl_ms } = *args;
+        let AcquireArgs { name, marker, token_key, lease_ms, owner, fresh, overdue, marker_ttl_ms } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.prepare_invoke();
-                invocation.key(name).key(marker).arg(lease_ms).arg(owner);
+                invocation.key(name).key(marker).arg(lease_ms).arg(owner).arg(u8::from(fresh));
                 if overdue {
                     invocation.arg(1).arg(marker_ttl_ms);
                 }

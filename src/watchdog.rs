@@ -148,7 +148,18 @@ pub(crate) fn renew_all(inner: &Inner) {
                     }
                 }
             }
-            Err(e) => log::warn!("keyholder watchdog could not renew {} locks: {e}", batch.len()),
+            Err(e) => {
+                // Redis is failing: the other batches would each wait out a
+                // timeout too, delaying the lease deadlines this thread must
+                // notice. Try again next period.
+                log::warn!(
+                    "keyholder watchdog could not renew {} of {} locks: {e}",
+                    batch.len(),
+                    holds.len()
+                );
+                return;
+            }
         }
+        inner.watchdog.expire_overdue(Instant::now());
     }
 }

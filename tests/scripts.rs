@@ -385,7 +385,7 @@ fn acquire_marked(
 ) -> redis::RedisResult<Value> {
     let script = acquire_script();
     let mut invocation = script.key(name);
-    invocation.key(marker_of(name)).arg(10_000).arg(owner);
+    invocation.key(marker_of(name)).arg(10_000).arg(owner).arg("1");
     if overdue {
         invocation.arg("1").arg(1_000);
     }
@@ -585,4 +585,27 @@ fn handoff_gives_the_lock_to_a_local_successor_without_publishing() {
     assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some((&latch, 7, true))).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, "hand"));
     assert_eq!(listener.drain_until_marker(&mut con, &channel), []);
+}
+
+#[test]
+fn a_new_hold_resets_a_stale_count_and_a_reentry_increments() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let new_hold = |con: &mut redis::Connection, fresh: &str| -> Value {
+        acquire_script()
+            .key("stale")
+            .key(marker_of("stale"))
+            .arg(10_000)
+            .arg(OWNER_A)
+            .arg(fresh)
+            .invoke(con)
+            .unwrap()
+    };
+    // A count left by an acquire whose reply was lost.
+    let _: i64 = redis::cmd("HSET").arg("stale").arg(OWNER_A).arg(3).query(&mut con).unwrap();
+    assert_eq!(new_hold(&mut con, "1"), Value::Nil);
+    assert_eq!(hgetall(&mut con, "stale"), one_field(OWNER_A, "1"), "a new hold counted the stale holds");
+    assert!(pttl(&mut con, "stale") > 9_000);
+    assert_eq!(new_hold(&mut con, "0"), Value::Nil);
+    assert_eq!(hgetall(&mut con, "stale"), one_field(OWNER_A, "2"), "a re-entry did not increment");
 }
