@@ -25,11 +25,20 @@
 //!
 //! Redis round trips are counted by the server: the delta of `INFO
 //! commandstats` over the measured window. Redis counts the commands a Lua
-//! script runs as calls too, so the commands that only ever run inside the
-//! scripts (`exists`, `hexists`, `hincrby`, `pexpire`, `pttl`, `del`,
-//! `publish`, `type`, and `get`/`set` for keyholder's unlock latch and the
-//! baseline's compare-and-delete) are left out, as are the counter's GET and
-//! SET (their number is known exactly) and the bench's own INFO calls.
+//! script runs as calls too, so the commands that run inside the scripts
+//! (`exists`, `hexists`, `hincrby`, `hset`, `hdel`, `pexpire`, `pttl`, `del`,
+//! `publish`, `type`, `incr`, and `get`/`set` for keyholder's unlock latch and
+//! next-in-line marker and the baseline's compare-and-delete) are left out,
+//! as are the counter's GET and SET (their number is known exactly) and the
+//! bench's own INFO calls. keyholder also sends one of those commands itself:
+//! a queued thread asks `HEXISTS` whether a local holder still holds the lock
+//! after an unlock message. So in the contended workloads (W2, W3) keyholder's
+//! windows are also *audited*: the server's slow log records every command
+//! (threshold 0), script-internal ones with the peer `?:0` and top-level ones
+//! with the client's address, and keyholder's round trips are the top-level
+//! commands it lists (SUBSCRIBE, UNSUBSCRIBE, PING and HEXISTS included).
+//! W2 audits the floor loop and the baseline too, so that all pay the same
+//! slow-log cost; `--no-audit` turns it off.
 //! Client CPU is the process's utime+stime from `/proc/self/stat` (10 ms
 //! ticks); Redis CPU is `INFO cpu` (used_cpu_user + used_cpu_sys).
 
@@ -55,12 +64,15 @@ fn err(msg: impl Into<String>) -> BoxError {
 }
 
 const USAGE: &str = "\
-usage: bench [--quick] [--runs N] [--only W1,W2,...] [--w3-baseline-threads N]
+usage: bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
   --only LIST                run only these workloads (W1..W5, comma-separated)
+  --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
+  --no-audit                 do not count top-level commands with the slow log in W2 and W3
+                             (then keyholder's top-level HEXISTS calls go uncounted)
 
 REDIS_URL selects a Redis server; without it a private redis-server is started
 (REDIS_SERVER_BIN overrides the binary).";
@@ -81,13 +93,25 @@ const ACQUIRE_LIMIT: Duration = Duration::from_secs(120);
 /// handoff, renew); keyholder sends none of them on its own in these
 /// workloads.
 const NESTED_LIB: &[&str] = &[
-    "exists", "hexists", "hincrby", "hdel", "pexpire", "pttl", "del", "publish", "spublish", "type", "get",
-    "set", "incr",
+    "exists", "hexists", "hincrby", "hset", "hdel", "pexpire", "pttl", "del", "publish", "spublish", "type",
+    "get", "set", "incr",
 ];
 /// Commands that the baseline's compare-and-delete runs inside EVALSHA.
 const NESTED_BASELINE: &[&str] = &["get", "del"];
 /// The bench's own inspection commands.
-const BENCH_OWN: &[&str] = &["info", "client|list", "pubsub|numsub", "dbsize"];
+const BENCH_OWN: &[&str] = &[
+    "info",
+    "client|list",
+    "pubsub|numsub",
+    "dbsize",
+    "slowlog|reset",
+    "slowlog|get",
+    "slowlog|len",
+    "config|set",
+];
+/// Slow-log entries kept during an audited window; a window that logs more
+/// falls back to the INFO commandstats count.
+const AUDIT_MAX_LEN: u64 = 1_000_000;
 
 #[derive(Debug, Clone)]
 struct Cfg {
@@ -103,6 +127,8 @@ struct Cfg {
     w3_threads: usize,
     w3_clients: usize,
     w3_baseline_threads: usize,
+    /// Count top-level commands with the slow log in W2 and W3.
+    audit: bool,
     w3_idle: Duration,
     w3_stack: usize,
     w4_locks: usize,
@@ -127,6 +153,7 @@ impl Cfg {
             w3_threads: 1000,
             w3_clients: 4,
             w3_baseline_threads: 1000,
+            audit: true,
             w3_idle: Duration::from_secs(1),
             w3_stack: 64 * 1024,
             w4_locks: 10_000,
@@ -178,6 +205,7 @@ fn parse_args() -> Result<Option<Cfg>, String> {
         };
         match flag.as_str() {
             "--quick" => {}
+            "--no-audit" => cfg.audit = false,
             "--runs" => {
                 cfg.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?;
                 if cfg.runs == 0 || cfg.runs > 100 {
@@ -190,6 +218,12 @@ fn parse_args() -> Result<Option<Cfg>, String> {
                     if !["W1", "W2", "W3", "W4", "W5"].contains(&w.as_str()) {
                         return Err(format!("--only: unknown workload {w}"));
                     }
+                }
+            }
+            "--w2-clients" => {
+                cfg.w2_clients = value()?.parse().map_err(|e| format!("--w2-clients: {e}"))?;
+                if cfg.w2_clients < 2 || cfg.w2_clients > cfg.w2_threads {
+                    return Err(format!("--w2-clients must be 2..={}", cfg.w2_threads));
                 }
             }
             "--w3-baseline-threads" => {
@@ -272,6 +306,8 @@ impl Redis {
 const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
 const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
+const HANDOFF_LUA: &str = include_str!("../lua/handoff.lua");
+const ABANDON_LUA: &str = include_str!("../lua/abandon.lua");
 
 struct Scripts {
     acquire: redis::Script,
@@ -299,6 +335,8 @@ struct Env {
     raw: redis::Client,
     scripts: Scripts,
     prefix: String,
+    /// The server's own `slowlog-log-slower-than`, restored after each audit.
+    slowlog_threshold: String,
 }
 
 impl Env {
@@ -500,9 +538,74 @@ fn snap(stats: &mut redis::Connection) -> Res<Snap> {
 /// What happened between two snapshots.
 struct Delta {
     calls: HashMap<String, u64>,
+    /// Top-level commands by name, when the window was audited.
+    top: Option<HashMap<String, u64>>,
     server_cpu: f64,
     client_cpu: f64,
     wall: f64,
+}
+
+/// Starts an audited window, when audits are on: from here the slow log
+/// records every command, script-internal ones with the peer `?:0`.
+fn audit_start(env: &Env, stats: &mut redis::Connection) -> Res<bool> {
+    if !env.cfg.audit {
+        return Ok(false);
+    }
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(AUDIT_MAX_LEN).query::<()>(stats)?;
+    redis::cmd("CONFIG").arg("SET").arg("slowlog-log-slower-than").arg(0).query::<()>(stats)?;
+    redis::cmd("SLOWLOG").arg("RESET").query::<()>(stats)?;
+    Ok(true)
+}
+
+/// Commands whose first argument is a subcommand, named `cmd|sub` as INFO
+/// commandstats names them.
+const CONTAINERS: &[&str] =
+    &["client", "config", "slowlog", "script", "pubsub", "command", "memory", "object"];
+
+/// Ends an audited window: the top-level commands it logged, by name, or
+/// `None` when the window was not audited (or logged more than the slow log
+/// keeps).
+fn audit_end(env: &Env, stats: &mut redis::Connection, on: bool) -> Res<Option<HashMap<String, u64>>> {
+    if !on {
+        return Ok(None);
+    }
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(&env.slowlog_threshold)
+        .query::<()>(stats)?;
+    let len: u64 = redis::cmd("SLOWLOG").arg("LEN").query(stats)?;
+    if len >= AUDIT_MAX_LEN {
+        eprintln!("bench: the slow log overflowed ({len} entries); counting with INFO commandstats only");
+        redis::cmd("SLOWLOG").arg("RESET").query::<()>(stats)?;
+        return Ok(None);
+    }
+    let entries: Value = redis::cmd("SLOWLOG").arg("GET").arg(len.max(1)).query(stats)?;
+    redis::cmd("SLOWLOG").arg("RESET").query::<()>(stats)?;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let Value::Array(entries) = entries else { return Err(err("SLOWLOG GET replied with no array")) };
+    let mut top = HashMap::new();
+    for entry in &entries {
+        let Value::Array(fields) = entry else { continue };
+        let (Some(Value::Array(args)), Some(peer)) = (fields.get(3), fields.get(4).and_then(text)) else {
+            return Err(err("a slow log entry without arguments or peer (Redis 4 or newer is needed)"));
+        };
+        if peer.starts_with('?') {
+            continue; // run by a script
+        }
+        let mut name = args.first().and_then(text).unwrap_or_default().to_lowercase();
+        if CONTAINERS.contains(&name.as_str())
+            && let Some(sub) = args.get(1).and_then(text)
+        {
+            name = format!("{name}|{}", sub.to_lowercase());
+        }
+        *top.entry(name).or_insert(0) += 1;
+    }
+    Ok(Some(top))
 }
 
 impl Delta {
@@ -515,6 +618,7 @@ impl Delta {
             .collect();
         Delta {
             calls,
+            top: None,
             server_cpu: b.server_cpu - a.server_cpu,
             client_cpu: b.client_cpu - a.client_cpu,
             wall: b.at.duration_since(a.at).as_secs_f64(),
@@ -525,10 +629,22 @@ impl Delta {
         self.calls.get(name).copied().unwrap_or(0) as f64
     }
 
-    /// Top-level commands: all calls but those that ran inside the scripts
-    /// (`nested`), the bench's own, and the counter's `counter_ops` GETs and
-    /// SETs when those commands are not already left out as nested.
+    /// Top-level commands but the bench's own and the counter's
+    /// `counter_ops` GETs and SETs: from the audit when there is one, else all
+    /// calls but those that ran inside the scripts (`nested`).
     fn round_trips(&self, nested: &[&str], counter_ops: u64) -> f64 {
+        if let Some(top) = &self.top {
+            let own = |name: &str| BENCH_OWN.contains(&name);
+            return top
+                .iter()
+                .filter(|(name, _)| !own(name))
+                .map(
+                    |(name, n)| {
+                        if name == "get" || name == "set" { n.saturating_sub(counter_ops) } else { *n }
+                    },
+                )
+                .sum::<u64>() as f64;
+        }
         let mut total = 0;
         for (name, n) in &self.calls {
             let name = name.as_str();
@@ -542,6 +658,11 @@ impl Delta {
 
     fn subscribes(&self) -> f64 {
         self.calls("subscribe") + self.calls("unsubscribe")
+    }
+
+    /// Top-level calls of `name`, from the audit; NaN without one.
+    fn top_calls(&self, name: &str) -> f64 {
+        self.top.as_ref().map_or(f64::NAN, |top| top.get(name).copied().unwrap_or(0) as f64)
     }
 }
 
@@ -673,40 +794,57 @@ fn run(cfg: Cfg) -> Res<()> {
     let started = Instant::now();
     let redis = Redis::start()?;
     let url = redis.url();
+    let raw = raw_client(&url)?;
+    let mut stats = connect(&raw)?;
+    let slowlog = |name: &str, stats: &mut redis::Connection| -> Res<String> {
+        let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(stats)?;
+        pair.get(1).cloned().ok_or_else(|| err(format!("CONFIG GET {name} replied {pair:?}")))
+    };
+    let slowlog_threshold = slowlog("slowlog-log-slower-than", &mut stats)?;
+    let slowlog_max_len = slowlog("slowlog-max-len", &mut stats)?;
     let env = Env {
-        raw: raw_client(&url)?,
+        raw,
         url,
         scripts: Scripts::new(),
         prefix: format!("kh-bench:{}", &token()[..8]),
         cfg,
+        slowlog_threshold,
     };
-    let mut stats = connect(&env.raw)?;
     // Load every script up front, so that no measured window pays a NOSCRIPT
-    // round trip (keyholder's own force_unlock/fenced scripts are not used).
-    for source in [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, COMPARE_AND_DELETE] {
+    // round trip (keyholder's force_unlock.lua is not used).
+    for source in [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, HANDOFF_LUA, ABANDON_LUA, COMPARE_AND_DELETE] {
         redis::cmd("SCRIPT").arg("LOAD").arg(source).query::<String>(&mut stats)?;
     }
-    header(&env, &redis, &mut stats)?;
-    if env.cfg.wants("W1") {
-        w1(&env, &mut stats)?;
-    }
-    if env.cfg.wants("W2") {
-        w2(&env, &mut stats)?;
-    }
-    if env.cfg.wants("W3") {
-        w3(&env, &mut stats)?;
-    }
-    if env.cfg.wants("W4") {
-        w4(&env, &mut stats)?;
-    }
-    if env.cfg.wants("W5") {
-        w5(&env, &mut stats)?;
-    }
+    let outcome = run_workloads(&env, &redis, &mut stats);
+    // Leave a shared server's slow log as it was.
+    let _ =
+        redis::cmd("CONFIG").arg("SET").arg("slowlog-max-len").arg(&slowlog_max_len).query::<()>(&mut stats);
+    outcome?;
     println!(
         "\nTotal bench time {:.1} s; load average at the end: {}.",
         started.elapsed().as_secs_f64(),
         loadavg()
     );
+    Ok(())
+}
+
+fn run_workloads(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
+    header(env, redis, stats)?;
+    if env.cfg.wants("W1") {
+        w1(env, stats)?;
+    }
+    if env.cfg.wants("W2") {
+        w2(env, stats)?;
+    }
+    if env.cfg.wants("W3") {
+        w3(env, stats)?;
+    }
+    if env.cfg.wants("W4") {
+        w4(env, stats)?;
+    }
+    if env.cfg.wants("W5") {
+        w5(env, stats)?;
+    }
     Ok(())
 }
 
@@ -987,6 +1125,10 @@ struct Contended {
     thread_streak: f64,
     /// Longest run of consecutive acquisitions by one keyholder client.
     client_streak: f64,
+    /// Acquisitions by other threads during the longest wait.
+    worst_others: f64,
+    /// The runs of one client (one thread with one client) they formed.
+    worst_runs: f64,
     ideal: f64,
     vs_ideal: f64,
     hold_ms: f64,
@@ -998,6 +1140,9 @@ struct Contended {
     attempts: f64,
     evalsha: f64,
     subs: f64,
+    /// Top-level HEXISTS per acquisition (a queued thread checking a local
+    /// holder after an unlock message), from the audit.
+    hexists: f64,
     handoffs: f64,
     cpu_us: f64,
     server_us: f64,
@@ -1086,6 +1231,7 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         for _ in 0..threads {
             ready_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| err("W2 workers did not start"))?;
         }
+        let audited = audit_start(env, stats)?;
         let a = snap(stats)?;
         drop(go_tx);
         let mut workers = Vec::new();
@@ -1097,9 +1243,10 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
             }
         }
         let b = snap(stats)?;
+        let top = audit_end(env, stats, audited)?;
         match failure {
             Some(e) => Err(e),
-            None => Ok((workers, Delta::between(&a, &b))),
+            None => Ok((workers, Delta { top, ..Delta::between(&a, &b) })),
         }
     })?;
     let acquisitions = workers.iter().map(|w| w.waits_ms.len()).sum::<usize>();
@@ -1116,6 +1263,22 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         _ => None,
     };
     let thread_streak = longest_streak(order.iter().map(|(_, i)| *i));
+    // The longest wait, and what happened during it: acquisitions by other
+    // threads, and the runs of consecutive acquisitions by one client (or,
+    // with one client or the baseline, by one thread) they formed.
+    let worst = workers
+        .iter()
+        .flat_map(|w| w.acquired_at.iter().zip(&w.waits_ms).map(move |(at, ms)| (*at, *ms, w.index)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let (worst_others, worst_runs) = worst.map_or((f64::NAN, f64::NAN), |(at, ms, me)| {
+        let asked = at.checked_sub(Duration::from_secs_f64(ms / 1e3)).unwrap_or(at);
+        let during: Vec<usize> =
+            order.iter().filter(|(t, i)| *t > asked && *t < at && *i != me).map(|(_, i)| *i).collect();
+        let owner = |i: usize| clients.map_or(i, |c| i % c);
+        let runs = during.windows(2).filter(|w| owner(w[0]) != owner(w[1])).count()
+            + usize::from(!during.is_empty());
+        (during.len() as f64, runs as f64)
+    });
     let client_streak = clients.map_or(f64::NAN, |c| longest_streak(order.iter().map(|(_, i)| i % c)));
     let waits = sorted(workers.into_iter().flat_map(|w| w.waits_ms).collect());
     let rate = n / d.wall;
@@ -1129,6 +1292,8 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         handoff_us: (1.0 / rate - hold) * 1e6,
         thread_streak,
         client_streak,
+        worst_others,
+        worst_runs,
         ideal,
         vs_ideal: rate / ideal,
         hold_ms: hold * 1e3,
@@ -1140,6 +1305,7 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         attempts: attempts / n,
         evalsha: d.calls("evalsha") / n,
         subs: d.subscribes() / n,
+        hexists: d.top_calls("hexists") / n,
         handoffs: d.calls("hdel") / n,
         cpu_us: d.client_cpu / n * 1e6,
         server_us: d.server_cpu / n * 1e6,
@@ -1169,6 +1335,7 @@ fn run_floor_hold(env: &Env, stats: &mut redis::Connection, n: usize, handoff: f
     let mut counter_con = connect(&env.raw)?;
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
     let mut held = Duration::ZERO;
+    let audited = audit_start(env, stats)?;
     let a = snap(stats)?;
     for _ in 0..n {
         if !floor_acquire(&mut con, s, &key, owner)? {
@@ -1180,9 +1347,10 @@ fn run_floor_hold(env: &Env, stats: &mut redis::Connection, n: usize, handoff: f
         }
     }
     let b = snap(stats)?;
+    let top = audit_end(env, stats, audited)?;
     let counted: Option<i64> = redis::cmd("GET").arg(&counter).query(stats)?;
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
-    let d = Delta::between(&a, &b);
+    let d = Delta { top, ..Delta::between(&a, &b) };
     let nf = n as f64;
     let hold = held.as_secs_f64() / nf;
     let rate = nf / d.wall;
@@ -1192,6 +1360,8 @@ fn run_floor_hold(env: &Env, stats: &mut redis::Connection, n: usize, handoff: f
         handoff_us: (1.0 / rate - hold) * 1e6,
         thread_streak: f64::NAN,
         client_streak: f64::NAN,
+        worst_others: f64::NAN,
+        worst_runs: f64::NAN,
         ideal,
         vs_ideal: rate / ideal,
         hold_ms: hold * 1e3,
@@ -1199,10 +1369,11 @@ fn run_floor_hold(env: &Env, stats: &mut redis::Connection, n: usize, handoff: f
         p99_ms: f64::NAN,
         max_ms: f64::NAN,
         lost: nf - counted.unwrap_or(0) as f64,
-        rt: d.round_trips(NESTED_LIB, 0) / nf,
+        rt: d.round_trips(NESTED_LIB, n as u64) / nf,
         attempts: d.calls("exists") / nf,
         evalsha: d.calls("evalsha") / nf,
         subs: d.subscribes() / nf,
+        hexists: d.top_calls("hexists") / nf,
         handoffs: d.calls("hdel") / nf,
         cpu_us: d.client_cpu / nf * 1e6,
         server_us: d.server_cpu / nf * 1e6,
@@ -1219,6 +1390,14 @@ fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
         fmt(med(runs, |r| r.p50_ms), 2),
         fmt(med(runs, |r| r.p99_ms), 2),
         format!("{} ({})", fmt(med(runs, |r| r.max_ms), 1), fmt(max_of(runs, |r| r.max_ms), 1)),
+        {
+            // The run whose wait was the longest.
+            let worst =
+                runs.iter().filter(|r| !r.max_ms.is_nan()).max_by(|a, b| a.max_ms.total_cmp(&b.max_ms));
+            worst.map_or("n/a".to_owned(), |r| {
+                format!("{} / {}", fmt(r.worst_others, 0), fmt(r.worst_runs, 0))
+            })
+        },
         format!(
             "{} / {}",
             fmt(max_of(runs, |r| r.thread_streak), 0),
@@ -1229,6 +1408,7 @@ fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
         fmt(med(runs, |r| r.attempts), 2),
         fmt(med(runs, |r| r.evalsha), 2),
         fmt(med(runs, |r| r.subs), 2),
+        fmt(med(runs, |r| r.hexists), 2),
         fmt(med(runs, |r| r.handoffs), 2),
         fmt(med(runs, |r| r.cpu_us), 0),
         fmt(med(runs, |r| r.server_us), 0),
@@ -1259,6 +1439,8 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 handoff_us: h * 1e6,
                 thread_streak: f64::NAN,
                 client_streak: f64::NAN,
+                worst_others: f64::NAN,
+                worst_runs: f64::NAN,
                 ideal: k.ideal,
                 vs_ideal: 1.0,
                 hold_ms: k.hold_ms,
@@ -1270,6 +1452,7 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 attempts: 1.0,
                 evalsha: 2.0,
                 subs: 0.0,
+                hexists: 0.0,
                 handoffs: 0.0,
                 cpu_us: f64::NAN,
                 server_us: f64::NAN,
@@ -1296,12 +1479,14 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 "p50 wait ms",
                 "p99 wait ms",
                 "max wait ms (worst run)",
+                "during worst wait: others' acqs / runs",
                 "longest streak thread / client",
                 "lost updates",
                 "round trips/acq",
                 "acquire attempts/acq",
                 "EVALSHA/acq",
                 "(UN)SUBSCRIBE/acq",
+                "HEXISTS/acq",
                 "hand-offs/acq",
                 "client CPU µs/acq",
                 "Redis CPU µs/acq",
@@ -1317,15 +1502,27 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                     "ideal = 1 / (measured mean hold + one handoff); handoff = floor acquire+release pair, \
                      median {} µs; an implementation's handoff = 1/(acq/s) - mean hold. vs ideal is each \
                      run's own ratio. Longest streak: most consecutive acquisitions by one thread / one \
-                     keyholder client, worst run (a streak is barging). Lost updates: summed over runs. \
-                     Round trips exclude the counter's GET/SET. Acquire attempts: keyholder's acquire.lua \
+                     keyholder client, worst run (a streak is barging). During worst wait: in the worst run, the \
+                     acquisitions other threads made while the longest-waiting thread waited, and the runs \
+                     of consecutive acquisitions by one client (by one thread, with one client or the \
+                     baseline) they formed. Lost updates: summed over runs. \
+                     Round trips are top-level commands{}, excluding the counter's GET/SET; \
+                     HEXISTS: keyholder's own top-level HEXISTS (a queued thread checking a local holder \
+                     after an unlock message), counted by the audit. Acquire attempts: keyholder's acquire.lua \
                      calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's \
                      handoff.lua calls that passed the lock straight to a local thread (its HDEL count), \
                      acquisitions that took no acquire.lua call. Client CPU includes the \
                      counter's GET/SET, and has a 10 ms tick resolution. The floor loop is measured: one \
                      thread runs the raw acquire.lua, the same critical section and release.lua, with no \
                      second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
-                    fmt(median(handoffs), 0)
+                    fmt(median(handoffs), 0),
+                    if c.audit {
+                        " counted by the server's slow log (every command logged, script-internal ones \
+                         told apart by their peer)"
+                    } else {
+                        " (INFO commandstats less script-internal commands; --no-audit: top-level HEXISTS \
+                         uncounted)"
+                    }
                 ),
                 if clients == 1 {
                     String::new()
@@ -1356,6 +1553,10 @@ struct Herd {
     evalsha: f64,
     subs: f64,
     handoffs: f64,
+    /// acquire.lua calls per published unlock message.
+    per_unlock: f64,
+    /// Top-level HEXISTS per acquisition, from the audit.
+    hexists: f64,
     idle_cpu_ms_s: f64,
     idle_wakeups_s: f64,
     idle_cmds_s: f64,
@@ -1379,14 +1580,17 @@ fn measure_idle(
     channel: &str,
     nested: &[&str],
     conns_before: f64,
+    audit: bool,
 ) -> Res<Idle> {
     let window = env.cfg.w3_idle;
+    let audited = audit && audit_start(env, stats)?;
     let w0 = thread_switches();
     let a = snap(stats)?;
     thread::sleep(window);
     let b = snap(stats)?;
     let w1 = thread_switches();
-    let d = Delta::between(&a, &b);
+    let top = audit_end(env, stats, audited)?;
+    let d = Delta { top, ..Delta::between(&a, &b) };
     let secs = d.wall;
     let pubsub: String = redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub").query(stats)?;
     let numsub: HashMap<String, i64> = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(stats)?;
@@ -1463,10 +1667,11 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
                     clients.iter().all(|k| k.subscribed_channels() == 1)
                 });
                 thread::sleep(Duration::from_millis(if c.quick { 50 } else { 300 }));
-                measure_idle(env, stats, &channel, NESTED_LIB, conns_before + 1.0)
+                measure_idle(env, stats, &channel, NESTED_LIB, conns_before + 1.0, true)
             })(),
         };
         // Pass the lock along, whatever happened above: the threads finish.
+        let audited = audit_start(env, stats).unwrap_or(false);
         let a = snap(stats);
         let start = Instant::now();
         let released = floor_release(&mut block_con, s, &key, blocker);
@@ -1478,6 +1683,7 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
         }
         let total = start.elapsed().as_secs_f64();
         let b = snap(stats)?;
+        let top = audit_end(env, stats, audited)?;
         let a = a?;
         if released? != 1 {
             return Err(err("W3: the blocker's release did not publish"));
@@ -1486,7 +1692,7 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
             return Err(e);
         }
         let idle = idle?;
-        let d = Delta::between(&a, &b);
+        let d = Delta { top, ..Delta::between(&a, &b) };
         let nf = n as f64;
         let ideal = held_ns.load(Ordering::Acquire) as f64 / 1e9 + nf * handoff;
         Ok(Herd {
@@ -1502,6 +1708,8 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
             evalsha: d.calls("evalsha") / nf,
             subs: d.subscribes() / nf,
             handoffs: d.calls("hdel") / nf,
+            per_unlock: d.calls("exists") / d.calls("publish"),
+            hexists: d.top_calls("hexists") / nf,
             idle_cpu_ms_s: idle.cpu_ms_s,
             idle_wakeups_s: idle.wakeups_s,
             idle_cmds_s: idle.cmds_s,
@@ -1560,7 +1768,16 @@ fn w3_baseline(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<He
                     ready.load(Ordering::Acquire) >= n
                 })?;
                 thread::sleep(Duration::from_millis(if c.quick { 50 } else { 300 }));
-                measure_idle(env, stats, &channel_of(key.as_str()), NESTED_BASELINE, conns_before + 1.0)
+                // Not audited: 1000 pollers would fill the slow log, and the
+                // baseline runs no command both inside and outside a script.
+                measure_idle(
+                    env,
+                    stats,
+                    &channel_of(key.as_str()),
+                    NESTED_BASELINE,
+                    conns_before + 1.0,
+                    false,
+                )
             })(),
         };
         let a = snap(stats);
@@ -1596,6 +1813,8 @@ fn w3_baseline(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<He
             evalsha: d.calls("evalsha") / nf,
             subs: d.subscribes() / nf,
             handoffs: d.calls("hdel") / nf,
+            per_unlock: f64::NAN,
+            hexists: f64::NAN,
             idle_cpu_ms_s: idle.cpu_ms_s,
             idle_wakeups_s: idle.wakeups_s,
             idle_cmds_s: idle.cmds_s,
@@ -1618,6 +1837,8 @@ fn herd_row(name: &str, runs: &[Herd]) -> Vec<String> {
         fmt(med(runs, |r| r.evalsha), 2),
         fmt(med(runs, |r| r.subs), 2),
         fmt(med(runs, |r| r.handoffs), 2),
+        fmt(med(runs, |r| r.per_unlock), 2),
+        fmt(med(runs, |r| r.hexists), 2),
         fmt(med(runs, |r| r.rt), 2),
         fmt(med(runs, |r| r.idle_cpu_ms_s), 0),
         fmt(med(runs, |r| r.idle_wakeups_s), 0),
@@ -1649,6 +1870,8 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             evalsha: 2.0,
             subs: 0.0,
             handoffs: 0.0,
+            per_unlock: 1.0,
+            hexists: 0.0,
             idle_cpu_ms_s: f64::NAN,
             idle_wakeups_s: f64::NAN,
             idle_cmds_s: f64::NAN,
@@ -1664,9 +1887,18 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
          LIST TYPE pubsub; conns: connected_clients added by the implementation; subscribers: PUBSUB NUMSUB \
          of the lock's channel. Acquire attempts per acquisition: keyholder's acquire.lua calls (EXISTS \
          count), the baseline's SET NX calls; hand-offs: handoff.lua calls that passed the lock straight to \
-         a local thread (HDEL count). EVALSHA counts every script call: acquires, releases, hand-offs.",
+         a local thread (HDEL count); acquire calls/unlock: acquire.lua calls per unlock message published \
+         (EXISTS / PUBLISH count), which is at most one per client when each unlock wakes at most one \
+         thread per client (plus a waiter's one retry when it becomes overdue). EVALSHA counts every script \
+         call: acquires, releases, hand-offs. keyholder's round trips and idle commands{}; HEXISTS: its own \
+         top-level HEXISTS. The baseline's are INFO commandstats less its compare-and-delete's GET/DEL.",
         fmt(median(handoffs), 0),
-        c.w3_idle
+        c.w3_idle,
+        if c.audit {
+            " are top-level commands counted by the server's slow log"
+        } else {
+            " are INFO commandstats less script-internal commands (--no-audit: top-level HEXISTS uncounted)"
+        }
     )];
     if c.w3_baseline_threads != c.w3_threads {
         notes.push(format!(
@@ -1693,6 +1925,8 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "EVALSHA/acq",
             "(UN)SUBSCRIBE/acq",
             "hand-offs/acq",
+            "acquire calls/unlock",
+            "HEXISTS/acq",
             "round trips/acq",
             "idle client CPU ms/s",
             "idle wake-ups/s",
