@@ -228,7 +228,6 @@ fn a_restart_without_persistence_restarts_the_fencing_sequence() {
 }
 
 #[test]
-
 fn dropping_a_lost_guard_after_locking_again_keeps_the_new_hold() {
     // An application that notices a lost hold and locks again, in the
     // natural `guard = lock.lock()?` form: the new guard is acquired first,
@@ -328,8 +327,8 @@ fn waiters_acquire_after_their_pubsub_connection_is_black_holed_and_replaced() {
     let holder = server.client();
     // The waiting client's own lease is short: an acquire of its made during
     // the black hole may be orphaned (its give-back cannot reach Redis), and
-    // an orphan must not hold the others up for long. (With a long lease it
-    // can: see `locking_again_within_an_orphans_lease_does_not_count_twice`.)
+    // the orphan holds the other threads up until its lease ends, unless its
+    // own thread locks again first (which resets the stale count).
     let waiting = Client::builder(proxy.url())
         .connect_timeout(CONNECT)
         .command_timeout(COMMAND)
@@ -473,7 +472,6 @@ fn an_acquire_that_cannot_be_given_back_is_orphaned_no_longer_than_its_lease() {
 }
 
 #[test]
-
 fn locking_again_within_an_orphans_lease_does_not_count_twice() {
     const LEASE: Duration = Duration::from_millis(3000);
     let server = RedisServer::start();
@@ -765,7 +763,6 @@ fn every_public_call_errors_in_time_behind_a_black_hole() {
 }
 
 #[test]
-
 fn lost_signals_fire_on_time_while_renewals_of_many_locks_hang() {
     // 1000 locks: ten renewal batches, each of which hangs for a timeout
     // while Redis is unreachable. `lost_signal` promises the loss "the
