@@ -4,9 +4,9 @@
 --
 -- KEYS[1]  lock key: a HASH named by the lock name itself
 -- KEYS[2]  optional next-in-line marker "keyholder_lock_next:{<name>}": a
---          STRING holding the owner id of a waiter that has waited longer than
---          its client's fairness window; while it exists, a free lock is only
---          given to that owner
+--          STRING holding the owner id of a waiter that has waited past its
+--          client's overdue point (twice its fairness window); while it
+--          exists, a free lock is only given to that owner
 -- KEYS[3]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING, no TTL, shared with Java's RFencedLock; incremented on
 --          every acquisition made through this script with KEYS[3]
@@ -16,7 +16,7 @@
 --          any count its owner id still has (a hold lost unnoticed, an acquire
 --          whose reply was lost) is stale: the count is set to 1, not
 --          incremented
--- ARGV[4]  optional "1" when the caller has waited past its fairness window:
+-- ARGV[4]  optional "1" when the caller is overdue (see KEYS[2]):
 --          if it does not get the lock, it becomes next in line (when nobody
 --          else is) for ARGV[5] ms
 -- ARGV[5]  marker TTL in milliseconds (required with ARGV[4] = "1"): how long

@@ -266,7 +266,12 @@ impl Inner {
         if let Some(entry) = entries.map.get(name) {
             return Arc::clone(entry);
         }
-        let entry = Arc::new(Entry::new(Arc::clone(name), Arc::clone(channel), Arc::clone(marker)));
+        let entry = Arc::new(Entry::new(
+            Arc::clone(name),
+            Arc::clone(channel),
+            Arc::clone(marker),
+            self.config.fairness_window,
+        ));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }
@@ -362,6 +367,9 @@ impl Inner {
                 self.finish(hold, false);
             }
             return Err(Error::LockLost { name: hold.entry.name.to_string(), reason });
+        }
+        if hold.guards() == 1 {
+            hold.start_release();
         }
         if hold.guards() == 1
             && hold.token.is_none()

@@ -21,8 +21,12 @@
 //! before the waiting thread parks is kept, never lost.
 //!
 //! **The subscription** to the lock's unlock channel is made by the first
-//! thread that has to wait in Redis and kept while any local thread waits, so
-//! a queue of local waiters subscribes once, not once per thread.
+//! thread that has to wait, in Redis or in the queue behind a local holder,
+//! and kept while any local thread waits, so a queue of local waiters
+//! subscribes once, not once per thread. Queued threads listen too: an
+//! unlock message while a local thread holds the lock makes the front of the
+//! queue ask Redis whether that hold still exists (it may have been
+//! force-unlocked or lost with a Redis restart).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,6 +45,8 @@ pub(crate) struct Entry {
     pub(crate) channel: Arc<str>,
     /// The next-in-line marker key (see `lua/acquire.lua`).
     pub(crate) marker: Arc<str>,
+    /// The client's fairness window.
+    fairness_window: Duration,
     state: Mutex<State>,
     woken: Condvar,
 }
@@ -91,6 +97,8 @@ struct State {
     subscription: Option<Subscription>,
     /// An unlock message arrived while a local thread held the lock.
     holder_suspect: bool,
+    /// When this client last released the lock for all.
+    last_public_release: Option<Instant>,
     /// A queued thread is subscribing on the queue's behalf.
     subscribing: bool,
     /// A thread given the gate right after its own client released the lock
@@ -130,11 +138,17 @@ pub(crate) enum Wake {
 const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
-    pub(crate) fn new(name: Arc<str>, channel: Arc<str>, marker: Arc<str>) -> Self {
+    pub(crate) fn new(
+        name: Arc<str>,
+        channel: Arc<str>,
+        marker: Arc<str>,
+        fairness_window: Duration,
+    ) -> Self {
         Entry {
             name,
             channel,
             marker,
+            fairness_window,
             state: Mutex::new(State {
                 gate: Gate::Free,
                 queue: VecDeque::new(),
@@ -142,6 +156,7 @@ impl Entry {
                 wake_pending: false,
                 subscription: None,
                 holder_suspect: false,
+                last_public_release: None,
                 subscribing: false,
                 deferred: None,
                 shutdown: false,
@@ -185,6 +200,15 @@ impl Entry {
                 return Err(Error::Shutdown);
             }
             if st.queue.is_empty() && st.try_take(thread) {
+                // Locking again right after this client released the lock
+                // for all (one thread in a loop): wait for that unlock
+                // message like everyone else, rather than barge.
+                if block
+                    && st.subscription.is_some()
+                    && st.last_public_release.is_some_and(|t| t.elapsed() < self.fairness_window)
+                {
+                    st.deferred = Some(thread);
+                }
                 return Ok(Some(Entered::Gate));
             }
             if !block {
@@ -229,7 +253,8 @@ impl Entry {
                 if let Gate::Held(hold) = &st.gate {
                     let hold = Arc::clone(hold);
                     drop(st);
-                    if !hold.is_finished() && !redis.still_held(&hold) {
+                    // A hold being released vanishes from Redis normally.
+                    if !hold.is_releasing() && !redis.still_held(&hold) && !hold.is_releasing() {
                         hold.mark_lost(LostReason::Gone);
                     }
                     st = self.state.lock();
@@ -456,6 +481,9 @@ impl State {
     /// Marks the thread now at the gate as deferred, when the release that
     /// gave it the gate published an unlock message it will hear.
     fn defer_successor(&mut self, published: bool) {
+        if published {
+            self.last_public_release = Some(Instant::now());
+        }
         self.deferred = match self.gate {
             Gate::Acquiring(thread) if published && self.subscription.is_some() => Some(thread),
             _ => None,

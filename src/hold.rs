@@ -30,6 +30,8 @@ pub(crate) struct Hold {
     /// The fencing token minted by the acquisition, for fenced locks.
     pub(crate) token: Option<u64>,
     guards: AtomicU32,
+    /// The last guard's release has been sent.
+    releasing: AtomicBool,
     lost_listeners: Mutex<Vec<Sender<LostReason>>>,
     lost: AtomicU8,
     finished: AtomicBool,
@@ -95,6 +97,7 @@ impl Hold {
             lease_ms,
             token,
             guards: AtomicU32::new(1),
+            releasing: AtomicBool::new(false),
             lost_listeners: Mutex::new(Vec::new()),
             lost: AtomicU8::new(NOT_LOST),
             finished: AtomicBool::new(false),
@@ -183,6 +186,17 @@ impl Hold {
     pub(crate) fn drop_guard(&self) -> u32 {
         let before = self.guards.fetch_sub(1, Ordering::AcqRel);
         before.saturating_sub(1)
+    }
+
+    /// Records that the last guard's release is about to be sent: from now
+    /// on the lock may vanish from Redis without the hold being lost.
+    pub(crate) fn start_release(&self) {
+        self.releasing.store(true, Ordering::Release);
+    }
+
+    /// True once the last guard's release was sent (or has run).
+    pub(crate) fn is_releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire) || self.is_finished()
     }
 
     /// True once the last guard's release has run.

@@ -56,10 +56,14 @@
 //! long and return `Ok(None)` when time runs out: not getting a lock in time
 //! is an ordinary outcome, not an error.
 //!
-//! Nobody polls. Threads of one client queue locally for a lock, and the one
-//! in front subscribes to the lock's unlock channel, retries, and sleeps
-//! until an unlock message, the holder's remaining lease, or its own
-//! deadline. A lost message costs latency, never correctness.
+//! Nobody polls. Threads of one client queue locally for a lock; the client
+//! subscribes once to the lock's unlock channel, and the thread in front
+//! retries and sleeps until an unlock message, the holder's remaining lease,
+//! or its own deadline. A lost message costs latency, never correctness. A
+//! release hands a contended lock straight to the next local thread for up
+//! to the client's fairness window, and a thread that has waited twice that
+//! long is served before other keyholder clients' threads (see
+//! [`ClientBuilder::fairness_window`]).
 //!
 //! # Errors
 //!

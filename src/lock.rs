@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::{Entered, Entry, GateRedis, Successor};
+use crate::entry::{Entered, Entry, GateRedis, Successor, Wake};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -246,8 +246,12 @@ impl Lock {
     ///
     /// This is an administrative escape hatch for a lock whose holder is
     /// known dead: the holder is not told, and anything it still does is
-    /// unprotected. Its guard reports the loss at the next renewal or at
-    /// release. A key of another type at the name is refused, not deleted.
+    /// unprotected. Its client learns of the loss at the next renewal, at
+    /// release, or at once if one of its threads is queued for the lock
+    /// (that thread checks on the unlock message: [`LostReason::Gone`]). A
+    /// key of another type at the name is refused, not deleted.
+    ///
+    /// [`LostReason::Gone`]: crate::LostReason::Gone
     ///
     /// # Errors
     ///
@@ -356,6 +360,9 @@ impl Lock {
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
         let overdue_at = started + inner.config.fairness_window * 2;
         let mut marked = false;
+        // Set when an unlock message woke this waiter: the follow-up retry
+        // below is owed once per message.
+        let mut follow_up = false;
         let mut subscribed = entry.is_subscribed();
         if entry.take_deferral(me.thread) {
             // This client just released the lock for all. Wait for that
@@ -402,9 +409,17 @@ impl Lock {
             }
             if !overdue {
                 until = until.min(overdue_at);
+            } else if std::mem::take(&mut follow_up) {
+                // Overdue, and just beaten to a freed lock: most likely by
+                // the waiter next in line, whose marker kept this one from
+                // queueing. Try once more when that waiter has the lock, to
+                // become next in line rather than wait out its whole run.
+                until = until.min(now + inner.config.fairness_window / 5);
             }
-            if let Err(e) = entry.wait_wake(until) {
-                break Err(e);
+            match entry.wait_wake(until) {
+                Ok(Wake::Notified) => follow_up = true,
+                Ok(Wake::TimedOut) => {}
+                Err(e) => break Err(e),
             }
         };
         if marked && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_))) {

@@ -87,7 +87,7 @@ impl Registry {
             ids.iter().filter_map(|id| holds.remove(id)).map(|w| w.hold).collect()
         };
         for hold in overdue {
-            if !hold.is_finished() {
+            if !hold.is_releasing() {
                 hold.mark_lost(LostReason::LeaseExpired);
                 hold.entry.wake_front();
             }
@@ -128,6 +128,9 @@ pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>, kic
 /// Renews every registered watchdog hold once, in batches.
 pub(crate) fn renew_all(inner: &Inner) {
     let holds = inner.watchdog.to_renew();
+    // Deadlines only move later while a round runs, so one look at the
+    // earliest tells when a slow round must stop to mark holds lost.
+    let mut earliest = inner.watchdog.earliest_deadline();
     let lease_ms = crate::lease::millis_ceil(inner.config.watchdog_timeout);
     for batch in holds.chunks(BATCH) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (&*h.entry.name, h.owner.as_str())).collect();
@@ -139,7 +142,7 @@ pub(crate) fn renew_all(inner: &Inner) {
                 for (hold, held) in batch.iter().zip(replies) {
                     if held {
                         hold.extend_deadline(sent + inner.config.watchdog_timeout);
-                    } else if !hold.is_finished() {
+                    } else if !hold.is_releasing() {
                         hold.mark_lost(LostReason::RenewalRefused);
                         inner.watchdog.deregister(hold.id);
                         // Threads of this client queued behind the lost
@@ -160,6 +163,10 @@ pub(crate) fn renew_all(inner: &Inner) {
                 return;
             }
         }
-        inner.watchdog.expire_overdue(Instant::now());
+        let now = Instant::now();
+        if earliest.is_some_and(|deadline| deadline <= now) {
+            inner.watchdog.expire_overdue(now);
+            earliest = inner.watchdog.earliest_deadline();
+        }
     }
 }
