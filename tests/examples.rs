@@ -1,0 +1,61 @@
+//! The example programs run to completion: the benchmark's tiny
+//! configuration and a short demo, each against the private redis-server it
+//! starts itself. `cargo test` builds examples before it runs tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The built example `name`, next to this test binary's directory.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the whole suite with `cargo test` (it builds the examples), \
+         or `cargo build --examples` first",
+        path.display()
+    );
+    path
+}
+
+/// Runs `cmd`, failing the test if it takes longer than `limit`.
+fn run_within(mut cmd: Command, limit: Duration) -> Output {
+    let started = Instant::now();
+    let child = cmd.env_remove("REDIS_URL").spawn().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output =
+        rx.recv_timeout(limit).unwrap_or_else(|_| panic!("did not finish within {limit:?}")).unwrap();
+    eprintln!("finished in {:?}", started.elapsed());
+    output
+}
+
+#[test]
+fn the_benchmark_runs_its_tiny_configuration() {
+    let mut cmd = Command::new(example("bench"));
+    cmd.arg("--quick").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    for workload in ["### W1", "### W2", "### W3", "### W4", "### W5"] {
+        assert!(stdout.contains(workload), "no {workload} table in:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_demo_runs_and_its_checks_pass() {
+    let mut cmd = Command::new(example("demo"));
+    cmd.args(["--seconds", "2"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    assert!(
+        output.status.success(),
+        "demo failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
