@@ -7,17 +7,22 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The built example `name`, next to this test binary's directory.
+/// The built example `name`, next to this test binary's directory; built
+/// with cargo first if this run did not build it (`cargo test --test
+/// examples`, or `--all-targets`, which builds examples as tests).
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = profile_dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run the whole suite with `cargo test` (it builds the examples), \
-         or `cargo build --examples` first",
-        path.display()
-    );
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", name, "--manifest-path"])
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "cargo build --example {name} failed");
+    }
+    assert!(path.exists(), "{} was not built", path.display());
     path
 }
 
