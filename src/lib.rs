@@ -98,6 +98,7 @@ mod lease;
 mod lock;
 mod names;
 mod owner;
+mod release;
 mod resp;
 mod scripts;
 mod subscriber;

@@ -1,0 +1,234 @@
+//! Releasing a hold: the last guard's release, a nested one, or a hand-off.
+//!
+//! A release of a thread's last hold runs `release.lua` unlatched: once the
+//! owner's field is gone a retry releases nothing, so a lost reply is simply
+//! retried. A nested release (other holds remain) and a hand-off
+//! (`handoff.lua`, the lock passed straight to a queued thread of this
+//! client) carry an unlock latch, so their retry returns the first outcome
+//! instead of releasing twice. Whatever Redis answers, the client's local
+//! state is cleared: renewal stops and the gate passes on.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::client::Inner;
+use crate::connection::{self, Conn};
+use crate::entry::{Entry, Successor};
+use crate::error::{Error, LostReason, Result};
+use crate::hold::{Acquisition, Hold};
+use crate::lease::Lease;
+use crate::names;
+use crate::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
+
+impl Inner {
+    /// Runs a latched release script (`release.lua`, `handoff.lua`) of
+    /// `thread` on `entry`'s lock; with `retry`, once more on a fresh
+    /// connection if the first reply was lost: the latch makes the retry
+    /// return the first outcome rather than release a second hold. A pool
+    /// error means the script never ran, so it is not retried.
+    fn run_latched<T>(
+        &self,
+        entry: &Entry,
+        thread: u64,
+        retry: bool,
+        script: impl Fn(&mut Conn, Latch<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let key = names::unlock_latch(&entry.name, self.uuid.as_u128(), thread);
+        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
+        let latch = Latch { key: &key, ttl_ms, request, retry: false };
+        match self.with_conn(|conn| script(conn, latch)) {
+            Err(Error::Redis(e)) if retry && connection::is_transport_error(&e) => {
+                self.with_conn(|conn| script(conn, Latch { retry: true, ..latch }))
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// Releases one of several holds of `thread` (owner id `owner`) on
+    /// `entry`'s lock, latched and retried once.
+    fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
+        self.run_latched(entry, thread, true, |conn, latch| {
+            let args = ReleaseArgs {
+                name: &entry.name,
+                channel: &entry.channel,
+                lease_ms,
+                owner,
+                latch: Some(latch),
+            };
+            self.scripts.release(conn, &args)
+        })
+    }
+
+    /// Releases the last hold of `owner` on `entry`'s lock. This needs no
+    /// latch: once the owner's field is gone a retry releases nothing, so it
+    /// is retried once, unlatched, if the first reply was lost. Returns the
+    /// outcome and whether it is the retry's (whose `NotOwner` most likely
+    /// means the first attempt released the lock).
+    fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
+        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        match self.with_conn(|conn| self.scripts.release(conn, &args)) {
+            Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
+                (self.with_conn(|conn| self.scripts.release(conn, &args)), true)
+            }
+            outcome => (outcome, false),
+        }
+    }
+
+    /// One unlatched release attempt, to give back what an acquire whose
+    /// reply was lost may have taken.
+    pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
+        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        self.with_conn(|conn| self.scripts.release(conn, &args))
+    }
+
+    /// How long an unlock latch must outlive its first use: a command
+    /// timeout for the lost reply, then a connect and a command timeout for
+    /// the retry, and a second of slack.
+    fn latch_ttl(&self) -> Duration {
+        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
+    }
+
+    /// Releases one guard's share of `hold`.
+    pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
+        if let Some(reason) = hold.lost_reason()
+            && hold.entry.has_newer_hold(hold.thread, hold.id)
+        {
+            // The thread locked again after this hold was lost. Its owner id
+            // is the same, and the count in Redis is the new hold's (a new
+            // hold resets it), so this release must not touch Redis.
+            if hold.drop_guard() == 0 {
+                self.finish(hold, false);
+            }
+            return Err(Error::LockLost { name: hold.entry.name.to_string(), reason });
+        }
+        if hold.guards() == 1 {
+            hold.start_release();
+        }
+        if hold.guards() == 1
+            && hold.token.is_none()
+            && let Some(successor) = hold.entry.reserve_successor(hold.id, self.config.fairness_window)
+        {
+            return self.hand_over(hold, successor);
+        }
+        let sent = Instant::now();
+        let (outcome, retried) = if hold.guards() > 1 {
+            (self.release_nested(&hold.entry, hold.thread, &hold.owner, hold.lease_ms), false)
+        } else {
+            self.release_last(&hold.entry, &hold.owner, hold.lease_ms)
+        };
+        let guards_left = hold.drop_guard();
+        match outcome {
+            Ok(Release::StillHeld) => {
+                hold.set_deadline(sent + Duration::from_millis(hold.lease_ms));
+                if guards_left == 0 {
+                    // Redis counts more holds than this client has guards (an
+                    // acquire whose reply was lost): stop renewing so the
+                    // orphaned count expires with the lease.
+                    self.finish(hold, false);
+                }
+                Ok(())
+            }
+            Ok(Release::Released) => {
+                if guards_left > 0 {
+                    hold.mark_lost(LostReason::ReleaseFoundGone);
+                }
+                self.finish(hold, true);
+                Ok(())
+            }
+            // The first attempt's reply was lost, and it did release.
+            Ok(Release::NotOwner) if retried && hold.lost_reason().is_none() => {
+                self.finish(hold, true);
+                Ok(())
+            }
+            Ok(Release::NotOwner) => {
+                let error = Self::not_owner(hold);
+                if guards_left == 0 {
+                    self.finish(hold, false);
+                }
+                Err(error)
+            }
+            Err(e) => {
+                if guards_left == 0 {
+                    // Clear local state whatever Redis did: the lock, if
+                    // still there, expires with its lease.
+                    self.finish(hold, false);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases the last guard of `hold` by handing the lock to `successor`,
+    /// a queued thread of this client, in one script call. If another
+    /// client's waiter is next in line the script releases instead, and the
+    /// successor contends in Redis like any waiter.
+    fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
+        let entry = &hold.entry;
+        let sent = Instant::now();
+        let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
+            let args = HandoffArgs {
+                name: &entry.name,
+                channel: &entry.channel,
+                marker: &entry.marker,
+                lease_ms: successor.lease_ms,
+                from: &hold.owner,
+                to: &successor.owner,
+                latch,
+            };
+            self.scripts.handoff(conn, &args)
+        });
+        hold.drop_guard();
+        let result = match outcome {
+            Ok(Handoff::HandedOver) => {
+                let Successor { thread, owner, lease, lease_ms, .. } = successor;
+                let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
+                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(entry), acquisition));
+                if lease == Lease::Watchdog {
+                    self.watchdog.register(Arc::clone(&handed));
+                }
+                entry.finish_handoff(Some(handed), false);
+                Ok(())
+            }
+            Ok(Handoff::Released) => {
+                entry.finish_handoff(None, true);
+                Ok(())
+            }
+            Ok(Handoff::StillHeld) => {
+                entry.finish_handoff(None, false);
+                Ok(())
+            }
+            Ok(Handoff::NotOwner) => {
+                entry.finish_handoff(None, false);
+                Err(Self::not_owner(hold))
+            }
+            Err(e) => {
+                entry.finish_handoff(None, false);
+                Err(e)
+            }
+        };
+        self.finish(hold, false);
+        result
+    }
+
+    /// The error for a release that found `hold` gone; records the loss.
+    fn not_owner(hold: &Hold) -> Error {
+        let known = hold.lost_reason();
+        hold.mark_lost(LostReason::ReleaseFoundGone);
+        let name = hold.entry.name.to_string();
+        match known {
+            Some(reason) => Error::LockLost { name, reason },
+            None => Error::NotOwner { name },
+        }
+    }
+
+    /// Ends a hold locally: no more renewal, the gate passes on.
+    /// `published`: the release published an unlock message.
+    fn finish(&self, hold: &Arc<Hold>, published: bool) {
+        if hold.finish() {
+            self.watchdog.deregister(hold.id);
+            hold.entry.release_gate(hold.id, published);
+        }
+    }
+}
