@@ -104,7 +104,7 @@ struct State {
     /// A thread given the gate right after its own client released the lock
     /// for all: it waits for that unlock message, as other clients' waiters
     /// do, before it tries, so it does not win every race by being local.
-    deferred: Option<u64>,
+    deferred: Option<(u64, Deferral)>,
     shutdown: bool,
 }
 
@@ -114,6 +114,21 @@ pub(crate) trait GateRedis {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription>;
     /// Whether `hold`'s owner still holds the lock (true if unsure).
     fn still_held(&self, hold: &Hold) -> bool;
+    /// Whether the client is subscribed (or still lingering) on the entry's
+    /// unlock channel: other clients' waiters were around recently.
+    fn hears_unlocks(&self, entry: &Entry) -> bool;
+}
+
+/// How a thread at the gate holds back before its first try, so that being
+/// local does not win every race against other clients' waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deferral {
+    /// Given the gate by its client's public release: wait for that unlock
+    /// message, which other clients' waiters get at the same time.
+    AwaitUnlock,
+    /// Locking again right after its own public release: its unlock message
+    /// is already in, so wait a little for other clients to take the lock.
+    Yield,
 }
 
 /// How a thread got through the gate.
@@ -201,13 +216,14 @@ impl Entry {
             }
             if st.queue.is_empty() && st.try_take(thread) {
                 // Locking again right after this client released the lock
-                // for all (one thread in a loop): wait for that unlock
-                // message like everyone else, rather than barge.
+                // for all (one thread in a loop), while other clients were
+                // recently waiting for it: give them a moment to take it
+                // rather than barge.
                 if block
-                    && st.subscription.is_some()
                     && st.last_public_release.is_some_and(|t| t.elapsed() < self.fairness_window)
+                    && redis.hears_unlocks(self)
                 {
-                    st.deferred = Some(thread);
+                    st.deferred = Some((thread, Deferral::Yield));
                 }
                 return Ok(Some(Entered::Gate));
             }
@@ -332,11 +348,11 @@ impl Entry {
         }
     }
 
-    /// True, once, if `thread` was given the gate right after a release that
-    /// published an unlock message this entry will hear.
-    pub(crate) fn take_deferral(&self, thread: u64) -> bool {
+    /// How `thread`, now at the gate, must hold back before its first try,
+    /// if at all (once).
+    pub(crate) fn take_deferral(&self, thread: u64) -> Option<Deferral> {
         let mut st = self.state.lock();
-        st.deferred.take_if(|t| *t == thread).is_some()
+        st.deferred.take_if(|(t, _)| *t == thread).map(|(_, deferral)| deferral)
     }
 
     /// Picks the next queued thread to receive the lock from the hold
@@ -485,7 +501,9 @@ impl State {
             self.last_public_release = Some(Instant::now());
         }
         self.deferred = match self.gate {
-            Gate::Acquiring(thread) if published && self.subscription.is_some() => Some(thread),
+            Gate::Acquiring(thread) if published && self.subscription.is_some() => {
+                Some((thread, Deferral::AwaitUnlock))
+            }
             _ => None,
         };
     }

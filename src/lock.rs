@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::{Entered, Entry, GateRedis, Successor, Wake};
+use crate::entry::{Deferral, Entered, Entry, GateRedis, Successor, Wake};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -364,11 +364,17 @@ impl Lock {
         // below is owed once per message.
         let mut follow_up = false;
         let mut subscribed = entry.is_subscribed();
-        if entry.take_deferral(me.thread) {
-            // This client just released the lock for all. Wait for that
-            // unlock message, as other clients' waiters do, so that being
-            // local does not win every race and starve them.
-            let mut until = Instant::now() + inner.config.fairness_window;
+        if let Some(deferral) = entry.take_deferral(me.thread) {
+            // This client just released the lock for all: hold back so that
+            // being local does not win every race and starve other clients.
+            let wait = match deferral {
+                Deferral::AwaitUnlock => inner.config.fairness_window,
+                Deferral::Yield => {
+                    entry.clear_wake();
+                    inner.config.fairness_window / 5
+                }
+            };
+            let mut until = Instant::now() + wait;
             if let Some(deadline) = deadline {
                 until = until.min(deadline);
             }
@@ -457,6 +463,10 @@ impl Lock {
 impl GateRedis for Lock {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
         self.client.inner().subscriber.subscribe(entry, None)
+    }
+
+    fn hears_unlocks(&self, entry: &Entry) -> bool {
+        self.client.inner().subscriber.is_subscribed(&entry.channel)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {

@@ -221,6 +221,11 @@ impl Subscriber {
         Ok(subscription)
     }
 
+    /// True when `channel` is subscribed, for waiters or lingering.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.state.lock().channels.contains_key(channel)
+    }
+
     /// The number of channels subscribed for waiters right now (not
     /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
