@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -84,6 +84,11 @@ pub(crate) struct Inner {
     pub(crate) subscriber: Arc<Subscriber>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
+    /// When the client was built: the origin of `unreachable_until`.
+    started: Instant,
+    /// Until when (nanoseconds after `started`) calls fail fast because no
+    /// connection could be had (see [`Inner::connection`]).
+    unreachable_until: AtomicU64,
     shutdown: AtomicBool,
     /// Dropped on shutdown: its disconnection stops the background threads.
     stop: Mutex<Option<Sender<()>>>,
@@ -144,6 +149,8 @@ impl Client {
             subscriber: Arc::clone(&subscriber),
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
+            started: Instant::now(),
+            unreachable_until: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
@@ -239,8 +246,31 @@ impl Client {
 
 impl Inner {
     /// A pooled connection, waiting at most the connect timeout.
+    ///
+    /// When no connection could be had within a whole connect timeout, Redis
+    /// is taken to be unreachable: for the next connect timeout, calls fail
+    /// at once instead of each waiting it out (dropping 500 guards would
+    /// otherwise take 500 timeouts). The first call after that tries again.
     pub(crate) fn connection(&self) -> Result<r2d2::PooledConnection<Connector>> {
-        Ok(self.pool.get()?)
+        let now = self.nanos_since_start(Instant::now());
+        if now < self.unreachable_until.load(Ordering::Acquire) {
+            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "redis unreachable: no connection could be opened within the connect timeout just before",
+            ))));
+        }
+        match self.pool.get() {
+            Ok(conn) => Ok(conn),
+            Err(e) => {
+                let until = Instant::now() + self.config.connect_timeout;
+                self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
+                Err(Error::Pool(e))
+            }
+        }
+    }
+
+    fn nanos_since_start(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Runs `f` on a pooled connection.

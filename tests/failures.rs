@@ -335,3 +335,27 @@ fn dropping_the_last_handle_closes_the_clients_connections_but_not_a_live_guards
         info_field(&mut con, "clients", "connected_clients")
     );
 }
+
+#[test]
+fn dropping_many_guards_with_redis_down_does_not_wait_a_timeout_each() {
+    // Without the client noticing that Redis is unreachable, each of these
+    // releases would wait out a connect timeout: 60 x 300 ms = 18 s.
+    const GUARDS: usize = 60;
+    let mut server = RedisServer::start();
+    let client = server.builder().connect_timeout(CONNECT).command_timeout(COMMAND).build().unwrap();
+    let locks: Vec<_> = (0..GUARDS).map(|i| client.lock(&format!("many-down:{i}")).unwrap()).collect();
+    let guards: Vec<_> = locks.iter().map(|l| l.lock().unwrap()).collect();
+    server.stop();
+    let started = Instant::now();
+    let failed = guards.into_iter().map(|g| g.unlock()).filter(|r| r.is_err()).count();
+    let took = started.elapsed();
+    assert_eq!(failed, GUARDS, "a release succeeded with Redis down");
+    assert!(took <= 4 * (CONNECT + COMMAND) + 2 * SECOND, "{GUARDS} releases took {took:?}");
+    // Calls fail fast only for a connect timeout after a failed connect: a
+    // restarted Redis is used again.
+    server.restart();
+    assert!(
+        common::eventually(10 * SECOND, || locks[0].try_lock().is_ok_and(|g| g.is_some())),
+        "the client did not recover after the restart"
+    );
+}
