@@ -32,6 +32,22 @@ const SECOND: Duration = Duration::from_secs(1);
 /// Room for scheduling delays on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(1500);
 
+/// Starts `n` threads of `client` that each acquire `name` (retrying past
+/// errors for up to 20 s), release it, and report: released fine or not
+/// acquired, when they acquired, and how many errors they met.
+fn spawn_waiters(client: &Client, name: &str, n: usize) -> Vec<mpsc::Receiver<(Option<bool>, Instant, u32)>> {
+    (0..n)
+        .map(|_| {
+            let lock = client.lock(name).unwrap();
+            spawn(move || {
+                let (guard, errors) = acquire_retrying(&lock, 20 * SECOND);
+                let acquired_at = Instant::now();
+                (guard.map(|g| g.unlock().is_ok()), acquired_at, errors)
+            })
+        })
+        .collect()
+}
+
 /// What an application does when it must have a lock: try until it gets it
 /// or `limit` passes, retrying after Redis errors. Returns the guard and the
 /// number of errors seen on the way.
@@ -269,16 +285,7 @@ fn an_unlock_message_lost_in_a_black_hole_costs_at_most_the_holders_lease() {
         Client::builder(proxy.url()).connect_timeout(SECOND).command_timeout(SECOND).build().unwrap();
     let guard = holder.lock("lost-message").unwrap().lock().unwrap();
 
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let lock = waiting.lock("lost-message").unwrap();
-            spawn(move || {
-                let (guard, errors) = acquire_retrying(&lock, 20 * SECOND);
-                let acquired_at = Instant::now();
-                (guard.map(|g| g.unlock().is_ok()), acquired_at, errors)
-            })
-        })
-        .collect();
+    let waiters = spawn_waiters(&waiting, "lost-message", 3);
     wait_subscribed(&waiting, 1);
     wait_numsub(&mut con, &channel_of("lost-message"), 1);
     // Past the waiting thread's early retry (at twice the 10 ms fairness
@@ -337,16 +344,7 @@ fn waiters_acquire_after_their_pubsub_connection_is_black_holed_and_replaced() {
         .unwrap();
     let guard = holder.lock("replaced-pubsub").unwrap().lock().unwrap();
 
-    let waiters: Vec<_> = (0..3)
-        .map(|_| {
-            let lock = waiting.lock("replaced-pubsub").unwrap();
-            spawn(move || {
-                let (guard, errors) = acquire_retrying(&lock, 20 * SECOND);
-                let acquired_at = Instant::now();
-                (guard.map(|g| g.unlock().is_ok()), acquired_at, errors)
-            })
-        })
-        .collect();
+    let waiters = spawn_waiters(&waiting, "replaced-pubsub", 3);
     wait_subscribed(&waiting, 1);
     wait_numsub(&mut con, &channel_of("replaced-pubsub"), 1);
 
