@@ -1564,6 +1564,45 @@ struct Herd {
     herd_server_us: f64,
 }
 
+impl Herd {
+    /// The figures both implementations report, from one run's idle window
+    /// and counter delta; `attempt` is the command that counts acquire
+    /// attempts, `nested` the commands their scripts run inside Redis.
+    /// Per-unlock and HEXISTS figures are left unknown (NaN).
+    fn measured(
+        threads: usize,
+        total_s: f64,
+        ideal_s: f64,
+        idle: &Idle,
+        d: &Delta,
+        attempt: &str,
+        nested: &[&str],
+    ) -> Herd {
+        let nf = threads as f64;
+        Herd {
+            threads,
+            total_s,
+            ideal_s,
+            vs_ideal: ideal_s / total_s,
+            pubsub_conns: idle.pubsub_conns,
+            conns: idle.conns,
+            numsub: idle.numsub,
+            attempts: d.calls(attempt) / nf,
+            rt: d.round_trips(nested, 0) / nf,
+            evalsha: d.calls("evalsha") / nf,
+            subs: d.subscribes() / nf,
+            handoffs: d.calls("hdel") / nf,
+            per_unlock: f64::NAN,
+            hexists: f64::NAN,
+            idle_cpu_ms_s: idle.cpu_ms_s,
+            idle_wakeups_s: idle.wakeups_s,
+            idle_cmds_s: idle.cmds_s,
+            herd_cpu_us: d.client_cpu / nf * 1e6,
+            herd_server_us: d.server_cpu / nf * 1e6,
+        }
+    }
+}
+
 /// What the server and the process did while every thread waited on a held lock.
 struct Idle {
     cpu_ms_s: f64,
@@ -1696,25 +1735,9 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
         let nf = n as f64;
         let ideal = held_ns.load(Ordering::Acquire) as f64 / 1e9 + nf * handoff;
         Ok(Herd {
-            threads: n,
-            total_s: total,
-            ideal_s: ideal,
-            vs_ideal: ideal / total,
-            pubsub_conns: idle.pubsub_conns,
-            conns: idle.conns,
-            numsub: idle.numsub,
-            attempts: d.calls("exists") / nf,
-            rt: d.round_trips(NESTED_LIB, 0) / nf,
-            evalsha: d.calls("evalsha") / nf,
-            subs: d.subscribes() / nf,
-            handoffs: d.calls("hdel") / nf,
             per_unlock: d.calls("exists") / d.calls("publish"),
             hexists: d.top_calls("hexists") / nf,
-            idle_cpu_ms_s: idle.cpu_ms_s,
-            idle_wakeups_s: idle.wakeups_s,
-            idle_cmds_s: idle.cmds_s,
-            herd_cpu_us: d.client_cpu / nf * 1e6,
-            herd_server_us: d.server_cpu / nf * 1e6,
+            ..Herd::measured(n, total, ideal, &idle, &d, "exists", NESTED_LIB)
         })
     });
     for k in &clients {
@@ -1800,27 +1823,7 @@ fn w3_baseline(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<He
         let d = Delta::between(&a, &b);
         let nf = n as f64;
         let ideal = held_ns.load(Ordering::Acquire) as f64 / 1e9 + nf * handoff;
-        Ok(Herd {
-            threads: n,
-            total_s: total,
-            ideal_s: ideal,
-            vs_ideal: ideal / total,
-            pubsub_conns: idle.pubsub_conns,
-            conns: idle.conns,
-            numsub: idle.numsub,
-            attempts: d.calls("set") / nf,
-            rt: d.round_trips(NESTED_BASELINE, 0) / nf,
-            evalsha: d.calls("evalsha") / nf,
-            subs: d.subscribes() / nf,
-            handoffs: d.calls("hdel") / nf,
-            per_unlock: f64::NAN,
-            hexists: f64::NAN,
-            idle_cpu_ms_s: idle.cpu_ms_s,
-            idle_wakeups_s: idle.wakeups_s,
-            idle_cmds_s: idle.cmds_s,
-            herd_cpu_us: d.client_cpu / nf * 1e6,
-            herd_server_us: d.server_cpu / nf * 1e6,
-        })
+        Ok(Herd::measured(n, total, ideal, &idle, &d, "set", NESTED_BASELINE))
     })
 }
 
