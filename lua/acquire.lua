@@ -3,40 +3,52 @@
 -- honouring keyholder's next-in-line marker.
 --
 -- KEYS[1]  lock key: a HASH named by the lock name itself
--- KEYS[2]  optional next-in-line marker "keyholder_lock_next:{<name>}": a
---          STRING holding the owner id of a waiter that has waited past its
---          client's overdue point (twice its fairness window); while it
---          exists, a free lock is only given to that owner
+-- KEYS[2]  optional next-in-line marker (keyholder's own key, see names.rs):
+--          a STRING with a TTL holding the owner id of a waiter that has
+--          waited past its client's overdue point (twice its fairness window);
+--          while it exists, a free lock is only given to that owner. A key of
+--          another type, or a string without a TTL, is not a marker: it is
+--          ignored and never overwritten
 -- KEYS[3]  optional fencing-token counter "redisson_lock_token:{<name>}": a
---          STRING, no TTL, shared with Java's RFencedLock; incremented on
---          every acquisition made through this script with KEYS[3]
+--          STRING holding a decimal integer, no TTL, shared with Java's
+--          RFencedLock; incremented on every acquisition made with KEYS[3]
+--          (the caller passes it for a new hold, and for a re-entry of a
+--          hold that has no token yet)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
--- ARGV[3]  optional "1" for a new hold: the caller has no live hold here, so
---          any count its owner id still has (a hold lost unnoticed, an acquire
---          whose reply was lost) is stale: the count is set to 1, not
---          incremented
+-- ARGV[3]  optional mode. "1" for a new hold: the caller has no live hold
+--          here, so any count its owner id still has (a hold lost unnoticed,
+--          an acquire whose reply was lost) is stale: the count is set to 1,
+--          not incremented. "0" for a re-entry: it succeeds only while the
+--          owner's field exists; a free lock is not taken (the caller's hold
+--          vanished, and the caller must learn that and take a new hold).
+--          Absent: Redisson's rule, take a free lock or increment the owner's
+--          count
 -- ARGV[4]  optional "1" when the caller is overdue (see KEYS[2]):
 --          if it does not get the lock, it becomes next in line (when nobody
 --          else is) for ARGV[5] ms
--- ARGV[5]  marker TTL in milliseconds (required with ARGV[4] = "1"): how long
---          a waiter that stops retrying (it died) can hold up the others
+-- ARGV[5]  marker TTL in milliseconds (required with ARGV[4] = "1")
 --
 -- Returns, without KEYS[3]
---   nil      acquired or re-entered: the owner's hold count was incremented
---            (set to 1 with ARGV[3]), the key's PTTL set to ARGV[1], and the
---            caller's marker removed
+--   nil      acquired or re-entered: a new hold's count set to 1, a
+--            re-entry's incremented; the key's PTTL set to ARGV[1] (a
+--            re-entry only ever lengthens it: a shorter lease never cuts the
+--            outer hold short); the caller's marker removed
 --   integer  not acquired; milliseconds worth waiting: the holder's PTTL
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but another owner is next in line, the
---            marker's PTTL
+--            marker's PTTL; -2 for a re-entry that found the lock free
 -- and with KEYS[3] the same as a pair: {-1, token} when acquired, token being
--- the counter's new value; {ms, -1} when not.
+-- the counter's new value as a decimal STRING (exact over the whole 64-bit
+-- range, where Lua's numbers are not); {ms, -1} when not.
 --
--- Errors
---   WRONGTYPE when a key of another type sits at the lock's name or the
---   counter's (nothing is changed).
+-- Errors (nothing is changed)
+--   WRONGTYPE when a key of another type sits at the lock's name, or at the
+--   counter ("WRONGTYPE fencing counter <key> ...").
+--   BADCOUNTER when the counter holds anything but a decimal integer from 0
+--   to 2^63 - 2 (no next token exists).
 local key, marker, counter, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[2]
+local lease = tonumber(ARGV[1])
 
 local function refuse(ms)
     if counter then
@@ -45,32 +57,84 @@ local function refuse(ms)
     return ms
 end
 
-local free = redis.call('exists', key) == 0
-local next_owner = free and marker and redis.call('get', marker)
-if next_owner and next_owner ~= owner then
-    return refuse(redis.call('pttl', marker))
+-- The marker's owner; false when there is none; nil when a foreign key sits
+-- at its name.
+local function read_marker()
+    local kind = redis.call('type', marker).ok
+    if kind == 'none' then
+        return false
+    end
+    if kind == 'string' and redis.call('pttl', marker) > 0 then
+        return redis.call('get', marker)
+    end
+    return nil
 end
-if free or redis.call('hexists', key, owner) == 1 then
-    local token = counter and redis.call('incr', counter)
-    if ARGV[3] == '1' then
-        redis.call('hset', key, owner, 1)
-    else
-        redis.call('hincrby', key, owner, 1)
+
+if counter then
+    local kind = redis.call('type', counter).ok
+    if kind ~= 'none' then
+        if kind ~= 'string' then
+            return redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is a ' .. kind)
+        end
+        local value = redis.call('get', counter)
+        local digits = value == '0' or string.match(value, '^[1-9]%d*$') ~= nil
+        if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
+            return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
+        end
     end
-    redis.call('pexpire', key, ARGV[1])
-    if next_owner then
-        redis.call('del', marker)
+end
+
+-- Mints the next token: exact, as the counter's string.
+local function mint()
+    if counter then
+        redis.call('incr', counter)
+        return redis.call('get', counter)
     end
+end
+
+local function acquired(token)
     if counter then
         return {-1, token}
     end
     return nil
 end
 
+if ARGV[3] == '0' then
+    -- Re-entry: only onto the owner's own live field.
+    if redis.call('hexists', key, owner) == 1 then
+        local token = mint()
+        redis.call('hincrby', key, owner, 1)
+        if redis.call('pttl', key) < lease then
+            redis.call('pexpire', key, lease)
+        end
+        return acquired(token)
+    end
+    return refuse(redis.call('pttl', key))
+end
+
+local free = redis.call('exists', key) == 0
+local next_owner = free and marker and read_marker()
+if next_owner and next_owner ~= owner then
+    return refuse(redis.call('pttl', marker))
+end
+if free or redis.call('hexists', key, owner) == 1 then
+    local token = mint()
+    if ARGV[3] == '1' then
+        redis.call('hset', key, owner, 1)
+    else
+        redis.call('hincrby', key, owner, 1)
+    end
+    redis.call('pexpire', key, lease)
+    if next_owner then
+        redis.call('del', marker)
+    end
+    return acquired(token)
+end
+
 local ttl = redis.call('pttl', key)
 if marker and ARGV[4] == '1' then
-    local next_owner = redis.call('get', marker)
-    if not next_owner or next_owner == owner then
+    local current = read_marker()
+    if current == false or current == owner then
         redis.call('set', marker, owner, 'px', ARGV[5])
     end
 end

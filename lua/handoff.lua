@@ -5,9 +5,10 @@
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[3]  next-in-line marker "keyholder_lock_next:{<name>}" (see acquire.lua)
--- KEYS[4]  optional latch "redisson_unlock_latch:{<name>}:<32 hex>" of ARGV[3]
---          (see release.lua)
+-- KEYS[3]  next-in-line marker (see acquire.lua: only a STRING with a TTL is
+--          a marker; anything else there is ignored and left alone)
+-- KEYS[4]  optional latch of ARGV[3] (see release.lua: anything but a latch
+--          at its name is left alone, and the hand-off runs unlatched)
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
 -- ARGV[2]  lease in milliseconds for the new owner
 -- ARGV[3]  owner id giving the lock back
@@ -33,13 +34,25 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
 local key, from, to, latch = KEYS[1], ARGV[3], ARGV[4], KEYS[4]
-if latch and ARGV[8] == '1' then
-    local earlier = redis.call('get', latch)
-    if earlier then
-        local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-        if id == ARGV[7] then
-            return tonumber(outcome)
-        end
+-- As in release.lua: the latch's value, "" when absent, nil when not a latch.
+local function read_latch()
+    local kind = redis.call('type', latch).ok
+    if kind == 'none' then
+        return ''
+    end
+    local value = kind == 'string' and redis.call('get', latch)
+    if value and string.match(value, '^%d+:%d+$') then
+        return value
+    end
+    return nil
+end
+local earlier = latch and read_latch()
+if earlier == nil then
+    latch = nil
+elseif earlier and ARGV[8] == '1' then
+    local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
+    if id == ARGV[7] then
+        return tonumber(outcome)
     end
 end
 if redis.call('hexists', key, from) == 0 then
@@ -50,7 +63,8 @@ if redis.call('hincrby', key, from, -1) > 0 then
     redis.call('pexpire', key, ARGV[2])
     outcome = 0
 else
-    local next_owner = redis.call('get', KEYS[3])
+    local next_owner = redis.call('type', KEYS[3]).ok == 'string'
+        and redis.call('pttl', KEYS[3]) > 0 and redis.call('get', KEYS[3])
     if next_owner and next_owner ~= to then
         redis.call('del', key)
         redis.call(ARGV[5], KEYS[2], ARGV[1])

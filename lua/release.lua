@@ -3,8 +3,11 @@
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[3]  optional unlock latch "redisson_unlock_latch:{<name>}:<32 hex>": one
---          key per owner and lock, reused by each of its releases
+-- KEYS[3]  optional unlock latch (keyholder's own key, see names.rs): one
+--          key per owner and lock, reused by each of its releases; a STRING
+--          "<request id>:<outcome>". Any other key at its name is not a latch:
+--          it is never read as one nor overwritten, and the release runs
+--          unlatched
 -- ARGV[1]  unlock message published on the final release ("0": wake one waiter)
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
@@ -28,13 +31,26 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
 local key, latch = KEYS[1], KEYS[3]
-if latch and ARGV[7] == '1' then
-    local earlier = redis.call('get', latch)
-    if earlier then
-        local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-        if id == ARGV[6] then
-            return tonumber(outcome)
-        end
+-- The latch's value, "" when it is absent, or nil when a key that is not a
+-- latch sits at its name.
+local function read_latch()
+    local kind = redis.call('type', latch).ok
+    if kind == 'none' then
+        return ''
+    end
+    local value = kind == 'string' and redis.call('get', latch)
+    if value and string.match(value, '^%d+:%d+$') then
+        return value
+    end
+    return nil
+end
+local earlier = latch and read_latch()
+if earlier == nil then
+    latch = nil
+elseif earlier and ARGV[7] == '1' then
+    local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
+    if id == ARGV[6] then
+        return tonumber(outcome)
     end
 end
 if redis.call('hexists', key, ARGV[3]) == 0 then

@@ -133,6 +133,7 @@ impl Client {
         let redis_client =
             redis::Client::open(info).map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
         let connector = Connector::new(redis_client, config.connect_timeout, config.command_timeout);
+        connector.check_access()?;
         let pool = connection::build_pool(connector, config.pool_max_size, config.connect_timeout)?;
         let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
         let uuid = uuid::Uuid::new_v4();

@@ -123,8 +123,10 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a malformed URL or a setting out of range,
-    /// before any I/O; [`Error::Pool`] when Redis cannot be reached within the
-    /// connect timeout.
+    /// before any I/O, or a database index the server does not have;
+    /// [`Error::AccessDenied`] when the server refuses the credentials (or
+    /// their absence); [`Error::Redis`] or [`Error::Pool`] when Redis cannot
+    /// be reached within the connect timeout.
     pub fn build(self) -> Result<Client> {
         self.config.validate()?;
         Client::start(self.config)

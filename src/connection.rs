@@ -54,6 +54,31 @@ impl Connector {
     }
 }
 
+impl Connector {
+    /// Opens one connection and pings on it, so that a server that refuses
+    /// this client (no password, a wrong one, an ACL user that may not PING,
+    /// a database index out of range) fails `build()` with an error that
+    /// says so, at once, rather than every later call.
+    pub(crate) fn check_access(&self) -> Result<()> {
+        let mut conn = r2d2::ManageConnection::connect(self).map_err(access_error)?;
+        conn.run(|c| redis::cmd("PING").query::<String>(c)).map_err(access_error)?;
+        Ok(())
+    }
+}
+
+/// Classifies a failure to open or use a first connection.
+fn access_error(e: redis::RedisError) -> Error {
+    let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
+    if refused {
+        return Error::AccessDenied(e.to_string());
+    }
+    if e.to_string().contains("DB index is out of range") {
+        return Error::InvalidConfig(format!("the database index is out of range: {e}"));
+    }
+    Error::Redis(e)
+}
+
 impl r2d2::ManageConnection for Connector {
     type Connection = Conn;
     type Error = redis::RedisError;

@@ -64,12 +64,30 @@ pub enum Error {
         /// How the loss was detected.
         reason: LostReason,
     },
-    /// A key of another type already sits at the lock's name. keyholder leaves
-    /// it untouched.
+    /// A key of another type sits where the lock needs one of its own: at
+    /// the lock's name, or at a key derived from it that the lock cannot do
+    /// without (the fencing-token counter). keyholder leaves it untouched.
     WrongType {
         /// The lock name.
         name: String,
+        /// The key that holds something else: the lock name itself, or the
+        /// derived key.
+        key: String,
     },
+    /// The fencing-token counter of a fenced lock holds a value no token can
+    /// follow: not a decimal integer, negative, or at the largest 64-bit
+    /// integer. Nothing was acquired; the counter is left untouched.
+    BadFencingCounter {
+        /// The lock name.
+        name: String,
+        /// The counter key, `redisson_lock_token:{<name>}`.
+        key: String,
+    },
+    /// The Redis server refused this client's credentials or permissions: a
+    /// missing or wrong password, an unknown ACL user, or an ACL that denies
+    /// a command keyholder needs. Reported by
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build).
+    AccessDenied(String),
     /// An argument was refused before any I/O (an empty or oversized lock name,
     /// a lease out of range).
     InvalidArgument(String),
@@ -121,6 +139,16 @@ impl Error {
         matches!(self, Error::WrongType { .. })
     }
 
+    /// True for [`Error::BadFencingCounter`].
+    pub fn is_bad_fencing_counter(&self) -> bool {
+        matches!(self, Error::BadFencingCounter { .. })
+    }
+
+    /// True for [`Error::AccessDenied`].
+    pub fn is_access_denied(&self) -> bool {
+        matches!(self, Error::AccessDenied(_))
+    }
+
     /// True for [`Error::InvalidArgument`] and [`Error::InvalidConfig`].
     pub fn is_invalid(&self) -> bool {
         matches!(self, Error::InvalidArgument(_) | Error::InvalidConfig(_))
@@ -137,7 +165,11 @@ impl Error {
         let wrong_type = e.code() == Some("WRONGTYPE")
             || e.detail().is_some_and(|d| d.contains("WRONGTYPE"))
             || e.to_string().contains("WRONGTYPE");
-        if wrong_type { Error::WrongType { name: name.to_owned() } } else { Error::Redis(e) }
+        if wrong_type {
+            Error::WrongType { name: name.to_owned(), key: name.to_owned() }
+        } else {
+            Error::Redis(e)
+        }
     }
 }
 
@@ -148,9 +180,18 @@ impl fmt::Display for Error {
             Error::Pool(_) => f.write_str("no redis connection within the connect timeout"),
             Error::NotOwner { name } => write!(f, "lock '{name}' is not held by this thread"),
             Error::LockLost { name, reason } => write!(f, "lock '{name}' was lost: {reason}"),
-            Error::WrongType { name } => {
+            Error::WrongType { name, key } if name == key => {
                 write!(f, "a key of another type already exists at lock name '{name}'")
             }
+            Error::WrongType { name, key } => {
+                write!(f, "key '{key}', which lock '{name}' needs, holds a value of another type")
+            }
+            Error::BadFencingCounter { name, key } => write!(
+                f,
+                "the fencing-token counter '{key}' of lock '{name}' does not hold a \
+                 non-negative integer below 2^63 - 1"
+            ),
+            Error::AccessDenied(what) => write!(f, "redis refused access: {what}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
             Error::UnexpectedReply { script, reply } => {

@@ -72,7 +72,7 @@ impl LockGuard {
     /// of an earlier fresh acquisition of the lock. Re-entrant guards share
     /// their hold's token. `None` for unfenced locks.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.hold.token
+        self.hold.token()
     }
 
     /// A channel that receives the [`LostReason`] once, the moment this

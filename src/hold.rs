@@ -6,8 +6,8 @@
 //! so it never runs later than the server's), whether the hold is known lost,
 //! and who wants to hear the moment it is.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -27,8 +27,9 @@ pub(crate) struct Hold {
     pub(crate) lease: Lease,
     /// The TTL re-applied by a partial release, in milliseconds.
     pub(crate) lease_ms: u64,
-    /// The fencing token minted by the acquisition, for fenced locks.
-    pub(crate) token: Option<u64>,
+    /// The fencing token minted by the acquisition, or by the first fenced
+    /// re-entry of a hold taken without one.
+    token: OnceLock<u64>,
     guards: AtomicU32,
     /// The last guard's release has been sent.
     releasing: AtomicBool,
@@ -95,7 +96,7 @@ impl Hold {
             thread,
             lease,
             lease_ms,
-            token,
+            token: token.map_or_else(OnceLock::new, OnceLock::from),
             guards: AtomicU32::new(1),
             releasing: AtomicBool::new(false),
             lost_listeners: Mutex::new(Vec::new()),
@@ -106,6 +107,16 @@ impl Hold {
         };
         hold.set_deadline(sent + Duration::from_millis(lease_ms));
         hold
+    }
+
+    /// The hold's fencing token, if one was minted for it.
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.token.get().copied()
+    }
+
+    /// Records the token minted by a fenced re-entry (the first one wins).
+    pub(crate) fn set_token(&self, token: u64) {
+        let _ = self.token.set(token);
     }
 
     fn nanos_after_base(&self, at: Instant) -> u64 {

@@ -198,7 +198,7 @@ impl Lock {
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
-            _ => Err(Error::WrongType { name: self.name.to_string() }),
+            _ => Err(Error::WrongType { name: self.name.to_string(), key: self.name.to_string() }),
         }
     }
 
@@ -237,7 +237,7 @@ impl Lock {
         })?;
         match kind.as_str() {
             "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
-            _ => Err(Error::WrongType { name: self.name.to_string() }),
+            _ => Err(Error::WrongType { name: self.name.to_string(), key: self.name.to_string() }),
         }
     }
 
@@ -293,15 +293,23 @@ impl Lock {
 
         if let Some(hold) = entry.hold_of(thread) {
             let sent = Instant::now();
-            match self.try_acquire(entry, &owner, lease_ms, Attempt::Reentry)? {
-                Acquire::Acquired { .. } => {
+            // A fenced handle re-entering a hold taken without a token mints one.
+            let mint = self.token_key.is_some() && hold.token().is_none();
+            match self.try_acquire(entry, &owner, lease_ms, Attempt::Reentry { mint })? {
+                Acquire::Acquired { token } => {
+                    if let Some(token) = token {
+                        hold.set_token(token);
+                    }
                     hold.add_guard();
-                    hold.set_deadline(sent + Duration::from_millis(lease_ms));
+                    // The script never shortens the key's TTL on a re-entry.
+                    hold.extend_deadline(sent + Duration::from_millis(lease_ms));
                     return Ok(Some(hold));
                 }
-                // Another owner has it: our hold was lost unnoticed. Let the
-                // gate go and contend like anyone else.
-                Acquire::Held { .. } => {
+                // The hold vanished unnoticed (another owner has the lock, or
+                // nobody has): it is lost, and its guards must not touch
+                // whatever hold comes next. Let the gate go and take a new
+                // hold like anyone else.
+                Acquire::Held { .. } | Acquire::Free => {
                     hold.mark_lost(crate::error::LostReason::Gone);
                     entry.release_gate(hold.id, false);
                 }
@@ -327,10 +335,14 @@ impl Lock {
                 Ok(Some(hold))
             }
             other => {
-                if let Err(Error::Redis(e)) = &other
-                    && is_transport_error(e)
-                {
-                    // The acquire may have run with its reply lost. This
+                let maybe_taken = match &other {
+                    Err(Error::Redis(e)) => is_transport_error(e),
+                    Err(Error::UnexpectedReply { .. }) => true,
+                    _ => false,
+                };
+                if maybe_taken {
+                    // The acquire may have run with its reply lost, or
+                    // replied something this client cannot accept. This
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
@@ -389,6 +401,8 @@ impl Lock {
             let remaining = match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { overdue }) {
                 Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token })),
                 Ok(Acquire::Held { remaining }) => remaining,
+                // Only a re-entry is told the lock is free; retry at once.
+                Ok(Acquire::Free) => Some(Duration::ZERO),
                 Err(e) => break Err(e),
             };
             marked |= overdue;
@@ -441,15 +455,15 @@ impl Lock {
     fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
-        let (fresh, overdue) = match attempt {
-            Attempt::Reentry => (false, false),
-            Attempt::Fresh { overdue } => (true, overdue),
+        let (fresh, overdue, mint) = match attempt {
+            Attempt::Reentry { mint } => (false, false, mint),
+            Attempt::Fresh { overdue } => (true, overdue, true),
         };
         let args = AcquireArgs {
             name: &self.name,
             marker: &entry.marker,
             // Re-entries keep their hold's token.
-            token_key: self.token_key.as_deref().filter(|_| fresh),
+            token_key: self.token_key.as_deref().filter(|_| mint),
             lease_ms,
             owner,
             fresh,
@@ -486,8 +500,9 @@ struct Won {
 /// Which kind of acquire attempt.
 #[derive(Debug, Clone, Copy)]
 enum Attempt {
-    /// The thread holds the lock already.
-    Reentry,
+    /// The thread holds the lock already; `mint` a fencing token for a hold
+    /// that has none.
+    Reentry { mint: bool },
     /// A new hold; `overdue` once the thread has waited twice the fairness
     /// window.
     Fresh { overdue: bool },

@@ -3,6 +3,14 @@
 //! The lock key is the name itself, unprefixed, as in Redisson. Every derived
 //! key or channel keeps the name inside `{...}` (or keeps the name's own braces)
 //! so that all of them hash to the lock key's Redis Cluster slot.
+//!
+//! Redisson's derived names (the unlock channel, the fencing-token counter)
+//! follow its rule exactly, so Java and Rust meet on them; under that rule the
+//! names `x` and `{x}` share them. keyholder's own keys (the next-in-line
+//! marker and the unlock latches) are one-to-one with lock names instead, so
+//! that no lock's key can stand in for another's. Names under the derived
+//! keys' prefixes are reserved: a lock there could be overwritten, or mistaken
+//! for another lock's state.
 
 use crate::error::{Error, Result};
 
@@ -24,8 +32,21 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.chars().any(|c| c.is_ascii_control()) {
         return Err(Error::InvalidArgument("lock name contains a control character".into()));
     }
+    if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(*p)) {
+        return Err(Error::InvalidArgument(format!(
+            "lock names starting with '{prefix}' are reserved for keys derived from other locks"
+        )));
+    }
     Ok(())
 }
+
+const TOKEN_PREFIX: &str = "redisson_lock_token";
+const MARKER_PREFIX: &str = "keyholder_lock_next";
+const LATCH_PREFIX: &str = "redisson_unlock_latch";
+
+/// Name prefixes of the keys derived from lock names.
+const RESERVED_PREFIXES: [&str; 3] =
+    ["redisson_lock_token:", "keyholder_lock_next:", "redisson_unlock_latch:"];
 
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when the
 /// name already contains `{`.
@@ -40,20 +61,28 @@ pub(crate) fn unlock_channel(name: &str) -> String {
 
 /// The fencing-token counter of the lock `name` (Redisson's RFencedLock key).
 pub(crate) fn token_key(name: &str) -> String {
-    prefixed("redisson_lock_token", name)
+    prefixed(TOKEN_PREFIX, name)
+}
+
+/// A key of keyholder's own for the lock `name`, one-to-one with names:
+/// `<prefix>:{<name>}`, or `<prefix>:tagged:<name>` when the name carries its
+/// own hash tag. (Redisson's rule would give `x` and `{x}` the same key.) The
+/// first `{` of either form opens the name's slot tag, as in the lock key.
+fn own_key(prefix: &str, name: &str) -> String {
+    if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
 }
 
 /// The next-in-line marker of the lock `name` (see `lua/acquire.lua`).
 pub(crate) fn next_marker(name: &str) -> String {
-    prefixed("keyholder_lock_next", name)
+    own_key(MARKER_PREFIX, name)
 }
 
 /// The unlock latch of the owner `(client, thread)` for the lock `name`:
-/// Redisson's `redisson_unlock_latch:{<name>}:<32 hex>`, the hex being the
-/// client's UUID with the thread id mixed in, so each owner has one key per
-/// lock that its releases reuse.
+/// `redisson_unlock_latch:{<name>}:<32 hex>` as in Redisson, the hex being
+/// the client's UUID with the thread id mixed in, so each owner has one key
+/// per lock that its releases reuse.
 pub(crate) fn unlock_latch(name: &str, client: u128, thread: u64) -> String {
-    format!("{}:{:032x}", prefixed("redisson_unlock_latch", name), client ^ u128::from(thread))
+    format!("{}:{:032x}", own_key(LATCH_PREFIX, name), client ^ u128::from(thread))
 }
 
 #[cfg(test)]
@@ -83,6 +112,30 @@ mod tests {
         assert_eq!(a, unlock_latch("order:42", 0xabc0, 1));
         assert_ne!(a, unlock_latch("order:42", 0xabc0, 2));
         assert_ne!(a, unlock_latch("order:42", 0xdef0, 1));
+    }
+
+    #[test]
+    fn own_keys_are_one_to_one_with_names() {
+        assert_eq!(next_marker("x"), "keyholder_lock_next:{x}");
+        assert_eq!(next_marker("{x}"), "keyholder_lock_next:tagged:{x}");
+        assert_ne!(unlock_latch("x", 1, 1), unlock_latch("{x}", 1, 1));
+        assert_eq!(
+            unlock_latch("{user}:1", 0xabc0, 1),
+            "redisson_unlock_latch:tagged:{user}:1:0000000000000000000000000000abc1"
+        );
+    }
+
+    #[test]
+    fn derived_key_prefixes_are_reserved() {
+        for name in [
+            "keyholder_lock_next:{m}",
+            "redisson_lock_token:{m}",
+            "redisson_unlock_latch:{n}:00000000000000000000000000000001",
+        ] {
+            assert!(validate_name(name).unwrap_err().is_invalid(), "{name}");
+        }
+        assert!(validate_name("keyholder_lock_next").is_ok());
+        assert!(validate_name("redisson_lock__channel:{x}").is_ok());
     }
 
     #[test]

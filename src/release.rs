@@ -107,7 +107,7 @@ impl Inner {
             hold.start_release();
         }
         if hold.guards() == 1
-            && hold.token.is_none()
+            && hold.token().is_none()
             && let Some(successor) = hold.entry.reserve_successor(hold.id, self.config.fairness_window)
         {
             return self.hand_over(hold, successor);

@@ -21,6 +21,8 @@ pub(crate) enum Acquire {
     /// Held by another owner, with that holder's remaining lease (`None` when
     /// the key has no TTL).
     Held { remaining: Option<Duration> },
+    /// A re-entry found the lock free: the caller's hold vanished.
+    Free,
 }
 
 /// Outcome of `release.lua`.
@@ -74,7 +76,8 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) token_key: Option<&'a str>,
     pub(crate) lease_ms: u64,
     pub(crate) owner: &'a str,
-    /// A new hold, not a re-entry: the owner's count is set to 1.
+    /// A new hold, not a re-entry: the owner's count is set to 1. A
+    /// re-entry succeeds only onto the owner's existing field.
     pub(crate) fresh: bool,
     /// The caller has waited past its fairness window: if refused, it
     /// becomes next in line.
@@ -146,20 +149,23 @@ impl Scripts {
                 }
                 invocation.invoke(c)
             })
-            .map_err(|e| Error::from_redis(name, e))?;
-        let held = |ms: i64| Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) };
-        match (&reply, token_key) {
-            (Value::Nil, None) => Ok(Acquire::Acquired { token: None }),
-            (Value::Int(ms), None) if *ms >= -1 => Ok(held(*ms)),
+            .map_err(|e| acquire_error(name, token_key, e))?;
+        let refused = |ms: i64| match ms {
+            -2 if !fresh => Some(Acquire::Free),
+            -1.. => Some(Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) }),
+            _ => None,
+        };
+        let outcome = match (&reply, token_key) {
+            (Value::Nil, None) => Some(Acquire::Acquired { token: None }),
+            (Value::Int(ms), None) => refused(*ms),
             (Value::Array(items), Some(_)) => match items.as_slice() {
-                [Value::Int(-1), Value::Int(token)] if *token > 0 => {
-                    Ok(Acquire::Acquired { token: Some(token.unsigned_abs()) })
-                }
-                [Value::Int(ms), Value::Int(-1)] if *ms >= -1 => Ok(held(*ms)),
-                _ => Err(unexpected("acquire", &reply)),
+                [Value::Int(-1), token] => parse_token(token).map(|t| Acquire::Acquired { token: Some(t) }),
+                [Value::Int(ms), Value::Int(-1)] => refused(*ms),
+                _ => None,
             },
-            _ => Err(unexpected("acquire", &reply)),
-        }
+            _ => None,
+        };
+        outcome.ok_or_else(|| unexpected("acquire", &reply))
     }
 
     /// Releases one hold; with a latch, a retry with the same latch key
@@ -244,6 +250,30 @@ impl Scripts {
             Value::Int(0) => Ok(false),
             other => Err(unexpected("force_unlock", &other)),
         }
+    }
+}
+
+/// A fencing token as `acquire.lua` returns it: the counter's decimal string,
+/// exact over the whole range (a Lua number would round past 2^53).
+fn parse_token(value: &Value) -> Option<u64> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok().filter(|t| *t > 0),
+        _ => None,
+    }
+}
+
+/// Maps an error of `acquire.lua`, telling a bad fencing counter from a bad
+/// lock key.
+fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> Error {
+    let text = e.to_string();
+    match token_key {
+        Some(key) if text.contains("BADCOUNTER") => {
+            Error::BadFencingCounter { name: name.to_owned(), key: key.to_owned() }
+        }
+        Some(key) if text.contains("WRONGTYPE fencing counter") => {
+            Error::WrongType { name: name.to_owned(), key: key.to_owned() }
+        }
+        _ => Error::from_redis(name, e),
     }
 }
 

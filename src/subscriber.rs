@@ -68,12 +68,31 @@ impl std::fmt::Debug for Subscriber {
     }
 }
 
+/// One subscribed channel. Several lock names can share a channel (Redisson
+/// names `x` and `{x}` alike), so a message wakes the waiters of every name
+/// listening on it.
 struct Channel {
+    listeners: Vec<Listener>,
+    /// When the last waiter left, for a lingering channel.
+    idle_since: Option<Instant>,
+}
+
+/// The waiters of one lock name on a channel.
+struct Listener {
+    name: Arc<str>,
     /// The lock entry to wake; weak, so a lingering channel keeps no entry.
     entry: Weak<Entry>,
     refs: u32,
-    /// When the last waiter left, for a lingering channel.
-    idle_since: Option<Instant>,
+}
+
+impl Channel {
+    fn refs(&self) -> u32 {
+        self.listeners.iter().map(|l| l.refs).sum()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = Arc<Entry>> + '_ {
+        self.listeners.iter().filter_map(|l| l.entry.upgrade())
+    }
 }
 
 #[derive(Default)]
@@ -115,7 +134,7 @@ impl State {
     }
 
     fn entries(&self) -> Vec<Arc<Entry>> {
-        self.channels.values().filter_map(|c| c.entry.upgrade()).collect()
+        self.channels.values().flat_map(Channel::entries).collect()
     }
 
     /// Unsubscribes channels that have lingered unused for [`LINGER`];
@@ -143,14 +162,22 @@ impl State {
 pub(crate) struct Subscription {
     subscriber: Arc<Subscriber>,
     channel: String,
+    /// The lock name it was made for.
+    name: Arc<str>,
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut st = self.subscriber.state.lock();
         let Some(channel) = st.channels.get_mut(&self.channel) else { return };
-        channel.refs = channel.refs.saturating_sub(1);
-        if channel.refs == 0 {
+        if let Some(at) = channel.listeners.iter().position(|l| l.name == self.name) {
+            let listener = &mut channel.listeners[at];
+            listener.refs = listener.refs.saturating_sub(1);
+            if listener.refs == 0 {
+                channel.listeners.swap_remove(at);
+            }
+        }
+        if channel.refs() == 0 {
             channel.idle_since = Some(Instant::now());
             drop(st);
             // The reader may be asleep for a whole command timeout: let it
@@ -191,19 +218,28 @@ impl Subscriber {
         if st.shutdown {
             return Err(Error::Shutdown);
         }
-        let slot = st.channels.entry(channel.clone()).or_insert_with(|| Channel {
-            entry: Arc::downgrade(entry),
-            refs: 0,
-            idle_since: None,
-        });
-        slot.refs += 1;
+        let slot = st
+            .channels
+            .entry(channel.clone())
+            .or_insert_with(|| Channel { listeners: Vec::new(), idle_since: None });
         // A lingering channel is still subscribed: reuse it.
-        let fresh = slot.idle_since.take().is_none() && slot.refs == 1;
-        slot.entry = Arc::downgrade(entry);
+        let fresh = slot.idle_since.take().is_none() && slot.refs() == 0;
+        match slot.listeners.iter_mut().find(|l| l.name == entry.name) {
+            Some(listener) => {
+                listener.refs += 1;
+                listener.entry = Arc::downgrade(entry);
+            }
+            None => slot.listeners.push(Listener {
+                name: Arc::clone(&entry.name),
+                entry: Arc::downgrade(entry),
+                refs: 1,
+            }),
+        }
         if fresh {
             st.send_subscribe(std::slice::from_ref(&channel));
         }
-        let subscription = Subscription { subscriber: Arc::clone(self), channel };
+        let subscription =
+            Subscription { subscriber: Arc::clone(self), channel, name: Arc::clone(&entry.name) };
         let mut until = Instant::now() + self.command_timeout;
         if let Some(deadline) = deadline {
             until = until.min(deadline);
@@ -229,7 +265,7 @@ impl Subscriber {
     /// The number of channels subscribed for waiters right now (not
     /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
-        self.state.lock().channels.values().filter(|c| c.refs > 0).count()
+        self.state.lock().channels.values().filter(|c| c.refs() > 0).count()
     }
 
     /// Wakes the reader so it times lingering channels out: a tiny write
@@ -330,7 +366,7 @@ impl Subscriber {
         st.writer = Some(writer);
         st.acks_pending.clear();
         // Lingering channels are not worth resubscribing.
-        st.channels.retain(|_, c| c.refs > 0);
+        st.channels.retain(|_, c| c.refs() > 0);
         let channels: Vec<String> = st.channels.keys().cloned().collect();
         st.send_subscribe(&channels);
         true
@@ -414,12 +450,20 @@ impl Subscriber {
                 };
                 // "0" wakes one waiting thread, "1" all of them. Behind the
                 // gate at most one thread of this client waits per lock, so
-                // both wake that thread; other payloads are not unlocks.
+                // both wake that thread; other payloads are not unlocks. The
+                // channel does not say which of the names sharing it was
+                // unlocked: each name's waiter retries.
                 if payload != "0" && payload != "1" {
                     return;
                 }
-                let entry = self.state.lock().channels.get(channel).and_then(|c| c.entry.upgrade());
-                if let Some(entry) = entry {
+                let entries: Vec<Arc<Entry>> = self
+                    .state
+                    .lock()
+                    .channels
+                    .get(channel)
+                    .map(|c| c.entries().collect())
+                    .unwrap_or_default();
+                for entry in entries {
                     entry.notify();
                 }
             }

@@ -513,7 +513,9 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
             .arg(owner)
             .invoke(con)
     };
-    assert_eq!(fenced(&mut con, OWNER_A).unwrap(), Value::Array(vec![Value::Int(-1), Value::Int(1)]));
+    let minted =
+        |token: &str| Value::Array(vec![Value::Int(-1), Value::BulkString(token.as_bytes().to_vec())]);
+    assert_eq!(fenced(&mut con, OWNER_A).unwrap(), minted("1"));
     let reply = fenced(&mut con, OWNER_B).unwrap();
     assert!(
         matches!(&reply, Value::Array(items) if matches!(items[..], [Value::Int(ms), Value::Int(-1)] if ms > 0)),
@@ -521,7 +523,7 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
     );
     assert_eq!(get(&mut con, counter).as_deref(), Some("1"), "a refused acquisition minted a token");
     assert_eq!(release(&mut con, "fenced", 10_000, OWNER_A).unwrap(), Value::Int(1));
-    assert_eq!(fenced(&mut con, OWNER_B).unwrap(), Value::Array(vec![Value::Int(-1), Value::Int(2)]));
+    assert_eq!(fenced(&mut con, OWNER_B).unwrap(), minted("2"));
     assert_eq!(pttl(&mut con, counter), -1, "the counter must not expire");
 
     // A counter of the wrong type is refused before anything changes.
@@ -608,4 +610,90 @@ fn a_new_hold_resets_a_stale_count_and_a_reentry_increments() {
     assert!(pttl(&mut con, "stale") > 9_000);
     assert_eq!(new_hold(&mut con, "0"), Value::Nil);
     assert_eq!(hgetall(&mut con, "stale"), one_field(OWNER_A, "2"), "a re-entry did not increment");
+}
+
+#[test]
+fn a_reentry_takes_only_the_owners_own_field_and_never_shortens_the_lease() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let reenter = |con: &mut redis::Connection, lease_ms: u64| -> redis::RedisResult<Value> {
+        acquire_script().key("r").key(marker_of("r")).arg(lease_ms).arg(OWNER_A).arg("0").invoke(con)
+    };
+    // A free lock is not taken by a re-entry: the caller's hold is gone.
+    assert_eq!(reenter(&mut con, 10_000).unwrap(), Value::Int(-2));
+    assert!(!exists(&mut con, "r"));
+    // Another owner's lock is not re-entered.
+    assert_eq!(acquire(&mut con, "r", 10_000, OWNER_B).unwrap(), Value::Nil);
+    assert!(matches!(reenter(&mut con, 10_000).unwrap(), Value::Int(ms) if ms > 0));
+    assert_eq!(hgetall(&mut con, "r"), one_field(OWNER_B, "1"));
+    assert_eq!(release(&mut con, "r", 10_000, OWNER_B).unwrap(), Value::Int(1));
+    // The owner's own field is; a shorter lease leaves the longer TTL.
+    assert_eq!(acquire(&mut con, "r", 10_000, OWNER_A).unwrap(), Value::Nil);
+    assert_eq!(reenter(&mut con, 100).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "r"), one_field(OWNER_A, "2"));
+    assert!(pttl(&mut con, "r") > 5_000, "a re-entry shortened the lease");
+    assert_eq!(reenter(&mut con, 60_000).unwrap(), Value::Nil);
+    assert!(pttl(&mut con, "r") > 50_000, "a re-entry did not lengthen the lease");
+}
+
+#[test]
+fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let counter = "redisson_lock_token:{t}";
+    let fenced = |con: &mut redis::Connection| -> redis::RedisResult<Value> {
+        acquire_script()
+            .key("t")
+            .key(marker_of("t"))
+            .key(counter)
+            .arg(10_000)
+            .arg(OWNER_A)
+            .arg("1")
+            .invoke(con)
+    };
+    // Past 2^53 Lua's numbers round; the token comes back as the exact string.
+    let _: () = redis::cmd("SET").arg(counter).arg("9007199254740992").query(&mut con).unwrap();
+    for expected in ["9007199254740993", "9007199254740994", "9007199254740995"] {
+        let reply = fenced(&mut con).unwrap();
+        assert_eq!(
+            reply,
+            Value::Array(vec![Value::Int(-1), Value::BulkString(expected.as_bytes().to_vec())])
+        );
+        assert_eq!(release(&mut con, "t", 10_000, OWNER_A).unwrap(), Value::Int(1));
+    }
+    for bad in ["-5", "abc", "007", "1.5", "9223372036854775807", "99999999999999999999"] {
+        let _: () = redis::cmd("SET").arg(counter).arg(bad).query(&mut con).unwrap();
+        let err = fenced(&mut con).unwrap_err();
+        assert!(err.to_string().contains("BADCOUNTER"), "{bad}: {err}");
+        assert!(!exists(&mut con, "t"), "{bad}: the lock was taken without a token");
+        assert_eq!(get(&mut con, counter).as_deref(), Some(bad), "the counter was changed");
+    }
+}
+
+#[test]
+fn foreign_keys_at_the_marker_and_latch_names_are_neither_honoured_nor_overwritten() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let marker = marker_of("m");
+    let latch = latch_of("m", 1);
+    let _: i64 = redis::cmd("HSET").arg(&marker).arg("f").arg("v").query(&mut con).unwrap();
+    let _: i64 = redis::cmd("HSET").arg(&latch).arg("f").arg("v").query(&mut con).unwrap();
+    // The hash at the marker's name is no marker: the lock is free to take,
+    // and an overdue waiter does not overwrite it.
+    let take = |con: &mut redis::Connection, owner: &str| -> redis::RedisResult<Value> {
+        acquire_script().key("m").key(&marker).arg(10_000).arg(owner).arg("1").arg("1").arg(1000).invoke(con)
+    };
+    assert_eq!(take(&mut con, OWNER_A).unwrap(), Value::Nil);
+    assert!(matches!(take(&mut con, OWNER_B).unwrap(), Value::Int(ms) if ms > 0));
+    // A nested release with the hash at its latch's name runs unlatched.
+    assert_eq!(acquire(&mut con, "m", 10_000, OWNER_A).unwrap(), Value::Nil);
+    assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 5, false).unwrap(), Value::Int(0));
+    assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 6, false).unwrap(), Value::Int(1));
+    for key in [&marker, &latch] {
+        assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
+    }
+    // abandon.lua leaves it alone too.
+    let abandon = redis::Script::new(include_str!("../lua/abandon.lua"));
+    assert_eq!(abandon.key(&marker).arg(OWNER_B).invoke::<i64>(&mut con).unwrap(), 0);
+    assert_eq!(hgetall(&mut con, &marker), one_field("f", "v"));
 }
