@@ -3,9 +3,10 @@
 //! `Client` is a cheap handle (`Arc`) shared by locks and guards. The shared
 //! state, `Inner`, also belongs to the two background threads; they hold it
 //! weakly or through pieces, so they never keep a client alive on their own.
-//! When the last `Client`, `Lock` or `LockGuard` goes away (or on
-//! [`Client::shutdown`]) the threads stop. Shutting down releases nothing: a
-//! live guard still releases its own lock when dropped.
+//! When the last `Client` or `Lock` goes away (or on [`Client::shutdown`])
+//! the threads stop. Guards hold only `Inner`: a guard, leaked or not, never
+//! keeps the threads running, but a live guard still releases its own lock
+//! when dropped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,10 +15,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ClientBuilder, Config};
-use crate::connection::{self, Conn, Connector, Pool};
+use crate::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
@@ -76,7 +77,12 @@ pub(crate) struct Inner {
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
     pub(crate) config: Config,
-    pool: Pool,
+    /// The command connections; closed (`None`) on shutdown.
+    pool: RwLock<Option<Pool>>,
+    /// Opens a connection for a call made after shutdown.
+    connector: Connector,
+    /// The pool's connection generation (see `connection.rs`).
+    generation: Arc<Generation>,
     pub(crate) scripts: Scripts,
     entries: Mutex<Entries>,
     /// Numbers release requests, for their latches.
@@ -132,9 +138,15 @@ impl Client {
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let redis_client =
             redis::Client::open(info).map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
-        let connector = Connector::new(redis_client, config.connect_timeout, config.command_timeout);
+        let generation = Arc::new(Generation::default());
+        let connector = Connector::new(
+            redis_client,
+            config.connect_timeout,
+            config.command_timeout,
+            Arc::clone(&generation),
+        );
         connector.check_access()?;
-        let pool = connection::build_pool(connector, config.pool_max_size, config.connect_timeout)?;
+        let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
         let uuid = uuid::Uuid::new_v4();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
@@ -143,7 +155,9 @@ impl Client {
             uuid,
             id: uuid.to_string(),
             config,
-            pool,
+            pool: RwLock::new(Some(pool)),
+            connector,
+            generation,
             scripts: Scripts::new(),
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
@@ -246,13 +260,14 @@ impl Client {
 }
 
 impl Inner {
-    /// A pooled connection, waiting at most the connect timeout.
+    /// A pooled connection of the current generation, waiting at most the
+    /// connect timeout.
     ///
     /// When no connection could be had within a whole connect timeout, Redis
     /// is taken to be unreachable: for the next connect timeout, calls fail
     /// at once instead of each waiting it out (dropping 500 guards would
     /// otherwise take 500 timeouts). The first call after that tries again.
-    pub(crate) fn connection(&self) -> Result<r2d2::PooledConnection<Connector>> {
+    pub(crate) fn connection(&self) -> Result<Checkout> {
         let now = self.nanos_since_start(Instant::now());
         if now < self.unreachable_until.load(Ordering::Acquire) {
             return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
@@ -260,24 +275,53 @@ impl Inner {
                 "redis unreachable: no connection could be opened within the connect timeout just before",
             ))));
         }
-        match self.pool.get() {
-            Ok(conn) => Ok(conn),
-            Err(e) => {
-                let until = Instant::now() + self.config.connect_timeout;
-                self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
-                Err(Error::Pool(e))
+        let Some(pool) = self.pool.read().clone() else {
+            return self.connector.open().map(Checkout::Direct);
+        };
+        // Stale idle connections are closed as they come out, without I/O;
+        // the pool holds at most `pool_max_size` of them.
+        for _ in 0..=self.config.pool_max_size {
+            match pool.get() {
+                Ok(mut conn) if self.generation.is_stale(&conn) => conn.retire(),
+                Ok(conn) => return Ok(Checkout::Pooled(conn)),
+                Err(e) => {
+                    let until = Instant::now() + self.config.connect_timeout;
+                    self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
+                    return Err(Error::Pool(e));
+                }
             }
         }
+        pool.get().map(Checkout::Pooled).map_err(Error::Pool)
     }
 
     fn nanos_since_start(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// Runs `f` on a pooled connection.
+    /// Runs `f` on a pooled connection. A connection found dead starts a new
+    /// generation, so that its idle siblings are not tried one by one.
     pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
         let mut conn = self.connection()?;
-        f(&mut conn)
+        let outcome = f(&mut conn);
+        if conn.is_dead() {
+            self.generation.advance();
+        }
+        outcome
+    }
+
+    /// Runs `f` like [`with_conn`](Inner::with_conn), and once more on a new
+    /// connection if the first one turned out dead (dropped or reset, not
+    /// slow). Only for calls that are safe to repeat: reads, renewals, a new
+    /// hold's acquire (it sets the count to 1), a marker's abandonment.
+    pub(crate) fn with_live_conn<T>(&self, f: impl Fn(&mut Conn) -> Result<T>) -> Result<T> {
+        let mut conn = self.connection()?;
+        let outcome = f(&mut conn);
+        if !conn.is_dead() {
+            return outcome;
+        }
+        drop(conn);
+        self.generation.advance();
+        self.with_conn(f)
     }
 
     pub(crate) fn check_running(&self) -> Result<()> {
@@ -334,5 +378,8 @@ impl Inner {
                 let _ = thread.join();
             }
         }
+        // Close the pool and its threads: a guard still held (or leaked)
+        // must not keep them. Its release opens a connection of its own.
+        self.pool.write().take();
     }
 }

@@ -6,7 +6,19 @@
 //! returned to the pool after it would hand the stale reply to the next caller.
 //! This manager connects with the configured timeout, sets both socket
 //! timeouts, and retires any connection on which an I/O error happened.
+//!
+//! **Dead idle connections.** When Redis, a proxy or a load balancer drops
+//! every connection at once (a restart, `CLIENT KILL`, an idle `timeout`),
+//! the pool still holds them, and r2d2 hands idle connections back without
+//! checking them. So a connection that turns out dead (dropped or reset; a
+//! timeout is not taken as proof) starts a new *generation*: every
+//! connection opened before it is discarded when next checked out or
+//! returned, without any I/O, and callers whose call is safe to repeat retry
+//! it once on a new connection. One outage costs one reconnect per
+//! connection in use, not one failed call per pooled connection.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -16,6 +28,10 @@ use crate::error::{Error, Result};
 pub(crate) struct Conn {
     inner: redis::Connection,
     broken: bool,
+    /// The connection was found dropped or reset by the other side.
+    dead: bool,
+    /// The generation the connection was opened in.
+    generation: u64,
 }
 
 impl Conn {
@@ -29,8 +45,41 @@ impl Conn {
             && (is_transport_error(e) || e.is_unrecoverable_error())
         {
             self.broken = true;
+            self.dead |= !e.is_timeout();
         }
         result
+    }
+
+    /// True once a call found the connection dropped or reset (not merely
+    /// slow): the others opened with it are most likely dead too.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Retires the connection: the pool closes it when it comes back.
+    pub(crate) fn retire(&mut self) {
+        self.broken = true;
+    }
+}
+
+/// The pool's current connection generation, shared by the connector and
+/// the client.
+#[derive(Debug, Default)]
+pub(crate) struct Generation(AtomicU64);
+
+impl Generation {
+    pub(crate) fn current(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Starts a new generation: every connection opened before is stale.
+    pub(crate) fn advance(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True for a connection of an earlier generation.
+    pub(crate) fn is_stale(&self, conn: &Conn) -> bool {
+        conn.generation < self.current()
     }
 }
 
@@ -41,16 +90,22 @@ pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
 }
 
 /// Opens command connections for the pool.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Connector {
     client: redis::Client,
     connect_timeout: Duration,
     command_timeout: Duration,
+    generation: Arc<Generation>,
 }
 
 impl Connector {
-    pub(crate) fn new(client: redis::Client, connect_timeout: Duration, command_timeout: Duration) -> Self {
-        Connector { client, connect_timeout, command_timeout }
+    pub(crate) fn new(
+        client: redis::Client,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+        generation: Arc<Generation>,
+    ) -> Self {
+        Connector { client, connect_timeout, command_timeout, generation }
     }
 }
 
@@ -84,10 +139,11 @@ impl r2d2::ManageConnection for Connector {
     type Error = redis::RedisError;
 
     fn connect(&self) -> redis::RedisResult<Conn> {
+        let generation = self.generation.current();
         let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
         inner.set_read_timeout(Some(self.command_timeout))?;
         inner.set_write_timeout(Some(self.command_timeout))?;
-        Ok(Conn { inner, broken: false })
+        Ok(Conn { inner, broken: false, dead: false, generation })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> redis::RedisResult<()> {
@@ -95,12 +151,47 @@ impl r2d2::ManageConnection for Connector {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || !redis::ConnectionLike::is_open(&conn.inner)
+        conn.broken || self.generation.is_stale(conn) || !redis::ConnectionLike::is_open(&conn.inner)
     }
 }
 
 /// The pool type used by a client.
 pub(crate) type Pool = r2d2::Pool<Connector>;
+
+/// A connection for one call: from the pool, or, once the client has shut
+/// down and closed its pool, opened for the call alone (a guard released
+/// after shutdown).
+pub(crate) enum Checkout {
+    Pooled(r2d2::PooledConnection<Connector>),
+    Direct(Conn),
+}
+
+impl std::ops::Deref for Checkout {
+    type Target = Conn;
+
+    fn deref(&self) -> &Conn {
+        match self {
+            Checkout::Pooled(conn) => conn,
+            Checkout::Direct(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Checkout {
+    fn deref_mut(&mut self) -> &mut Conn {
+        match self {
+            Checkout::Pooled(conn) => conn,
+            Checkout::Direct(conn) => conn,
+        }
+    }
+}
+
+impl Connector {
+    /// Opens a connection outside the pool.
+    pub(crate) fn open(&self) -> Result<Conn> {
+        r2d2::ManageConnection::connect(self).map_err(Error::Redis)
+    }
+}
 
 /// Builds the pool. Blocks until one connection is open or the connect
 /// timeout passes.

@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::client::Client;
+use crate::client::Inner;
 use crate::error::{LostReason, Result};
 use crate::hold::Hold;
 use crate::lease::Lease;
@@ -26,12 +26,18 @@ use crate::lease::Lease;
 /// # Ok(()) }
 /// ```
 ///
-/// Leaking a guard (`mem::forget`) leaves its acquisition held: with the
-/// watchdog lease, until the client shuts down and the lease runs out.
+/// A guard does not keep its client running: the watchdog renews a hold
+/// while some [`Client`](crate::Client) or [`Lock`](crate::Lock) handle of
+/// the client is alive (as Redisson renews while its client lives). Once the
+/// last of them is dropped the client shuts down, renewal stops, and a guard
+/// still held keeps only what is left of its lease; it can still release.
+/// So keep a `Client` or `Lock` for as long as you hold its locks. A leaked
+/// guard (`mem::forget`) leaves its acquisition held until then, and at
+/// most one lease longer.
 #[must_use = "if unused the lock will immediately unlock"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    client: Client,
+    client: Arc<Inner>,
     hold: Arc<Hold>,
     released: bool,
     _not_send: PhantomData<*const ()>,
@@ -48,7 +54,7 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: Client, hold: Arc<Hold>) -> Self {
+    pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>) -> Self {
         LockGuard { client, hold, released: false, _not_send: PhantomData }
     }
 
@@ -99,7 +105,7 @@ impl LockGuard {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.inner().watchdog.watch(Arc::clone(&self.hold));
+            self.client.watchdog.watch(Arc::clone(&self.hold));
         }
         signal
     }
@@ -132,7 +138,7 @@ impl LockGuard {
     /// held, expires with its lease.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.client.inner().release(&self.hold)
+        self.client.release(&self.hold)
     }
 }
 
@@ -141,7 +147,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if let Err(e) = self.client.inner().release(&self.hold) {
+        if let Err(e) = self.client.release(&self.hold) {
             log::warn!("keyholder: releasing lock '{}' on drop failed: {e}", self.name());
         }
     }

@@ -92,6 +92,7 @@ mod config;
 mod connection;
 mod entry;
 mod error;
+mod eval;
 mod guard;
 mod hold;
 mod lease;

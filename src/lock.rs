@@ -232,7 +232,7 @@ impl Lock {
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
         let mut pipeline = redis::pipe();
         pipeline.cmd("TYPE").arg(&*self.name).cmd("PTTL").arg(&*self.name);
-        let (kind, pttl): (String, i64) = self.client.inner().with_conn(|conn| {
+        let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(|conn| {
             conn.run(|c| pipeline.query(c)).map_err(|e| Error::from_redis(&self.name, e))
         })?;
         match kind.as_str() {
@@ -258,7 +258,7 @@ impl Lock {
     /// A Redis failure, or [`Error::WrongType`].
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_conn(|conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
+        inner.with_live_conn(|conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
     }
 
     fn current_owner(&self) -> String {
@@ -268,7 +268,7 @@ impl Lock {
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
         self.client
             .inner()
-            .with_conn(|conn| conn.run(|c| cmd.query(c)).map_err(|e| Error::from_redis(&self.name, e)))
+            .with_live_conn(|conn| conn.run(|c| cmd.query(c)).map_err(|e| Error::from_redis(&self.name, e)))
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
@@ -276,7 +276,7 @@ impl Lock {
         inner.check_running()?;
         let entry = inner.entry(&self.name, &self.channel, &self.marker);
         let acquired = self.acquire_in(&entry, deadline, block)?;
-        Ok(acquired.map(|hold| LockGuard::new(self.client.clone(), hold)))
+        Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), hold)))
     }
 
     fn acquire_in(
@@ -446,7 +446,7 @@ impl Lock {
             // Giving up: stop being next in line, so other clients need not
             // wait for the marker to expire. (With Redis failing, the marker
             // just expires.)
-            let _ = inner.with_conn(|conn| inner.scripts.abandon(conn, &entry.marker, owner));
+            let _ = inner.with_live_conn(|conn| inner.scripts.abandon(conn, &entry.marker, owner));
         }
         outcome
     }
@@ -470,7 +470,12 @@ impl Lock {
             overdue,
             marker_ttl_ms: MARKER_TTL_MS,
         };
-        inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
+        if fresh {
+            // A new hold's acquire sets the count to 1: safe to repeat.
+            inner.with_live_conn(|conn| inner.scripts.acquire(conn, &args))
+        } else {
+            inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
+        }
     }
 }
 

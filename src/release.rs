@@ -80,7 +80,7 @@ impl Inner {
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
         let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
-        self.with_conn(|conn| self.scripts.release(conn, &args))
+        self.with_live_conn(|conn| self.scripts.release(conn, &args))
     }
 
     /// How long an unlock latch must outlive its first use: a command

@@ -1,8 +1,8 @@
 //! The bundled Lua scripts and their typed replies.
 //!
 //! Each script is a real file under `lua/` whose header comment is its
-//! contract. `redis::Script` hashes it once and sends EVALSHA, falling back to
-//! SCRIPT LOAD and a retry on NOSCRIPT. Replies are decoded into small enums
+//! contract. Calls go out as EVALSHA, falling back to EVAL on NOSCRIPT
+//! (see `eval.rs`). Replies are decoded into small enums
 //! here; a reply outside a contract becomes [`Error::UnexpectedReply`], never a
 //! panic and never a raw integer leaking upward.
 
@@ -12,6 +12,7 @@ use redis::Value;
 
 use crate::connection::Conn;
 use crate::error::{Error, Result};
+use crate::eval::LuaScript;
 
 /// Outcome of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,12 +53,12 @@ pub(crate) enum Handoff {
 /// The scripts of one client.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    acquire: redis::Script,
-    release: redis::Script,
-    handoff: redis::Script,
-    renew: redis::Script,
-    force_unlock: redis::Script,
-    abandon: redis::Script,
+    acquire: LuaScript,
+    release: LuaScript,
+    handoff: LuaScript,
+    renew: LuaScript,
+    force_unlock: LuaScript,
+    abandon: LuaScript,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
@@ -125,12 +126,12 @@ pub(crate) struct Latch<'a> {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            acquire: redis::Script::new(include_str!("../lua/acquire.lua")),
-            release: redis::Script::new(include_str!("../lua/release.lua")),
-            handoff: redis::Script::new(include_str!("../lua/handoff.lua")),
-            renew: redis::Script::new(include_str!("../lua/renew.lua")),
-            force_unlock: redis::Script::new(include_str!("../lua/force_unlock.lua")),
-            abandon: redis::Script::new(include_str!("../lua/abandon.lua")),
+            acquire: LuaScript::new(include_str!("../lua/acquire.lua")),
+            release: LuaScript::new(include_str!("../lua/release.lua")),
+            handoff: LuaScript::new(include_str!("../lua/handoff.lua")),
+            renew: LuaScript::new(include_str!("../lua/renew.lua")),
+            force_unlock: LuaScript::new(include_str!("../lua/force_unlock.lua")),
+            abandon: LuaScript::new(include_str!("../lua/abandon.lua")),
         }
     }
 
@@ -139,7 +140,7 @@ impl Scripts {
         let AcquireArgs { name, marker, token_key, lease_ms, owner, fresh, overdue, marker_ttl_ms } = *args;
         let reply: Value = conn
             .run(|c| {
-                let mut invocation = self.acquire.prepare_invoke();
+                let mut invocation = self.acquire.call();
                 invocation.key(name).key(marker).arg(lease_ms).arg(owner).arg(u8::from(fresh));
                 if overdue {
                     invocation.arg(1).arg(marker_ttl_ms);
@@ -174,7 +175,7 @@ impl Scripts {
         let ReleaseArgs { name, channel, lease_ms, owner, latch } = *args;
         let reply: Value = conn
             .run(|c| {
-                let mut invocation = self.release.prepare_invoke();
+                let mut invocation = self.release.call();
                 invocation.key(name).key(channel);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
                 if let Some(latch) = latch {
@@ -197,7 +198,7 @@ impl Scripts {
         let HandoffArgs { name, channel, marker, lease_ms, from, to, latch } = *args;
         let reply: Value = conn
             .run(|c| {
-                let mut invocation = self.handoff.prepare_invoke();
+                let mut invocation = self.handoff.call();
                 invocation.key(name).key(channel).key(marker).key(latch.key);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
                 invocation.arg(latch.request).arg(u8::from(latch.retry));
@@ -215,13 +216,13 @@ impl Scripts {
 
     /// Stops `owner` being next in line, if it is.
     pub(crate) fn abandon(&self, conn: &mut Conn, marker: &str, owner: &str) -> Result<()> {
-        conn.run(|c| self.abandon.key(marker).arg(owner).invoke::<Value>(c))?;
+        conn.run(|c| self.abandon.call().key(marker).arg(owner).invoke::<Value>(c))?;
         Ok(())
     }
 
     /// Renews the `(key, owner)` pairs in one call; `true` = still held.
     pub(crate) fn renew(&self, conn: &mut Conn, holds: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>> {
-        let mut invocation = self.renew.prepare_invoke();
+        let mut invocation = self.renew.call();
         invocation.arg(lease_ms);
         for (key, owner) in holds {
             invocation.key(*key).arg(*owner);
@@ -243,7 +244,9 @@ impl Scripts {
     /// Deletes the lock whoever holds it; `true` when there was one.
     pub(crate) fn force_unlock(&self, conn: &mut Conn, name: &str, channel: &str) -> Result<bool> {
         let reply: Value = conn
-            .run(|c| self.force_unlock.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke(c))
+            .run(|c| {
+                self.force_unlock.call().key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke(c)
+            })
             .map_err(|e| Error::from_redis(name, e))?;
         match reply {
             Value::Int(1) => Ok(true),

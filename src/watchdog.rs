@@ -135,8 +135,8 @@ pub(crate) fn renew_all(inner: &Inner) {
     for batch in holds.chunks(BATCH) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (&*h.entry.name, h.owner.as_str())).collect();
         let sent = Instant::now();
-        let replies =
-            inner.connection().and_then(|mut conn| inner.scripts.renew(&mut conn, &pairs, lease_ms));
+        // Renewing is safe to repeat: a dead pooled connection costs no period.
+        let replies = inner.with_live_conn(|conn| inner.scripts.renew(conn, &pairs, lease_ms));
         match replies {
             Ok(replies) => {
                 for (hold, held) in batch.iter().zip(replies) {

@@ -305,13 +305,16 @@ fn shutdown_makes_waiters_return_shutdown_and_refuses_new_acquisitions() {
     guard.unlock().unwrap();
 }
 
+/// A guard does not keep its client running: once the user drops every
+/// `Client` and `Lock`, renewal stops and the client's threads and
+/// connections close, while the guard can still release.
 #[test]
-fn dropping_the_last_handle_closes_the_clients_connections_but_not_a_live_guards_lock() {
+fn dropping_the_last_client_and_lock_stops_the_client_even_with_a_live_guard() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let baseline = info_field(&mut con, "clients", "connected_clients");
 
-    let client = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let client = server.builder().watchdog_timeout(Duration::from_millis(3000)).build().unwrap();
     let lock = client.lock("kept").unwrap();
     let guard = lock.lock().unwrap();
     assert!(
@@ -319,20 +322,49 @@ fn dropping_the_last_handle_closes_the_clients_connections_but_not_a_live_guards
         "expected a command connection and a pub/sub connection"
     );
 
-    // The guard keeps the client alive: its lock is still renewed.
     drop(lock);
     drop(client);
-    std::thread::sleep(Duration::from_millis(900)); // three watchdog timeouts
-    assert!(exists(&mut con, "kept"), "the lock expired while its guard was alive");
-    assert!(!guard.is_lost());
-    guard.unlock().unwrap();
-    assert!(!exists(&mut con, "kept"));
-
-    // The guard was the last handle: every connection is closed.
+    // The pool and the pub/sub connection close at once; the lock is held
+    // for the rest of its lease, no longer renewed.
     assert!(
         eventually(5 * SECOND, || info_field(&mut con, "clients", "connected_clients") == baseline),
-        "the client's connections outlived it: {} connected, {baseline} before",
+        "the client's connections outlived its last handle: {} connected, {baseline} before",
         info_field(&mut con, "clients", "connected_clients")
+    );
+    assert!(exists(&mut con, "kept"));
+    assert!(!guard.is_lost());
+    // The guard still releases, on a connection of its own.
+    guard.unlock().unwrap();
+    assert!(!exists(&mut con, "kept"));
+    assert!(
+        eventually(5 * SECOND, || info_field(&mut con, "clients", "connected_clients") == baseline),
+        "the release's own connection stayed open"
+    );
+}
+
+/// A leaked guard (`mem::forget`) is unreachable: it must not renew its lock
+/// and keep the client's threads and connections alive forever once every
+/// handle the user can reach is gone.
+#[test]
+fn a_leaked_guard_stops_being_renewed_when_its_client_is_dropped() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let baseline = info_field(&mut con, "clients", "connected_clients");
+    let client = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let lock = client.lock("leaked").unwrap();
+    std::mem::forget(lock.lock().unwrap());
+    // While the client lives, the leaked hold is renewed, like Redisson's.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(exists(&mut con, "leaked"), "renewal stopped while the client was alive");
+    drop(lock);
+    drop(client);
+    assert!(
+        eventually(5 * SECOND, || !exists(&mut con, "leaked")),
+        "the leaked lock was still renewed after its client was dropped"
+    );
+    assert!(
+        eventually(5 * SECOND, || info_field(&mut con, "clients", "connected_clients") == baseline),
+        "a leaked guard kept the client's connections open"
     );
 }
 

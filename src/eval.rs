@@ -1,0 +1,71 @@
+//! Calling a bundled Lua script: EVALSHA, with EVAL as the fallback.
+//!
+//! redis-rs's `Script::invoke` answers NOSCRIPT with SCRIPT LOAD and a second
+//! EVALSHA, which fails again if the script cache is flushed in between
+//! (`SCRIPT FLUSH`, a failover to a server that never saw the script). Here
+//! the fallback sends the script itself with EVAL, which cannot fail with
+//! NOSCRIPT and caches the script for the next EVALSHA: one extra round trip
+//! after a flush, and no caller ever sees NOSCRIPT.
+
+use redis::{FromRedisValue, RedisResult, ToRedisArgs};
+
+/// A bundled script: its source and SHA1 digest.
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    source: &'static str,
+    hash: String,
+}
+
+impl LuaScript {
+    pub(crate) fn new(source: &'static str) -> Self {
+        LuaScript { source, hash: redis::Script::new(source).get_hash().to_owned() }
+    }
+
+    /// A call of this script, to be given its keys and arguments.
+    pub(crate) fn call(&self) -> Call<'_> {
+        Call { script: self, keys: Vec::new(), args: Vec::new() }
+    }
+}
+
+/// One call's `KEYS` and `ARGV`.
+#[derive(Debug)]
+pub(crate) struct Call<'s> {
+    script: &'s LuaScript,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call<'_> {
+    /// Appends to `KEYS`.
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Appends to `ARGV`.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// Runs the script by its digest, or by its source when the server does
+    /// not have it cached.
+    pub(crate) fn invoke<T: FromRedisValue>(&self, con: &mut redis::Connection) -> RedisResult<T> {
+        match self.command("EVALSHA", &self.script.hash).query(con) {
+            Err(e) if e.code() == Some("NOSCRIPT") => self.command("EVAL", self.script.source).query(con),
+            outcome => outcome,
+        }
+    }
+
+    fn command(&self, verb: &str, body: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(body).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_slice());
+        }
+        for arg in &self.args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
+    }
+}
