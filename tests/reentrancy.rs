@@ -199,3 +199,49 @@ fn reentry_after_a_full_release_starts_a_new_hold() {
     }
     assert_eq!(client.watched_locks(), 0);
 }
+
+/// A fenced handle re-entering a hold taken through a plain handle gets a
+/// token (minted then, and shared by the hold's guards); a fenced re-entry
+/// of a fenced hold keeps the hold's token.
+#[test]
+fn a_fenced_reentry_always_has_a_token() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let plain = client.lock("fenced-reentry").unwrap();
+    let fenced = plain.fenced();
+
+    let outer = plain.lock().unwrap();
+    assert_eq!(outer.fencing_token(), None);
+    let inner = fenced.lock().unwrap();
+    let token = inner.fencing_token().expect("a fenced re-entry has a token");
+    assert_eq!(outer.fencing_token(), Some(token), "the hold's guards share its token");
+    assert_eq!(fenced.last_fencing_token().unwrap(), Some(token));
+    let again = fenced.lock().unwrap();
+    assert_eq!(again.fencing_token(), Some(token), "a later re-entry keeps the hold's token");
+    assert_eq!(fenced.last_fencing_token().unwrap(), Some(token), "a token was minted twice for one hold");
+    drop((again, inner, outer));
+    assert!(!exists(&mut con, "fenced-reentry"));
+
+    let next = fenced.lock().unwrap();
+    assert!(next.fencing_token().unwrap() > token);
+}
+
+/// A re-entry with a short fixed lease never cuts the outer hold's lease
+/// short: the key keeps the longer TTL.
+#[test]
+fn a_reentry_with_a_shorter_lease_keeps_the_longer_one() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let other = server.client();
+    let lock = client.lock("long-outer").unwrap();
+    let outer = lock.lock().unwrap();
+    let inner = lock.with_lease(keyholder::Lease::Fixed(Duration::from_millis(100))).unwrap().lock().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(other.lock("long-outer").unwrap().try_lock().unwrap().is_none(), "another owner got in");
+    assert!(!outer.is_lost() && !inner.is_lost());
+    let lease = lock.remaining_lease().unwrap().unwrap();
+    assert!(lease > Duration::from_secs(20), "the outer lease was shortened to {lease:?}");
+    inner.unlock().unwrap();
+    outer.unlock().unwrap();
+}

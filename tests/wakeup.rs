@@ -296,3 +296,27 @@ fn waiters_are_woken_whatever_the_name_looks_like() {
         assert!(!a.lock(name).unwrap().is_locked().unwrap());
     }
 }
+
+/// `x` and `{x}` share Redisson's unlock channel, but not keyholder's
+/// next-in-line marker: an overdue waiter on `x` does not hold up `{x}`.
+#[test]
+fn an_overdue_waiter_on_one_name_does_not_block_a_name_sharing_its_channel() {
+    let server = RedisServer::start();
+    let (holder, waiter, other) = (server.client(), server.client(), server.client());
+    let _held = holder.lock("x").unwrap().lock().unwrap();
+    let waiting = {
+        let lock = waiter.lock("x").unwrap();
+        spawn(move || lock.try_lock_for(3 * SECOND).unwrap().is_some())
+    };
+    wait_subscribed(&waiter, 1);
+    std::thread::sleep(Duration::from_millis(100)); // well past twice the 10 ms window
+    let tagged = other.lock("{x}").unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        let (guard, took) = timed(|| tagged.try_lock_for(2 * SECOND).unwrap());
+        assert!(guard.is_some(), "a free {{x}} was not acquired");
+        worst = worst.max(took);
+    }
+    assert!(worst < Duration::from_millis(500), "taking a free {{x}} took up to {worst:?}");
+    assert!(!recv_within(&waiting, 5 * SECOND, "waiter on x"), "x was never free");
+}

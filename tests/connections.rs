@@ -1,0 +1,161 @@
+//! The command connections under Redis that stays healthy while connections
+//! die: every pooled connection dropped at once (a proxy or load balancer
+//! restart, `CLIENT KILL TYPE normal`, a server-side idle `timeout`) must
+//! not cost a held lock or fail a release, and a flushed script cache must
+//! never surface as `NOSCRIPT`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, ServerExt, exists, info_field, recv_within, spawn};
+use keyholder::{Client, Lease};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Kills every normal (non-pub/sub) connection but the caller's.
+fn kill_command_connections(con: &mut redis::Connection) -> i64 {
+    redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").query(con).unwrap()
+}
+
+/// Fills `client`'s pool: `threads` threads query at once for a while, so
+/// the pool opens about that many connections. Returns how many are open.
+fn fill_pool(server: &RedisServer, client: &Client, threads: usize) -> i64 {
+    let mut con = server.conn();
+    let before = info_field(&mut con, "clients", "connected_clients");
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let lock = client.lock(&format!("filler:{i}")).unwrap();
+            spawn(move || {
+                let until = Instant::now() + Duration::from_millis(300);
+                while Instant::now() < until {
+                    lock.is_locked().unwrap();
+                }
+            })
+        })
+        .collect();
+    for worker in &workers {
+        recv_within(worker, 10 * SECOND, "pool filler");
+    }
+    info_field(&mut con, "clients", "connected_clients") - before
+}
+
+/// With every pooled connection killed while a lock is held under a short
+/// watchdog, the next renewal must get through on a new connection: the
+/// hold survives and nobody else gets in, though Redis never went away.
+#[test]
+fn a_held_lock_survives_every_pooled_connection_being_killed() {
+    let server = RedisServer::start();
+    let client =
+        server.builder().pool_max_size(16).watchdog_timeout(Duration::from_millis(600)).build().unwrap();
+    let other = server.client();
+    let mut con = server.conn();
+    let opened = fill_pool(&server, &client, 16);
+    assert!(opened >= 8, "the pool opened only {opened} connections");
+    let lock = client.lock("kept").unwrap();
+    let guard = lock.lock().unwrap();
+
+    for _ in 0..3 {
+        assert!(kill_command_connections(&mut con) >= 8);
+        // Two watchdog timeouts: without a renewal getting through on the
+        // first live connection, the lease (600 ms) would run out.
+        std::thread::sleep(Duration::from_millis(1200));
+        assert!(!guard.is_lost(), "the hold was reported lost: {:?}", guard.lost_reason());
+        assert!(exists(&mut con, "kept"), "the lock expired though Redis stayed up");
+        assert!(other.lock("kept").unwrap().try_lock().unwrap().is_none(), "another owner got in");
+    }
+    guard.unlock().unwrap();
+    assert!(!exists(&mut con, "kept"));
+}
+
+/// A release right after every pooled connection was killed succeeds and
+/// frees the lock at once, however often it happens.
+#[test]
+fn releases_succeed_right_after_every_pooled_connection_is_killed() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    fill_pool(&server, &client, 16);
+    let lock = client.lock_with_lease("released", Lease::Fixed(Duration::from_secs(4))).unwrap();
+    for round in 0..14 {
+        let outer = lock.lock().unwrap();
+        let inner = lock.lock().unwrap();
+        kill_command_connections(&mut con);
+        // A nested release (latched) and a last one (unlatched).
+        inner.unlock().unwrap_or_else(|e| panic!("round {round}: nested release failed: {e:?}"));
+        kill_command_connections(&mut con);
+        outer.unlock().unwrap_or_else(|e| panic!("round {round}: last release failed: {e:?}"));
+        assert!(!exists(&mut con, "released"), "round {round}: the lock stayed held");
+    }
+}
+
+/// Queries, a new hold's acquire and `force_unlock` get through too.
+#[test]
+fn every_idempotent_call_gets_through_after_a_mass_kill() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    fill_pool(&server, &client, 8);
+    let lock = client.lock("calls").unwrap();
+    kill_command_connections(&mut con);
+    let guard = lock.try_lock().unwrap().expect("a free lock");
+    kill_command_connections(&mut con);
+    assert!(lock.is_locked().unwrap());
+    kill_command_connections(&mut con);
+    assert!(lock.is_held_by_current_thread().unwrap());
+    kill_command_connections(&mut con);
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    kill_command_connections(&mut con);
+    assert!(lock.remaining_lease().unwrap().is_some());
+    drop(guard);
+    let held = lock.lock().unwrap();
+    std::mem::forget(held);
+    kill_command_connections(&mut con);
+    assert!(lock.force_unlock().unwrap());
+    assert!(!exists(&mut con, "calls"));
+}
+
+/// `SCRIPT FLUSH` at any moment, even between a script's reload and its
+/// retry, never reaches a caller as `NOSCRIPT`.
+#[test]
+fn a_flushed_script_cache_never_fails_a_call() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rival = server.client();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let stop = Arc::clone(&stop);
+        let mut con = server.conn();
+        spawn(move || {
+            let until = Instant::now() + 20 * SECOND;
+            let mut flushes = 0u64;
+            while !stop.load(Ordering::Acquire) && Instant::now() < until {
+                // An error here means the test is over (its server stopped).
+                if redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut con).is_err() {
+                    break;
+                }
+                flushes += 1;
+            }
+            flushes
+        })
+    };
+    let lock = client.lock("flushed").unwrap();
+    let rival_lock = rival.lock("flushed").unwrap();
+    let started = Instant::now();
+    let mut rounds = 0;
+    while rounds < 300 && started.elapsed() < 10 * SECOND {
+        let outer = lock.lock().unwrap();
+        let inner = lock.lock().unwrap();
+        assert!(rival_lock.try_lock().unwrap().is_none());
+        inner.unlock().unwrap();
+        outer.unlock().unwrap();
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Release);
+    let flushes = recv_within(&flusher, 30 * SECOND, "flusher");
+    assert!(rounds >= 50, "only {rounds} rounds");
+    assert!(flushes >= 100, "only {flushes} flushes: the test did not exercise the race");
+}
