@@ -307,7 +307,7 @@ const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
 const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
 const HANDOFF_LUA: &str = include_str!("../lua/handoff.lua");
-const ABANDON_LUA: &str = include_str!("../lua/abandon.lua");
+const DEQUEUE_LUA: &str = include_str!("../lua/dequeue.lua");
 
 struct Scripts {
     acquire: redis::Script,
@@ -812,7 +812,7 @@ fn run(cfg: Cfg) -> Res<()> {
     };
     // Load every script up front, so that no measured window pays a NOSCRIPT
     // round trip (keyholder's force_unlock.lua is not used).
-    for source in [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, HANDOFF_LUA, ABANDON_LUA, COMPARE_AND_DELETE] {
+    for source in [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, HANDOFF_LUA, DEQUEUE_LUA, COMPARE_AND_DELETE] {
         redis::cmd("SCRIPT").arg("LOAD").arg(source).query::<String>(&mut stats)?;
     }
     let outcome = run_workloads(&env, &redis, &mut stats);

@@ -1,17 +1,18 @@
 -- acquire.lua: take or re-enter a reentrant lock (Redisson RLock layout),
--- optionally minting a fencing token (Redisson RFencedLock layout) and
--- honouring keyholder's next-in-line marker.
+-- optionally minting a fencing token (Redisson RFencedLock layout), and
+-- queueing keyholder waiters in arrival order (see release.lua).
 --
 -- KEYS[1]  lock key: a HASH named by the lock name itself
--- KEYS[2]  optional next-in-line marker (keyholder's own key, see names.rs):
---          a STRING with a TTL holding the owner id of a waiter that has
---          waited past its client's overdue point (twice its fairness window);
---          while it exists, a free lock is only given to that owner. A key of
---          another type, or a string without a TTL, is not a marker: it is
---          ignored and never overwritten
--- KEYS[3]  optional fencing-token counter "redisson_lock_token:{<name>}": a
+-- KEYS[2]  optional claim marker (keyholder's own key, see names.rs): a
+--          STRING with a TTL holding the client id that the last release
+--          woke; while it exists, a free lock is only given to that client.
+--          A key of another type, or a string without a TTL, is not a
+--          marker: it is ignored and never overwritten
+-- KEYS[3]  optional waiter queue (keyholder's own key): a ZSET of the client
+--          ids of keyholder waiters, scored in arrival order
+-- KEYS[4]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock; incremented on every acquisition made with KEYS[3]
+--          RFencedLock; incremented on every acquisition made with KEYS[4]
 --          (the caller passes it for a new hold, and for a re-entry of a
 --          hold that has no token yet)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
@@ -24,21 +25,25 @@
 --          vanished, and the caller must learn that and take a new hold).
 --          Absent: Redisson's rule, take a free lock or increment the owner's
 --          count
--- ARGV[4]  optional "1" when the caller is overdue (see KEYS[2]):
---          if it does not get the lock, it becomes next in line (when nobody
---          else is) for ARGV[5] ms
--- ARGV[5]  marker TTL in milliseconds (required with ARGV[4] = "1")
+-- ARGV[4]  client id "<client-uuid>" (required with KEYS[2] or KEYS[3])
+-- ARGV[5]  optional "1" when the caller listens on its wake channel (see
+--          release.lua): if it does not get the lock, its client joins the
+--          queue (at the back; at the front when the marker names it, since
+--          it was woken and lost the race to a client that ignores the
+--          queue), and the queue's TTL is made to outlast the caller's wait
+-- ARGV[6]  slack in milliseconds added to the queue's TTL (with ARGV[5])
 --
--- Returns, without KEYS[3]
+-- Returns, without KEYS[4]
 --   nil      acquired or re-entered: a new hold's count set to 1, a
 --            re-entry's incremented; the key's PTTL set to ARGV[1] (a
 --            re-entry only ever lengthens it: a shorter lease never cuts the
---            outer hold short); the caller's marker removed
+--            outer hold short); the caller's client removed from the queue
+--            and the marker, if it named the caller's client, deleted
 --   integer  not acquired; milliseconds worth waiting: the holder's PTTL
 --            (-1 when a foreign writer left the key without a TTL), or, when
---            the lock is free but another owner is next in line, the
+--            the lock is free but the marker names another client, the
 --            marker's PTTL; -2 for a re-entry that found the lock free
--- and with KEYS[3] the same as a pair: {-1, token} when acquired, token being
+-- and with KEYS[4] the same as a pair: {-1, token} when acquired, token being
 -- the counter's new value as a decimal STRING (exact over the whole 64-bit
 -- range, where Lua's numbers are not); {ms, -1} when not.
 --
@@ -47,7 +52,8 @@
 --   counter ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
-local key, marker, counter, owner = KEYS[1], KEYS[2], KEYS[3], ARGV[2]
+local key, marker, queue, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
 
 local function refuse(ms)
@@ -57,8 +63,8 @@ local function refuse(ms)
     return ms
 end
 
--- The marker's owner; false when there is none; nil when a foreign key sits
--- at its name.
+-- The client the marker names; false when there is none; nil when a foreign
+-- key sits at its name.
 local function read_marker()
     local kind = redis.call('type', marker).ok
     if kind == 'none' then
@@ -112,10 +118,36 @@ if ARGV[3] == '0' then
     return refuse(redis.call('pttl', key))
 end
 
+-- Joins the queue (see ARGV[5]) and keeps the queue alive while waiters may
+-- sleep for `wait` ms.
+local function enqueue(wait, front)
+    if not queue or ARGV[5] ~= '1' then
+        return
+    end
+    local kind = redis.call('type', queue).ok
+    if kind ~= 'none' and kind ~= 'zset' then
+        return
+    end
+    if not redis.call('zscore', queue, client) then
+        local edge = redis.call('zrange', queue, front and 0 or -1, front and 0 or -1, 'withscores')
+        local score = 0
+        if edge[2] then
+            score = tonumber(edge[2]) + (front and -1 or 1)
+        end
+        redis.call('zadd', queue, score, client)
+    end
+    local ttl = math.max(wait, lease) + tonumber(ARGV[6])
+    if redis.call('pttl', queue) < ttl then
+        redis.call('pexpire', queue, ttl)
+    end
+end
+
 local free = redis.call('exists', key) == 0
-local next_owner = free and marker and read_marker()
-if next_owner and next_owner ~= owner then
-    return refuse(redis.call('pttl', marker))
+local claimant = marker and read_marker()
+if free and claimant and claimant ~= client then
+    local wait = redis.call('pttl', marker)
+    enqueue(wait, false)
+    return refuse(wait)
 end
 if free or redis.call('hexists', key, owner) == 1 then
     local token = mint()
@@ -125,17 +157,15 @@ if free or redis.call('hexists', key, owner) == 1 then
         redis.call('hincrby', key, owner, 1)
     end
     redis.call('pexpire', key, lease)
-    if next_owner then
+    if claimant and claimant == client then
         redis.call('del', marker)
+    end
+    if queue and redis.call('type', queue).ok == 'zset' then
+        redis.call('zrem', queue, client)
     end
     return acquired(token)
 end
 
 local ttl = redis.call('pttl', key)
-if marker and ARGV[4] == '1' then
-    local current = read_marker()
-    if current == false or current == owner then
-        redis.call('set', marker, owner, 'px', ARGV[5])
-    end
-end
+enqueue(ttl, claimant and claimant == client)
 return refuse(ttl)

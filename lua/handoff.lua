@@ -5,8 +5,8 @@
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[3]  next-in-line marker (see acquire.lua: only a STRING with a TTL is
---          a marker; anything else there is ignored and left alone)
+-- KEYS[3]  claim marker (see acquire.lua: only a STRING with a TTL is a
+--          marker; anything else there is ignored and left alone)
 -- KEYS[4]  optional latch of ARGV[3] (see release.lua: anything but a latch
 --          at its name is left alone, and the hand-off runs unlatched)
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
@@ -17,16 +17,18 @@
 -- ARGV[6]  latch TTL in milliseconds (required with KEYS[4])
 -- ARGV[7]  request id, as for release.lua (required with KEYS[4])
 -- ARGV[8]  optional "1" on a retry
+-- ARGV[9]  client id of both owners "<client-uuid>"
 --
 -- Returns
 --   nil  ARGV[3] holds nothing here; nothing was changed
 --   0    ARGV[3] still holds other holds: one was released, the key's PTTL
 --        reset to ARGV[2], nothing handed over
---   1    released, not handed over, because a waiter of another owner is next
---        in line: the key was deleted and ARGV[1] published on KEYS[2]
+--   1    released, not handed over, because the marker names another client
+--        (woken by an earlier release): the key was deleted and ARGV[1]
+--        published on KEYS[2]
 --   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count set to 1 (the
 --        receiver has no live hold here, so any count it had is stale), the
---        key's PTTL set to ARGV[2], and ARGV[4]'s next-in-line marker removed
+--        key's PTTL set to ARGV[2], and a marker naming ARGV[9] removed
 -- With a latch, "<request id>:<outcome>" is stored in KEYS[4] for ARGV[6] ms,
 -- and a retry with the same request id returns that outcome without changing
 -- anything.
@@ -65,7 +67,7 @@ if redis.call('hincrby', key, from, -1) > 0 then
 else
     local next_owner = redis.call('type', KEYS[3]).ok == 'string'
         and redis.call('pttl', KEYS[3]) > 0 and redis.call('get', KEYS[3])
-    if next_owner and next_owner ~= to then
+    if next_owner and next_owner ~= ARGV[9] then
         redis.call('del', key)
         redis.call(ARGV[5], KEYS[2], ARGV[1])
         outcome = 1

@@ -19,12 +19,12 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ClientBuilder, Config};
 use crate::connection::{self, Checkout, Conn, Connector, Generation, Pool};
-use crate::entry::Entry;
+use crate::entry::{Entry, EntryNames};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::names;
-use crate::scripts::Scripts;
+use crate::scripts::{Scripts, Turns};
 use crate::subscriber::{Subscriber, Target};
 use crate::watchdog::{self, Registry};
 
@@ -324,6 +324,16 @@ impl Inner {
         self.with_conn(f)
     }
 
+    /// The waiter queue of `entry`'s lock, as this client takes part in it.
+    pub(crate) fn turns<'a>(&'a self, entry: &'a Entry) -> Turns<'a> {
+        Turns {
+            marker: &entry.marker,
+            queue: &entry.queue,
+            wake_prefix: &entry.wake_prefix,
+            client: &self.id,
+        }
+    }
+
     pub(crate) fn check_running(&self) -> Result<()> {
         if self.shutdown.load(Ordering::Acquire) { Err(Error::Shutdown) } else { Ok(()) }
     }
@@ -340,12 +350,15 @@ impl Inner {
         if let Some(entry) = entries.map.get(name) {
             return Arc::clone(entry);
         }
-        let entry = Arc::new(Entry::new(
-            Arc::clone(name),
-            Arc::clone(channel),
-            Arc::clone(marker),
-            self.config.fairness_window,
-        ));
+        let names = EntryNames {
+            name: Arc::clone(name),
+            channel: Arc::clone(channel),
+            marker: Arc::clone(marker),
+            queue: Arc::from(names::queue_key(name)),
+            wake_prefix: Arc::from(names::wake_prefix(name)),
+            wake_channel: Arc::from(names::wake_channel(name, &self.id)),
+        };
+        let entry = Arc::new(Entry::new(names));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }

@@ -42,11 +42,16 @@ use crate::subscriber::Subscription;
 
 pub(crate) struct Entry {
     pub(crate) name: Arc<str>,
+    /// Redisson's unlock channel, shared with Java waiters.
     pub(crate) channel: Arc<str>,
-    /// The next-in-line marker key (see `lua/acquire.lua`).
+    /// The claim marker key (see `lua/acquire.lua`).
     pub(crate) marker: Arc<str>,
-    /// The client's fairness window.
-    fairness_window: Duration,
+    /// The waiter queue key.
+    pub(crate) queue: Arc<str>,
+    /// The prefix of the lock's wake channels.
+    pub(crate) wake_prefix: Arc<str>,
+    /// This client's wake channel for the lock.
+    pub(crate) wake_channel: Arc<str>,
     state: Mutex<State>,
     woken: Condvar,
 }
@@ -68,6 +73,17 @@ enum Gate {
     Handed(Arc<Hold>),
     /// A thread holds the lock.
     Held(Arc<Hold>),
+}
+
+/// The names an entry works with.
+#[derive(Debug)]
+pub(crate) struct EntryNames {
+    pub(crate) name: Arc<str>,
+    pub(crate) channel: Arc<str>,
+    pub(crate) marker: Arc<str>,
+    pub(crate) queue: Arc<str>,
+    pub(crate) wake_prefix: Arc<str>,
+    pub(crate) wake_channel: Arc<str>,
 }
 
 /// What a queued thread would need to receive the lock by hand-off.
@@ -97,14 +113,8 @@ struct State {
     subscription: Option<Subscription>,
     /// An unlock message arrived while a local thread held the lock.
     holder_suspect: bool,
-    /// When this client last released the lock for all.
-    last_public_release: Option<Instant>,
     /// A queued thread is subscribing on the queue's behalf.
     subscribing: bool,
-    /// A thread given the gate right after its own client released the lock
-    /// for all: it waits for that unlock message, as other clients' waiters
-    /// do, before it tries, so it does not win every race by being local.
-    deferred: Option<(u64, Deferral)>,
     shutdown: bool,
 }
 
@@ -114,21 +124,6 @@ pub(crate) trait GateRedis {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription>;
     /// Whether `hold`'s owner still holds the lock (true if unsure).
     fn still_held(&self, hold: &Hold) -> bool;
-    /// Whether the client is subscribed (or still lingering) on the entry's
-    /// unlock channel: other clients' waiters were around recently.
-    fn hears_unlocks(&self, entry: &Entry) -> bool;
-}
-
-/// How a thread at the gate holds back before its first try, so that being
-/// local does not win every race against other clients' waiters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Deferral {
-    /// Given the gate by its client's public release: wait for that unlock
-    /// message, which other clients' waiters get at the same time.
-    AwaitUnlock,
-    /// Locking again right after its own public release: its unlock message
-    /// is already in, so wait a little for other clients to take the lock.
-    Yield,
 }
 
 /// How a thread got through the gate.
@@ -153,17 +148,15 @@ pub(crate) enum Wake {
 const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
-    pub(crate) fn new(
-        name: Arc<str>,
-        channel: Arc<str>,
-        marker: Arc<str>,
-        fairness_window: Duration,
-    ) -> Self {
+    pub(crate) fn new(names: EntryNames) -> Self {
+        let EntryNames { name, channel, marker, queue, wake_prefix, wake_channel } = names;
         Entry {
             name,
             channel,
             marker,
-            fairness_window,
+            queue,
+            wake_prefix,
+            wake_channel,
             state: Mutex::new(State {
                 gate: Gate::Free,
                 queue: VecDeque::new(),
@@ -171,9 +164,7 @@ impl Entry {
                 wake_pending: false,
                 subscription: None,
                 holder_suspect: false,
-                last_public_release: None,
                 subscribing: false,
-                deferred: None,
                 shutdown: false,
             }),
             woken: Condvar::new(),
@@ -215,16 +206,6 @@ impl Entry {
                 return Err(Error::Shutdown);
             }
             if st.queue.is_empty() && st.try_take(thread) {
-                // Locking again right after this client released the lock
-                // for all (one thread in a loop), while other clients were
-                // recently waiting for it: give them a moment to take it
-                // rather than barge.
-                if block
-                    && st.last_public_release.is_some_and(|t| t.elapsed() < self.fairness_window)
-                    && redis.hears_unlocks(self)
-                {
-                    st.deferred = Some((thread, Deferral::Yield));
-                }
                 return Ok(Some(Entered::Gate));
             }
             if !block {
@@ -338,21 +319,17 @@ impl Entry {
 
     /// Hands the gate on after the hold `hold_id` ended; a no-op if the gate
     /// has moved on already (taken over after the hold was lost, or handed).
-    /// `published`: the release published an unlock message, which the next
-    /// thread should wait for (see `deferred`).
-    pub(crate) fn release_gate(&self, hold_id: u64, published: bool) {
+    pub(crate) fn release_gate(&self, hold_id: u64) {
         let mut st = self.state.lock();
         if matches!(&st.gate, Gate::Held(h) if h.id == hold_id) {
             st.hand_off();
-            st.defer_successor(published);
         }
     }
 
-    /// How `thread`, now at the gate, must hold back before its first try,
-    /// if at all (once).
-    pub(crate) fn take_deferral(&self, thread: u64) -> Option<Deferral> {
-        let mut st = self.state.lock();
-        st.deferred.take_if(|(t, _)| *t == thread).map(|(_, deferral)| deferral)
+    /// True when threads of this client are queued for the gate: one of them
+    /// takes over a waiter's place in Redis's queue when that waiter leaves.
+    pub(crate) fn has_queued_threads(&self) -> bool {
+        !self.state.lock().queue.is_empty()
     }
 
     /// Picks the next queued thread to receive the lock from the hold
@@ -374,12 +351,11 @@ impl Entry {
     /// Ends a hand-off begun by [`reserve_successor`](Entry::reserve_successor):
     /// gives the successor its hold, or, when the lock was not handed over,
     /// the gate, to acquire in Redis itself.
-    pub(crate) fn finish_handoff(&self, handed: Option<Arc<Hold>>, published: bool) {
+    pub(crate) fn finish_handoff(&self, handed: Option<Arc<Hold>>) {
         let mut st = self.state.lock();
         let Gate::Handing(thread) = st.gate else { return };
         let Some(position) = st.queue.iter().position(|q| q.successor.thread == thread) else {
             st.hand_off();
-            st.defer_successor(published);
             return;
         };
         let queued = st.queue.remove(position);
@@ -387,7 +363,6 @@ impl Entry {
             Some(hold) => Gate::Handed(hold),
             None => Gate::Acquiring(thread),
         };
-        st.defer_successor(published);
         if let Some(queued) = queued {
             let _ = queued.wake.try_send(());
         }
@@ -492,20 +467,6 @@ impl State {
             let _ = next.wake.try_send(());
         }
         self.drop_unneeded_subscription();
-    }
-
-    /// Marks the thread now at the gate as deferred, when the release that
-    /// gave it the gate published an unlock message it will hear.
-    fn defer_successor(&mut self, published: bool) {
-        if published {
-            self.last_public_release = Some(Instant::now());
-        }
-        self.deferred = match self.gate {
-            Gate::Acquiring(thread) if published && self.subscription.is_some() => {
-                Some((thread, Deferral::AwaitUnlock))
-            }
-            _ => None,
-        };
     }
 
     /// Lets the subscription go once no local thread waits for the lock.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::{Deferral, Entered, Entry, GateRedis, Successor, Wake};
+use crate::entry::{Entered, Entry, GateRedis, Successor};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -286,7 +286,6 @@ impl Lock {
         block: bool,
     ) -> Result<Option<Arc<Hold>>> {
         let inner = self.client.inner();
-        let started = Instant::now();
         let thread = owner::current_thread_id();
         let owner = owner::owner_id(&inner.id, thread);
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
@@ -311,7 +310,7 @@ impl Lock {
                 // hold like anyone else.
                 Acquire::Held { .. } | Acquire::Free => {
                     hold.mark_lost(crate::error::LostReason::Gone);
-                    entry.release_gate(hold.id, false);
+                    entry.release_gate(hold.id);
                 }
             }
         }
@@ -323,7 +322,7 @@ impl Lock {
             Some(Entered::Handed(hold)) => return Ok(Some(hold)),
             Some(Entered::Gate) => {}
         }
-        match self.contend(entry, &successor, started, deadline, block) {
+        match self.contend(entry, &successor, deadline, block) {
             Ok(Some(Won { sent, token })) => {
                 let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
@@ -357,55 +356,39 @@ impl Lock {
     /// Contends in Redis from the gate, until the acquire script succeeds or
     /// the deadline passes (`None`).
     ///
-    /// A waiter becomes overdue after twice the fairness window: it then
-    /// retries once at that moment, not only when woken, and from then on
-    /// its refused attempts make it next in line.
+    /// The first refusal subscribes the lock's channels (Redisson's unlock
+    /// channel and this client's wake channel) and retries at once; from
+    /// then on a refusal also queues this client in Redis, and the thread
+    /// sleeps until it is woken (its turn came, or a foreign unlock message),
+    /// the holder's lease runs out, or the deadline passes.
     fn contend(
         &self,
         entry: &Arc<Entry>,
         me: &Successor,
-        started: Instant,
         deadline: Option<Instant>,
         block: bool,
     ) -> Result<Option<Won>> {
         let inner = self.client.inner();
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
-        let overdue_at = started + inner.config.fairness_window * 2;
-        let mut marked = false;
-        // Set when an unlock message woke this waiter: the follow-up retry
-        // below is owed once per message.
-        let mut follow_up = false;
-        let mut subscribed = entry.is_subscribed();
-        if let Some(deferral) = entry.take_deferral(me.thread) {
-            // This client just released the lock for all: hold back so that
-            // being local does not win every race and starve other clients.
-            let wait = match deferral {
-                Deferral::AwaitUnlock => inner.config.fairness_window,
-                Deferral::Yield => {
-                    entry.clear_wake();
-                    inner.config.fairness_window / 5
-                }
-            };
-            let mut until = Instant::now() + wait;
-            if let Some(deadline) = deadline {
-                until = until.min(deadline);
-            }
-            entry.wait_wake(until)?;
-        } else if subscribed {
+        // A channel still lingering from this client's last wait is taken
+        // back without a round trip, so the first refusal queues already.
+        let mut subscribed = entry.is_subscribed() || self.resubscribe_lingering(entry);
+        if subscribed {
             // Messages from before this attempt concern earlier holders.
             entry.clear_wake();
         }
+        let mut queued = false;
         let outcome = loop {
             let sent = Instant::now();
-            let overdue = sent >= overdue_at;
-            let remaining = match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { overdue }) {
-                Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token })),
-                Ok(Acquire::Held { remaining }) => remaining,
-                // Only a re-entry is told the lock is free; retry at once.
-                Ok(Acquire::Free) => Some(Duration::ZERO),
-                Err(e) => break Err(e),
-            };
-            marked |= overdue;
+            let remaining =
+                match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { enqueue: subscribed }) {
+                    Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token })),
+                    Ok(Acquire::Held { remaining }) => remaining,
+                    // Only a re-entry is told the lock is free; retry at once.
+                    Ok(Acquire::Free) => Some(Duration::ZERO),
+                    Err(e) => break Err(e),
+                };
+            queued |= subscribed;
             let now = Instant::now();
             if !block || deadline.is_some_and(|d| now >= d) {
                 break Ok(None);
@@ -427,48 +410,52 @@ impl Lock {
             if let Some(deadline) = deadline {
                 until = until.min(deadline);
             }
-            if !overdue {
-                until = until.min(overdue_at);
-            } else if std::mem::take(&mut follow_up) {
-                // Overdue, and just beaten to a freed lock: most likely by
-                // the waiter next in line, whose marker kept this one from
-                // queueing. Try once more when that waiter has the lock, to
-                // become next in line rather than wait out its whole run.
-                until = until.min(now + inner.config.fairness_window / 5);
-            }
-            match entry.wait_wake(until) {
-                Ok(Wake::Notified) => follow_up = true,
-                Ok(Wake::TimedOut) => {}
-                Err(e) => break Err(e),
+            if let Err(e) = entry.wait_wake(until) {
+                break Err(e);
             }
         };
-        if marked && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_))) {
-            // Giving up: stop being next in line, so other clients need not
-            // wait for the marker to expire. (With Redis failing, the marker
-            // just expires.)
-            let _ = inner.with_live_conn(|conn| inner.scripts.abandon(conn, &entry.marker, owner));
+        if queued && !entry.has_queued_threads() && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_)))
+        {
+            // Giving up with no thread of this client behind to take over the
+            // place: leave the queue, and pass on a turn this client was woken
+            // for. (With Redis failing, the place is dropped when its turn
+            // comes and nobody listens.)
+            let turns = inner.turns(entry);
+            let _ =
+                inner.with_live_conn(|conn| inner.scripts.dequeue(conn, &entry.name, &entry.channel, turns));
         }
         outcome
+    }
+
+    /// Takes the lock's channels back if they still linger, subscribed and
+    /// confirmed, from this client's last wait: no round trip.
+    fn resubscribe_lingering(&self, entry: &Arc<Entry>) -> bool {
+        match self.client.inner().subscriber.resume(entry) {
+            Some(subscription) => {
+                entry.keep_subscription(subscription);
+                true
+            }
+            None => false,
+        }
     }
 
     /// One acquire script call.
     fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
-        let (fresh, overdue, mint) = match attempt {
+        let (fresh, enqueue, mint) = match attempt {
             Attempt::Reentry { mint } => (false, false, mint),
-            Attempt::Fresh { overdue } => (true, overdue, true),
+            Attempt::Fresh { enqueue } => (true, enqueue, true),
         };
         let args = AcquireArgs {
             name: &self.name,
-            marker: &entry.marker,
+            turns: inner.turns(entry),
             // Re-entries keep their hold's token.
             token_key: self.token_key.as_deref().filter(|_| mint),
             lease_ms,
             owner,
             fresh,
-            overdue,
-            marker_ttl_ms: MARKER_TTL_MS,
+            enqueue,
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
@@ -482,10 +469,6 @@ impl Lock {
 impl GateRedis for Lock {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
         self.client.inner().subscriber.subscribe(entry, None)
-    }
-
-    fn hears_unlocks(&self, entry: &Entry) -> bool {
-        self.client.inner().subscriber.is_subscribed(&entry.channel)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {
@@ -508,12 +491,6 @@ enum Attempt {
     /// The thread holds the lock already; `mint` a fencing token for a hold
     /// that has none.
     Reentry { mint: bool },
-    /// A new hold; `overdue` once the thread has waited twice the fairness
-    /// window.
-    Fresh { overdue: bool },
+    /// A new hold; `enqueue` once the thread listens on its wake channel.
+    Fresh { enqueue: bool },
 }
-
-/// How long a next-in-line marker lasts unless its waiter retries: long
-/// enough to outlast the short holds fairness matters for, short enough that
-/// a waiter that died holds nobody up for long.
-const MARKER_TTL_MS: u64 = 1000;

@@ -42,11 +42,13 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
 
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 const MARKER_PREFIX: &str = "keyholder_lock_next";
+const QUEUE_PREFIX: &str = "keyholder_lock_queue";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
+const WAKE_PREFIX: &str = "keyholder_lock__wake";
 
 /// Name prefixes of the keys derived from lock names.
-const RESERVED_PREFIXES: [&str; 3] =
-    ["redisson_lock_token:", "keyholder_lock_next:", "redisson_unlock_latch:"];
+const RESERVED_PREFIXES: [&str; 4] =
+    ["redisson_lock_token:", "keyholder_lock_next:", "keyholder_lock_queue:", "redisson_unlock_latch:"];
 
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when the
 /// name already contains `{`.
@@ -72,9 +74,26 @@ fn own_key(prefix: &str, name: &str) -> String {
     if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
 }
 
-/// The next-in-line marker of the lock `name` (see `lua/acquire.lua`).
+/// The claim marker of the lock `name`: the client whose turn it is (see
+/// `lua/acquire.lua`).
 pub(crate) fn next_marker(name: &str) -> String {
     own_key(MARKER_PREFIX, name)
+}
+
+/// The queue of keyholder clients waiting for the lock `name`.
+pub(crate) fn queue_key(name: &str) -> String {
+    own_key(QUEUE_PREFIX, name)
+}
+
+/// The prefix of the lock `name`'s wake channels: client `<id>` listens on
+/// `<prefix>:<id>` while one of its threads waits in Redis for the lock.
+pub(crate) fn wake_prefix(name: &str) -> String {
+    own_key(WAKE_PREFIX, name)
+}
+
+/// The channel on which `client_id` is woken when its turn for `name` comes.
+pub(crate) fn wake_channel(name: &str, client_id: &str) -> String {
+    format!("{}:{client_id}", wake_prefix(name))
 }
 
 /// The unlock latch of the owner `(client, thread)` for the lock `name`:
@@ -130,6 +149,7 @@ mod tests {
         for name in [
             "keyholder_lock_next:{m}",
             "redisson_lock_token:{m}",
+            "keyholder_lock_queue:{m}",
             "redisson_unlock_latch:{n}:00000000000000000000000000000001",
         ] {
             assert!(validate_name(name).unwrap_err().is_invalid(), "{name}");

@@ -53,6 +53,7 @@ impl Inner {
             let args = ReleaseArgs {
                 name: &entry.name,
                 channel: &entry.channel,
+                turns: self.turns(entry),
                 lease_ms,
                 owner,
                 latch: Some(latch),
@@ -67,7 +68,14 @@ impl Inner {
     /// outcome and whether it is the retry's (whose `NotOwner` most likely
     /// means the first attempt released the lock).
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
-        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        let args = ReleaseArgs {
+            name: &entry.name,
+            channel: &entry.channel,
+            turns: self.turns(entry),
+            lease_ms,
+            owner,
+            latch: None,
+        };
         match self.with_conn(|conn| self.scripts.release(conn, &args)) {
             Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
                 (self.with_conn(|conn| self.scripts.release(conn, &args)), true)
@@ -79,7 +87,14 @@ impl Inner {
     /// One unlatched release attempt, to give back what an acquire whose
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
-        let args = ReleaseArgs { name: &entry.name, channel: &entry.channel, lease_ms, owner, latch: None };
+        let args = ReleaseArgs {
+            name: &entry.name,
+            channel: &entry.channel,
+            turns: self.turns(entry),
+            lease_ms,
+            owner,
+            latch: None,
+        };
         self.with_live_conn(|conn| self.scripts.release(conn, &args))
     }
 
@@ -99,7 +114,7 @@ impl Inner {
             // is the same, and the count in Redis is the new hold's (a new
             // hold resets it), so this release must not touch Redis.
             if hold.drop_guard() == 0 {
-                self.finish(hold, false);
+                self.finish(hold);
             }
             return Err(Error::LockLost { name: hold.entry.name.to_string(), reason });
         }
@@ -126,7 +141,7 @@ impl Inner {
                     // Redis counts more holds than this client has guards (an
                     // acquire whose reply was lost): stop renewing so the
                     // orphaned count expires with the lease.
-                    self.finish(hold, false);
+                    self.finish(hold);
                 }
                 Ok(())
             }
@@ -134,18 +149,18 @@ impl Inner {
                 if guards_left > 0 {
                     hold.mark_lost(LostReason::ReleaseFoundGone);
                 }
-                self.finish(hold, true);
+                self.finish(hold);
                 Ok(())
             }
             // The first attempt's reply was lost, and it did release.
             Ok(Release::NotOwner) if retried && hold.lost_reason().is_none() => {
-                self.finish(hold, true);
+                self.finish(hold);
                 Ok(())
             }
             Ok(Release::NotOwner) => {
                 let error = Self::not_owner(hold);
                 if guards_left == 0 {
-                    self.finish(hold, false);
+                    self.finish(hold);
                 }
                 Err(error)
             }
@@ -153,7 +168,7 @@ impl Inner {
                 if guards_left == 0 {
                     // Clear local state whatever Redis did: the lock, if
                     // still there, expires with its lease.
-                    self.finish(hold, false);
+                    self.finish(hold);
                 }
                 Err(e)
             }
@@ -171,7 +186,7 @@ impl Inner {
             let args = HandoffArgs {
                 name: &entry.name,
                 channel: &entry.channel,
-                marker: &entry.marker,
+                turns: self.turns(entry),
                 lease_ms: successor.lease_ms,
                 from: &hold.owner,
                 to: &successor.owner,
@@ -188,27 +203,27 @@ impl Inner {
                 if lease == Lease::Watchdog {
                     self.watchdog.register(Arc::clone(&handed));
                 }
-                entry.finish_handoff(Some(handed), false);
+                entry.finish_handoff(Some(handed));
                 Ok(())
             }
             Ok(Handoff::Released) => {
-                entry.finish_handoff(None, true);
+                entry.finish_handoff(None);
                 Ok(())
             }
             Ok(Handoff::StillHeld) => {
-                entry.finish_handoff(None, false);
+                entry.finish_handoff(None);
                 Ok(())
             }
             Ok(Handoff::NotOwner) => {
-                entry.finish_handoff(None, false);
+                entry.finish_handoff(None);
                 Err(Self::not_owner(hold))
             }
             Err(e) => {
-                entry.finish_handoff(None, false);
+                entry.finish_handoff(None);
                 Err(e)
             }
         };
-        self.finish(hold, false);
+        self.finish(hold);
         result
     }
 
@@ -224,11 +239,10 @@ impl Inner {
     }
 
     /// Ends a hold locally: no more renewal, the gate passes on.
-    /// `published`: the release published an unlock message.
-    fn finish(&self, hold: &Arc<Hold>, published: bool) {
+    fn finish(&self, hold: &Arc<Hold>) {
         if hold.finish() {
             self.watchdog.deregister(hold.id);
-            hold.entry.release_gate(hold.id, published);
+            hold.entry.release_gate(hold.id);
         }
     }
 }

@@ -58,7 +58,7 @@ pub(crate) struct Scripts {
     handoff: LuaScript,
     renew: LuaScript,
     force_unlock: LuaScript,
-    abandon: LuaScript,
+    dequeue: LuaScript,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
@@ -67,12 +67,33 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// The command the scripts publish unlock messages with.
 const PUBLISH: &str = "publish";
 
+/// How long a client woken by a release has to claim the lock before other
+/// waiters may take it: its wake-up and one round trip, with room for a
+/// loaded machine.
+const CLAIM_MS: u64 = 1000;
+
+/// Added to the waiter queue's TTL beyond the longest wait of its waiters.
+const QUEUE_SLACK_MS: u64 = 1000;
+
+/// The waiter queue of one lock, as one client sees it: the keys and channel
+/// prefix that decide whose turn it is (see `lua/release.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Turns<'a> {
+    /// The claim marker key.
+    pub(crate) marker: &'a str,
+    /// The queue key.
+    pub(crate) queue: &'a str,
+    /// The prefix of the lock's per-client wake channels.
+    pub(crate) wake_prefix: &'a str,
+    /// This client's id.
+    pub(crate) client: &'a str,
+}
+
 /// What `acquire.lua` needs for one attempt.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireArgs<'a> {
     pub(crate) name: &'a str,
-    /// The next-in-line marker key.
-    pub(crate) marker: &'a str,
+    pub(crate) turns: Turns<'a>,
     /// The fencing-token counter, to mint a token.
     pub(crate) token_key: Option<&'a str>,
     pub(crate) lease_ms: u64,
@@ -80,11 +101,9 @@ pub(crate) struct AcquireArgs<'a> {
     /// A new hold, not a re-entry: the owner's count is set to 1. A
     /// re-entry succeeds only onto the owner's existing field.
     pub(crate) fresh: bool,
-    /// The caller has waited past its fairness window: if refused, it
-    /// becomes next in line.
-    pub(crate) overdue: bool,
-    /// How long a marker lasts if its waiter stops retrying.
-    pub(crate) marker_ttl_ms: u64,
+    /// The caller listens on its wake channel: if refused, its client
+    /// joins the queue.
+    pub(crate) enqueue: bool,
 }
 
 /// What `handoff.lua` needs.
@@ -92,7 +111,7 @@ pub(crate) struct AcquireArgs<'a> {
 pub(crate) struct HandoffArgs<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
-    pub(crate) marker: &'a str,
+    pub(crate) turns: Turns<'a>,
     /// The receiving owner's lease.
     pub(crate) lease_ms: u64,
     pub(crate) from: &'a str,
@@ -105,6 +124,7 @@ pub(crate) struct HandoffArgs<'a> {
 pub(crate) struct ReleaseArgs<'a> {
     pub(crate) name: &'a str,
     pub(crate) channel: &'a str,
+    pub(crate) turns: Turns<'a>,
     /// The TTL re-applied while holds remain.
     pub(crate) lease_ms: u64,
     pub(crate) owner: &'a str,
@@ -131,20 +151,19 @@ impl Scripts {
             handoff: LuaScript::new(include_str!("../lua/handoff.lua")),
             renew: LuaScript::new(include_str!("../lua/renew.lua")),
             force_unlock: LuaScript::new(include_str!("../lua/force_unlock.lua")),
-            abandon: LuaScript::new(include_str!("../lua/abandon.lua")),
+            dequeue: LuaScript::new(include_str!("../lua/dequeue.lua")),
         }
     }
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, marker, token_key, lease_ms, owner, fresh, overdue, marker_ttl_ms } = *args;
+        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.call();
-                invocation.key(name).key(marker).arg(lease_ms).arg(owner).arg(u8::from(fresh));
-                if overdue {
-                    invocation.arg(1).arg(marker_ttl_ms);
-                }
+                invocation.key(name).key(turns.marker).key(turns.queue);
+                invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
+                invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS);
                 if let Some(token_key) = token_key {
                     invocation.key(token_key);
                 }
@@ -172,15 +191,21 @@ impl Scripts {
     /// Releases one hold; with a latch, a retry with the same latch key
     /// returns the first outcome instead of releasing twice.
     pub(crate) fn release(&self, conn: &mut Conn, args: &ReleaseArgs<'_>) -> Result<Release> {
-        let ReleaseArgs { name, channel, lease_ms, owner, latch } = *args;
+        let ReleaseArgs { name, channel, turns, lease_ms, owner, latch } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.call();
-                invocation.key(name).key(channel);
+                invocation.key(name).key(channel).key(turns.marker).key(turns.queue);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
-                if let Some(latch) = latch {
-                    invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry));
-                }
+                match latch {
+                    Some(latch) => invocation
+                        .key(latch.key)
+                        .arg(latch.ttl_ms)
+                        .arg(latch.request)
+                        .arg(u8::from(latch.retry)),
+                    None => invocation.arg(0).arg(0).arg(0),
+                };
+                invocation.arg(turns.wake_prefix).arg(CLAIM_MS);
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
@@ -195,13 +220,13 @@ impl Scripts {
     /// Releases the last hold and hands the lock to another owner of this
     /// client in one call, unless another client's waiter is next in line.
     pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
-        let HandoffArgs { name, channel, marker, lease_ms, from, to, latch } = *args;
+        let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.handoff.call();
-                invocation.key(name).key(channel).key(marker).key(latch.key);
+                invocation.key(name).key(channel).key(turns.marker).key(latch.key);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
-                invocation.arg(latch.request).arg(u8::from(latch.retry));
+                invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
@@ -214,9 +239,14 @@ impl Scripts {
         }
     }
 
-    /// Stops `owner` being next in line, if it is.
-    pub(crate) fn abandon(&self, conn: &mut Conn, marker: &str, owner: &str) -> Result<()> {
-        conn.run(|c| self.abandon.call().key(marker).arg(owner).invoke::<Value>(c))?;
+    /// Takes this client out of the lock's queue, and passes on its turn if
+    /// it was woken for one.
+    pub(crate) fn dequeue(&self, conn: &mut Conn, name: &str, channel: &str, turns: Turns<'_>) -> Result<()> {
+        conn.run(|c| {
+            let mut invocation = self.dequeue.call();
+            invocation.key(turns.queue).key(turns.marker).key(name).key(channel);
+            invocation.arg(turns.client).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke::<Value>(c)
+        })?;
         Ok(())
     }
 

@@ -68,13 +68,26 @@ impl std::fmt::Debug for Subscriber {
     }
 }
 
-/// One subscribed channel. Several lock names can share a channel (Redisson
-/// names `x` and `{x}` alike), so a message wakes the waiters of every name
-/// listening on it.
+/// One subscribed channel. Several lock names can share an unlock channel
+/// (Redisson names `x` and `{x}` alike), so a message wakes the waiters of
+/// every name listening on it.
 struct Channel {
+    kind: Kind,
     listeners: Vec<Listener>,
     /// When the last waiter left, for a lingering channel.
     idle_since: Option<Instant>,
+    /// A `2` arrived: the `0` that follows it was published by a keyholder
+    /// release that woke the next waiter itself (see `lua/release.lua`).
+    paired: bool,
+}
+
+/// What a channel carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Redisson's unlock channel: `0`, `1`, and keyholder's `2`.
+    Unlock,
+    /// This client's wake channel for one lock: its turn has come.
+    Wake,
 }
 
 /// The waiters of one lock name on a channel.
@@ -92,6 +105,33 @@ impl Channel {
 
     fn entries(&self) -> impl Iterator<Item = Arc<Entry>> + '_ {
         self.listeners.iter().filter_map(|l| l.entry.upgrade())
+    }
+
+    /// Whether a message with `payload` wakes this channel's waiters.
+    ///
+    /// A wake channel's message is this client's turn. On an unlock channel
+    /// `0` wakes one waiting thread and `1` all of them; behind the gate at
+    /// most one thread of this client waits per lock, so both wake that
+    /// thread, unless the `0` follows a `2`: a keyholder release sends that
+    /// pair after waking the next queued client itself. Other payloads are
+    /// not unlocks. An unlock channel does not say which of the names
+    /// sharing it was unlocked: each name's waiter retries.
+    fn wakes(&mut self, payload: &str) -> bool {
+        if self.kind == Kind::Wake {
+            return true;
+        }
+        match payload {
+            "2" => {
+                self.paired = true;
+                false
+            }
+            "0" => !std::mem::take(&mut self.paired),
+            "1" => {
+                self.paired = false;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -158,10 +198,11 @@ impl State {
     }
 }
 
-/// A waiter's share of a channel subscription; unsubscribes when dropped.
+/// A waiter's share of a lock's two channel subscriptions (its unlock
+/// channel and this client's wake channel); unsubscribes when dropped.
 pub(crate) struct Subscription {
     subscriber: Arc<Subscriber>,
-    channel: String,
+    channels: [String; 2],
     /// The lock name it was made for.
     name: Arc<str>,
 }
@@ -169,17 +210,23 @@ pub(crate) struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut st = self.subscriber.state.lock();
-        let Some(channel) = st.channels.get_mut(&self.channel) else { return };
-        if let Some(at) = channel.listeners.iter().position(|l| l.name == self.name) {
-            let listener = &mut channel.listeners[at];
-            listener.refs = listener.refs.saturating_sub(1);
-            if listener.refs == 0 {
-                channel.listeners.swap_remove(at);
+        let mut lingering = false;
+        for name in &self.channels {
+            let Some(channel) = st.channels.get_mut(name) else { continue };
+            if let Some(at) = channel.listeners.iter().position(|l| l.name == self.name) {
+                let listener = &mut channel.listeners[at];
+                listener.refs = listener.refs.saturating_sub(1);
+                if listener.refs == 0 {
+                    channel.listeners.swap_remove(at);
+                }
+            }
+            if channel.refs() == 0 {
+                channel.idle_since = Some(Instant::now());
+                lingering = true;
             }
         }
-        if channel.refs() == 0 {
-            channel.idle_since = Some(Instant::now());
-            drop(st);
+        drop(st);
+        if lingering {
             // The reader may be asleep for a whole command timeout: let it
             // know a channel now lingers.
             self.subscriber.linger_started();
@@ -204,47 +251,27 @@ impl Subscriber {
         }
     }
 
-    /// Subscribes `entry`'s unlock channel for the calling waiter and waits
-    /// (at most the command timeout, and not past `deadline`) until Redis
-    /// confirms it. An unconfirmed subscription is still returned: it will be
-    /// made on reconnect, and the waiter's lease-bounded wait covers the gap.
+    /// Subscribes `entry`'s unlock and wake channels for the calling waiter
+    /// (one SUBSCRIBE for those not subscribed yet) and waits (at most the
+    /// command timeout, and not past `deadline`) until Redis confirms them.
+    /// An unconfirmed subscription is still returned: it will be made on
+    /// reconnect, and the waiter's lease-bounded wait covers the gap.
     pub(crate) fn subscribe(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
         deadline: Option<Instant>,
     ) -> Result<Subscription> {
-        let channel = entry.channel.to_string();
         let mut st = self.state.lock();
         if st.shutdown {
             return Err(Error::Shutdown);
         }
-        let slot = st
-            .channels
-            .entry(channel.clone())
-            .or_insert_with(|| Channel { listeners: Vec::new(), idle_since: None });
-        // A lingering channel is still subscribed: reuse it.
-        let fresh = slot.idle_since.take().is_none() && slot.refs() == 0;
-        match slot.listeners.iter_mut().find(|l| l.name == entry.name) {
-            Some(listener) => {
-                listener.refs += 1;
-                listener.entry = Arc::downgrade(entry);
-            }
-            None => slot.listeners.push(Listener {
-                name: Arc::clone(&entry.name),
-                entry: Arc::downgrade(entry),
-                refs: 1,
-            }),
-        }
-        if fresh {
-            st.send_subscribe(std::slice::from_ref(&channel));
-        }
-        let subscription =
-            Subscription { subscriber: Arc::clone(self), channel, name: Arc::clone(&entry.name) };
+        let (subscription, created) = self.register(&mut st, entry);
+        st.send_subscribe(&created);
         let mut until = Instant::now() + self.command_timeout;
         if let Some(deadline) = deadline {
             until = until.min(deadline);
         }
-        while !st.is_confirmed(&subscription.channel) && !st.shutdown {
+        while !subscription.channels.iter().all(|c| st.is_confirmed(c)) && !st.shutdown {
             if self.confirmed.wait_until(&mut st, until).timed_out() {
                 break;
             }
@@ -257,15 +284,50 @@ impl Subscriber {
         Ok(subscription)
     }
 
-    /// True when `channel` is subscribed, for waiters or lingering.
-    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
-        self.state.lock().channels.contains_key(channel)
+    /// Takes `entry`'s channels back for a waiter without a round trip, when
+    /// both are still subscribed and confirmed (lingering, most likely);
+    /// `None` otherwise.
+    pub(crate) fn resume(self: &Arc<Self>, entry: &Arc<Entry>) -> Option<Subscription> {
+        let mut st = self.state.lock();
+        let ready = !st.shutdown
+            && [&entry.channel, &entry.wake_channel]
+                .iter()
+                .all(|c| st.channels.contains_key(&***c) && st.is_confirmed(c));
+        ready.then(|| self.register(&mut st, entry).0)
+    }
+
+    /// Counts a waiter of `entry` on its two channels, creating them as
+    /// needed; returns the share and the channels created, which need a
+    /// SUBSCRIBE.
+    fn register(self: &Arc<Self>, st: &mut State, entry: &Arc<Entry>) -> (Subscription, Vec<String>) {
+        let channels = [entry.channel.to_string(), entry.wake_channel.to_string()];
+        let mut created = Vec::new();
+        for (name, kind) in channels.iter().zip([Kind::Unlock, Kind::Wake]) {
+            let slot = st.channels.entry(name.clone()).or_insert_with(|| {
+                created.push(name.clone());
+                Channel { kind, listeners: Vec::new(), idle_since: None, paired: false }
+            });
+            // A lingering channel is still subscribed: reuse it.
+            slot.idle_since = None;
+            match slot.listeners.iter_mut().find(|l| l.name == entry.name) {
+                Some(listener) => {
+                    listener.refs += 1;
+                    listener.entry = Arc::downgrade(entry);
+                }
+                None => slot.listeners.push(Listener {
+                    name: Arc::clone(&entry.name),
+                    entry: Arc::downgrade(entry),
+                    refs: 1,
+                }),
+            }
+        }
+        (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(&entry.name) }, created)
     }
 
     /// The number of channels subscribed for waiters right now (not
     /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
-        self.state.lock().channels.values().filter(|c| c.refs() > 0).count()
+        self.state.lock().channels.values().filter(|c| c.kind == Kind::Unlock && c.refs() > 0).count()
     }
 
     /// Wakes the reader so it times lingering channels out: a tiny write
@@ -367,6 +429,9 @@ impl Subscriber {
         st.acks_pending.clear();
         // Lingering channels are not worth resubscribing.
         st.channels.retain(|_, c| c.refs() > 0);
+        for channel in st.channels.values_mut() {
+            channel.paired = false;
+        }
         let channels: Vec<String> = st.channels.keys().cloned().collect();
         st.send_subscribe(&channels);
         true
@@ -448,21 +513,14 @@ impl Subscriber {
                 else {
                     return;
                 };
-                // "0" wakes one waiting thread, "1" all of them. Behind the
-                // gate at most one thread of this client waits per lock, so
-                // both wake that thread; other payloads are not unlocks. The
-                // channel does not say which of the names sharing it was
-                // unlocked: each name's waiter retries.
-                if payload != "0" && payload != "1" {
-                    return;
-                }
-                let entries: Vec<Arc<Entry>> = self
-                    .state
-                    .lock()
-                    .channels
-                    .get(channel)
-                    .map(|c| c.entries().collect())
-                    .unwrap_or_default();
+                let entries: Vec<Arc<Entry>> = {
+                    let mut st = self.state.lock();
+                    let Some(channel) = st.channels.get_mut(channel) else { return };
+                    if !channel.wakes(payload) {
+                        return;
+                    }
+                    channel.entries().collect()
+                };
                 for entry in entries {
                     entry.notify();
                 }
