@@ -10,9 +10,13 @@
 --          marker: it is ignored and never overwritten
 -- KEYS[3]  optional waiter queue (keyholder's own key): a ZSET of the client
 --          ids of keyholder waiters, scored in arrival order
--- KEYS[4]  optional fencing-token counter "redisson_lock_token:{<name>}": a
+-- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
+--          HASH from a queued client id to "<owner id> <lease ms> <server
+--          ms>": the thread a release may hand the lock to directly, its
+--          lease, and the server's clock when it was last refused
+-- KEYS[5]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock; incremented on every acquisition made with KEYS[4]
+--          RFencedLock; incremented on every acquisition made with KEYS[5]
 --          (the caller passes it for a new hold, and for a re-entry of a
 --          hold that has no token yet)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
@@ -32,8 +36,11 @@
 --          it was woken and lost the race to a client that ignores the
 --          queue), and the queue's TTL is made to outlast the caller's wait
 -- ARGV[6]  slack in milliseconds added to the queue's TTL (with ARGV[5])
+-- ARGV[7]  optional "1" (with ARGV[5]) when the caller accepts the lock
+--          handed to it by a release (see release.lua): its entry in KEYS[4]
+--          is written; otherwise removed
 --
--- Returns, without KEYS[4]
+-- Returns, without KEYS[5]
 --   nil      acquired or re-entered: a new hold's count set to 1, a
 --            re-entry's incremented; the key's PTTL set to ARGV[1] (a
 --            re-entry only ever lengthens it: a shorter lease never cuts the
@@ -43,7 +50,7 @@
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but the marker names another client, the
 --            marker's PTTL; -2 for a re-entry that found the lock free
--- and with KEYS[4] the same as a pair: {-1, token} when acquired, token being
+-- and with KEYS[5] the same as a pair: {-1, token} when acquired, token being
 -- the counter's new value as a decimal STRING (exact over the whole 64-bit
 -- range, where Lua's numbers are not); {ms, -1} when not.
 --
@@ -52,7 +59,7 @@
 --   counter ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
-local key, marker, queue, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local key, marker, queue, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
 
@@ -118,14 +125,14 @@ if ARGV[3] == '0' then
     return refuse(redis.call('pttl', key))
 end
 
--- Joins the queue (see ARGV[5]) and keeps the queue alive while waiters may
--- sleep for `wait` ms.
+-- Joins the queue (see ARGV[5]), records how the caller takes a grant, and
+-- keeps both keys alive while waiters may sleep for `wait` ms.
 local function enqueue(wait, front)
     if not queue or ARGV[5] ~= '1' then
         return
     end
-    local kind = redis.call('type', queue).ok
-    if kind ~= 'none' and kind ~= 'zset' then
+    local kind, grants_kind = redis.call('type', queue).ok, redis.call('type', grants).ok
+    if (kind ~= 'none' and kind ~= 'zset') or (grants_kind ~= 'none' and grants_kind ~= 'hash') then
         return
     end
     if not redis.call('zscore', queue, client) then
@@ -136,9 +143,18 @@ local function enqueue(wait, front)
         end
         redis.call('zadd', queue, score, client)
     end
+    if ARGV[7] == '1' then
+        local now = redis.call('time')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms)
+    else
+        redis.call('hdel', grants, client)
+    end
     local ttl = math.max(wait, lease) + tonumber(ARGV[6])
-    if redis.call('pttl', queue) < ttl then
-        redis.call('pexpire', queue, ttl)
+    for _, k in ipairs({queue, grants}) do
+        if redis.call('pttl', k) < ttl then
+            redis.call('pexpire', k, ttl)
+        end
     end
 end
 
@@ -162,6 +178,9 @@ if free or redis.call('hexists', key, owner) == 1 then
     end
     if queue and redis.call('type', queue).ok == 'zset' then
         redis.call('zrem', queue, client)
+    end
+    if grants and redis.call('type', grants).ok == 'hash' then
+        redis.call('hdel', grants, client)
     end
     return acquired(token)
 end

@@ -1,26 +1,40 @@
 -- dequeue.lua: a keyholder client whose waiter gives up leaves the queue, and
--- passes on the turn it was woken for.
+-- passes on whatever turn it was given meanwhile.
 --
 -- KEYS[1]  waiter queue (see acquire.lua)
--- KEYS[2]  claim marker (see acquire.lua); a key of another type there is not
+-- KEYS[2]  waiter grants (see acquire.lua)
+-- KEYS[3]  claim marker (see acquire.lua); a key of another type there is not
 --          a marker and is left alone
--- KEYS[3]  lock key (HASH)
--- KEYS[4]  unlock channel "redisson_lock__channel:{<name>}"
+-- KEYS[4]  lock key (HASH)
+-- KEYS[5]  unlock channel "redisson_lock__channel:{<name>}"
 -- ARGV[1]  client id "<client-uuid>"
--- ARGV[2]  unlock message ("0")
--- ARGV[3]  publish command, "publish" or "spublish"
+-- ARGV[2]  owner id of the waiter giving up "<client-uuid>:<thread-id>"
+-- ARGV[3]  unlock message ("0")
+-- ARGV[4]  publish command, "publish" or "spublish"
 --
 -- Returns
+--   2  a release had just handed the lock to ARGV[2] (see release.lua): the
+--      lock was deleted and ARGV[3] published on KEYS[5]
 --   1  the marker named ARGV[1]: it was deleted, and, the lock being free,
---      ARGV[2] was published on KEYS[4] so that the other waiters try
---   0  otherwise; ARGV[1] is no longer queued either way
+--      ARGV[3] was published on KEYS[5] so that the other waiters try
+--   0  neither; in every case ARGV[1] is no longer queued
 if redis.call('type', KEYS[1]).ok == 'zset' then
     redis.call('zrem', KEYS[1], ARGV[1])
 end
-if redis.call('type', KEYS[2]).ok == 'string' and redis.call('get', KEYS[2]) == ARGV[1] then
-    redis.call('del', KEYS[2])
-    if redis.call('exists', KEYS[3]) == 0 then
-        redis.call(ARGV[3], KEYS[4], ARGV[2])
+if redis.call('type', KEYS[2]).ok == 'hash' then
+    redis.call('hdel', KEYS[2], ARGV[1])
+end
+-- The waiter has no hold of its own (it was still waiting): a field of its
+-- owner id can only be a grant it will never take.
+if redis.call('type', KEYS[4]).ok == 'hash' and redis.call('hexists', KEYS[4], ARGV[2]) == 1 then
+    redis.call('del', KEYS[4])
+    redis.call(ARGV[4], KEYS[5], ARGV[3])
+    return 2
+end
+if redis.call('type', KEYS[3]).ok == 'string' and redis.call('get', KEYS[3]) == ARGV[1] then
+    redis.call('del', KEYS[3])
+    if redis.call('exists', KEYS[4]) == 0 then
+        redis.call(ARGV[4], KEYS[5], ARGV[3])
     end
     return 1
 end

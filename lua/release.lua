@@ -1,53 +1,66 @@
 -- release.lua: give back one hold of a reentrant lock (Redisson RLock layout,
--- with Redisson 3.24+'s unlock latch for retried releases), and wake the
--- keyholder waiter whose turn it is.
+-- with Redisson 3.24+'s unlock latch for retried releases), and pass the
+-- lock on to the keyholder waiter whose turn it is.
 --
 -- KEYS[1]  lock key (HASH)
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
 -- KEYS[3]  optional claim marker (see acquire.lua)
 -- KEYS[4]  waiter queue (see acquire.lua; required with KEYS[3])
--- KEYS[5]  optional unlock latch (keyholder's own key, see names.rs; requires
---          KEYS[3] and KEYS[4]): one key per owner and lock, reused by each
---          of its releases; a STRING "<request id>:<outcome>". Any other key at
---          its name is not a latch: it is never read as one nor overwritten,
---          and the release runs unlatched
+-- KEYS[5]  waiter grants (see acquire.lua; required with KEYS[3])
+-- KEYS[6]  optional unlock latch (keyholder's own key, see names.rs; requires
+--          KEYS[3..5]): one key per owner and lock, reused by each of its
+--          releases; a STRING "<request id>:<outcome>". Any other key at its
+--          name is not a latch: it is never read as one nor overwritten, and
+--          the release runs unlatched
 -- ARGV[1]  unlock message published on the final release ("0": wake one waiter)
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[4]  optional publish command, "publish" (default) or "spublish"
--- ARGV[5]  latch TTL in milliseconds (required with KEYS[5])
+-- ARGV[5]  latch TTL in milliseconds (required with KEYS[6])
 -- ARGV[6]  request id: a decimal number unique to this release (required
---          with a latch); a retry of the same release sends the same id
+--          with KEYS[6]); a retry of the same release sends the same id
 -- ARGV[7]  optional "1" on a retry
 -- ARGV[8]  wake channel prefix (required with KEYS[3]): client <id>'s waiter
 --          listens on "<prefix>:<id>"
 -- ARGV[9]  claim window in milliseconds (required with KEYS[3]): the marker's
 --          TTL
+-- ARGV[10] "1" when the releasing client listens on KEYS[2] itself (required
+--          with KEYS[3])
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
 --        nothing was changed
 --   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
---   1    last hold released: the key was deleted, and the queue's first
---        client whose waiter still listens was woken (see below); ARGV[1]
---        published on KEYS[2]
--- With a latch, "<request id>:<outcome>" is stored in KEYS[5] for ARGV[5] ms,
+--   1    last hold released, and the lock passed on as below
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[6] for ARGV[5] ms,
 -- and a retry whose request id is stored there returns that outcome without
 -- changing anything: a release whose reply was lost can be retried without
 -- decrementing twice. (Redisson keys its latch by a random id per release and
 -- deletes it afterwards; one reused key per owner needs no deletion.)
 --
--- Waking: the queue's clients are taken from the front; each is removed, and
--- its wake channel is published its id; the first that a subscriber hears
--- (PUBLISH counts the receivers, so a client that died or stopped listening
--- counts 0) becomes the claimant: the marker names it for ARGV[9] ms. Then
--- "2" and ARGV[1] are published on KEYS[2], in that order: Redisson waiters
--- take "0" as their wake-up and ignore "2"; keyholder clients take a "0"
--- right after a "2" as already handled by the targeted wake.
+-- Passing the lock on. The key is deleted. The queue's clients are then
+-- taken from the front, each removed from KEYS[4] and KEYS[5], until one
+-- whose waiter still listens on its wake channel "<ARGV[8]>:<client>" hears
+-- the message published there (PUBLISH counts the receivers: a client that
+-- died or stopped listening counts 0). That client is served in one of two
+-- ways:
+--   granted  when KEYS[5] has an entry for it and nobody but keyholder
+--            clients listens on KEYS[2] (PUBSUB NUMSUB of KEYS[2], less the
+--            queued clients and the releasing client, is 0: no Redisson
+--            waiter to be fair to): the lock is given to the entry's owner id
+--            with count 1 and the entry's lease, and the wake message is
+--            "<owner id> <ms since the entry was written>"; nothing is
+--            published on KEYS[2];
+--   woken    otherwise: the wake message is empty, the marker names the
+--            client for ARGV[9] ms, and "2" then ARGV[1] are published on
+--            KEYS[2]: Redisson waiters take "0" as their wake-up and ignore
+--            "2", keyholder clients take a "0" right after a "2" as already
+--            handled.
+-- With no such client, ARGV[1] alone is published on KEYS[2].
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
-local key, marker, queue, latch = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
+local key, channel, marker, queue, grants, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local publish = ARGV[4] or 'publish'
 -- The latch's value, "" when it is absent, or nil when a key that is not a
 -- latch sits at its name.
@@ -72,24 +85,47 @@ elseif earlier and ARGV[7] == '1' then
     end
 end
 
--- Wakes the first queued client that still listens; returns whether one was.
-local function wake_next()
+-- Serves the first queued client that still listens; returns how: 'granted',
+-- 'woken', or nil when nobody was.
+local function pass_on()
     if not queue or redis.call('type', queue).ok ~= 'zset' then
-        return false
+        return nil
     end
+    local has_grants = redis.call('type', grants).ok == 'hash'
     local kind = redis.call('type', marker).ok
     local markable = kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
+    local listeners = redis.call('pubsub', 'numsub', channel)[2]
+    local others = tonumber(listeners) - redis.call('zcard', queue) - (ARGV[10] == '1' and 1 or 0)
     while true do
         local head = redis.call('zrange', queue, 0, 0)[1]
         if not head then
-            return false
+            return nil
         end
         redis.call('zrem', queue, head)
-        if redis.call(publish, ARGV[8] .. ':' .. head, head) > 0 then
+        local entry = has_grants and redis.call('hget', grants, head)
+        if has_grants then
+            redis.call('hdel', grants, head)
+        end
+        local grantee, lease, since = false, nil, nil
+        if entry and others <= 0 then
+            grantee, lease, since = string.match(entry, '^(%S+) (%d+) (%d+)$')
+        end
+        local message = ''
+        if grantee then
+            local now = redis.call('time')
+            local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+            message = grantee .. ' ' .. math.max(0, ms - tonumber(since))
+        end
+        if redis.call(publish, ARGV[8] .. ':' .. head, message) > 0 then
+            if grantee then
+                redis.call('hset', key, grantee, 1)
+                redis.call('pexpire', key, lease)
+                return 'granted'
+            end
             if markable then
                 redis.call('set', marker, head, 'px', ARGV[9])
             end
-            return true
+            return 'woken'
         end
     end
 end
@@ -103,10 +139,13 @@ if redis.call('hincrby', key, ARGV[3], -1) > 0 then
     outcome = 0
 else
     redis.call('del', key)
-    if wake_next() then
-        redis.call(publish, KEYS[2], '2')
+    local served = pass_on()
+    if served == 'woken' then
+        redis.call(publish, channel, '2')
     end
-    redis.call(publish, KEYS[2], ARGV[1])
+    if served ~= 'granted' then
+        redis.call(publish, channel, ARGV[1])
+    end
 end
 if latch then
     redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])

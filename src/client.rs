@@ -329,8 +329,10 @@ impl Inner {
         Turns {
             marker: &entry.marker,
             queue: &entry.queue,
+            grants: &entry.grants,
             wake_prefix: &entry.wake_prefix,
             client: &self.id,
+            listening: self.subscriber.is_subscribed(&entry.channel),
         }
     }
 
@@ -355,6 +357,7 @@ impl Inner {
             channel: Arc::clone(channel),
             marker: Arc::clone(marker),
             queue: Arc::from(names::queue_key(name)),
+            grants: Arc::from(names::grants_key(name)),
             wake_prefix: Arc::from(names::wake_prefix(name)),
             wake_channel: Arc::from(names::wake_channel(name, &self.id)),
         };

@@ -48,6 +48,8 @@ pub(crate) struct Entry {
     pub(crate) marker: Arc<str>,
     /// The waiter queue key.
     pub(crate) queue: Arc<str>,
+    /// The waiter grants key.
+    pub(crate) grants: Arc<str>,
     /// The prefix of the lock's wake channels.
     pub(crate) wake_prefix: Arc<str>,
     /// This client's wake channel for the lock.
@@ -82,8 +84,21 @@ pub(crate) struct EntryNames {
     pub(crate) channel: Arc<str>,
     pub(crate) marker: Arc<str>,
     pub(crate) queue: Arc<str>,
+    pub(crate) grants: Arc<str>,
     pub(crate) wake_prefix: Arc<str>,
     pub(crate) wake_channel: Arc<str>,
+}
+
+/// A lock handed to this client by another client's release (see
+/// `lua/release.lua`), not yet taken by its thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    /// The owner id the lock was given to.
+    pub(crate) owner: String,
+    /// Server time from the grantee's last refused attempt to the grant.
+    pub(crate) elapsed: Duration,
+    /// When the client heard of it.
+    pub(crate) received: Instant,
 }
 
 /// What a queued thread would need to receive the lock by hand-off.
@@ -110,6 +125,8 @@ struct State {
     run_started: Option<Instant>,
     /// An unlock message arrived and was not yet consumed.
     wake_pending: bool,
+    /// The lock was handed to a thread of this client.
+    grant: Option<Grant>,
     subscription: Option<Subscription>,
     /// An unlock message arrived while a local thread held the lock.
     holder_suspect: bool,
@@ -149,12 +166,13 @@ const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
     pub(crate) fn new(names: EntryNames) -> Self {
-        let EntryNames { name, channel, marker, queue, wake_prefix, wake_channel } = names;
+        let EntryNames { name, channel, marker, queue, grants, wake_prefix, wake_channel } = names;
         Entry {
             name,
             channel,
             marker,
             queue,
+            grants,
             wake_prefix,
             wake_channel,
             state: Mutex::new(State {
@@ -162,6 +180,7 @@ impl Entry {
                 queue: VecDeque::new(),
                 run_started: None,
                 wake_pending: false,
+                grant: None,
                 subscription: None,
                 holder_suspect: false,
                 subscribing: false,
@@ -424,6 +443,19 @@ impl Entry {
                 let _ = front.wake.try_send(());
             }
         }
+    }
+
+    /// A release handed the lock to `grant.owner`: wake the waiting thread.
+    pub(crate) fn grant(&self, grant: Grant) {
+        let mut st = self.state.lock();
+        st.grant = Some(grant);
+        st.wake_pending = true;
+        self.woken.notify_all();
+    }
+
+    /// The grant received for a thread of this client, if any (once).
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.state.lock().grant.take()
     }
 
     /// Wakes everyone with `Error::Shutdown`.

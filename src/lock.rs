@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::connection::is_transport_error;
-use crate::entry::{Entered, Entry, GateRedis, Successor};
+use crate::entry::{Entered, Entry, GateRedis, Grant, Successor};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -377,18 +377,27 @@ impl Lock {
             // Messages from before this attempt concern earlier holders.
             entry.clear_wake();
         }
-        let mut queued = false;
+        // Send time of the last refused attempt that queued this client: a
+        // grant is measured from there (see `granted`).
+        let mut queued_at: Option<Instant> = None;
+        entry.take_grant();
         let outcome = loop {
             let sent = Instant::now();
-            let remaining =
-                match self.try_acquire(entry, owner, lease_ms, Attempt::Fresh { enqueue: subscribed }) {
-                    Ok(Acquire::Acquired { token }) => return Ok(Some(Won { sent, token })),
-                    Ok(Acquire::Held { remaining }) => remaining,
-                    // Only a re-entry is told the lock is free; retry at once.
-                    Ok(Acquire::Free) => Some(Duration::ZERO),
-                    Err(e) => break Err(e),
-                };
-            queued |= subscribed;
+            let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
+            let remaining = match self.try_acquire(entry, owner, lease_ms, attempt) {
+                Ok(Acquire::Acquired { token }) => {
+                    // A grant that raced this attempt is the same hold.
+                    entry.take_grant();
+                    return Ok(Some(Won { sent, token }));
+                }
+                Ok(Acquire::Held { remaining }) => remaining,
+                // Only a re-entry is told the lock is free; retry at once.
+                Ok(Acquire::Free) => Some(Duration::ZERO),
+                Err(e) => break Err(e),
+            };
+            if subscribed {
+                queued_at = Some(sent);
+            }
             let now = Instant::now();
             if !block || deadline.is_some_and(|d| now >= d) {
                 break Ok(None);
@@ -413,16 +422,31 @@ impl Lock {
             if let Err(e) = entry.wait_wake(until) {
                 break Err(e);
             }
+            if let Some(grant) = entry.take_grant() {
+                match queued_at.filter(|_| grant.owner == owner) {
+                    Some(queued_at) => {
+                        return Ok(Some(Won { sent: granted(&grant, queued_at), token: None }));
+                    }
+                    // Handed to a thread of this client that gave up since:
+                    // give it back, which passes it on.
+                    None => {
+                        let _ = inner.release_orphan(entry, &grant.owner, lease_ms);
+                    }
+                }
+            }
         };
-        if queued && !entry.has_queued_threads() && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_)))
+        if queued_at.is_some()
+            && !entry.has_queued_threads()
+            && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_)))
         {
             // Giving up with no thread of this client behind to take over the
-            // place: leave the queue, and pass on a turn this client was woken
-            // for. (With Redis failing, the place is dropped when its turn
-            // comes and nobody listens.)
+            // place: leave the queue, and pass on a turn (or a lock) this
+            // client was given meanwhile. (With Redis failing, the place is
+            // dropped when its turn comes and nobody listens.)
             let turns = inner.turns(entry);
-            let _ =
-                inner.with_live_conn(|conn| inner.scripts.dequeue(conn, &entry.name, &entry.channel, turns));
+            let _ = inner.with_live_conn(|conn| {
+                inner.scripts.dequeue(conn, &entry.name, &entry.channel, turns, owner)
+            });
         }
         outcome
     }
@@ -443,9 +467,9 @@ impl Lock {
     fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
-        let (fresh, enqueue, mint) = match attempt {
-            Attempt::Reentry { mint } => (false, false, mint),
-            Attempt::Fresh { enqueue } => (true, enqueue, true),
+        let (fresh, enqueue, grantable, mint) = match attempt {
+            Attempt::Reentry { mint } => (false, false, false, mint),
+            Attempt::Fresh { enqueue, grantable } => (true, enqueue, grantable, true),
         };
         let args = AcquireArgs {
             name: &self.name,
@@ -456,6 +480,7 @@ impl Lock {
             owner,
             fresh,
             enqueue,
+            grantable,
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
@@ -485,12 +510,22 @@ struct Won {
     token: Option<u64>,
 }
 
+/// Where a granted hold's lease runs from, on this client's clock: the grant
+/// happened `grant.elapsed` (server time) after the grantee's last refused
+/// attempt reached Redis, which was after `queued_at`, the attempt's send
+/// time; and before the grant was heard. So this instant is never later than
+/// the grant, and the hold's local deadline never later than the server's.
+fn granted(grant: &Grant, queued_at: Instant) -> Instant {
+    queued_at + grant.elapsed.min(grant.received.saturating_duration_since(queued_at))
+}
+
 /// Which kind of acquire attempt.
 #[derive(Debug, Clone, Copy)]
 enum Attempt {
     /// The thread holds the lock already; `mint` a fencing token for a hold
     /// that has none.
     Reentry { mint: bool },
-    /// A new hold; `enqueue` once the thread listens on its wake channel.
-    Fresh { enqueue: bool },
+    /// A new hold; `enqueue` once the thread listens on its wake channel;
+    /// `grantable` unless it must mint a fencing token.
+    Fresh { enqueue: bool, grantable: bool },
 }

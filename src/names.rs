@@ -43,12 +43,18 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 const MARKER_PREFIX: &str = "keyholder_lock_next";
 const QUEUE_PREFIX: &str = "keyholder_lock_queue";
+const GRANTS_PREFIX: &str = "keyholder_lock_grants";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 const WAKE_PREFIX: &str = "keyholder_lock__wake";
 
 /// Name prefixes of the keys derived from lock names.
-const RESERVED_PREFIXES: [&str; 4] =
-    ["redisson_lock_token:", "keyholder_lock_next:", "keyholder_lock_queue:", "redisson_unlock_latch:"];
+const RESERVED_PREFIXES: [&str; 5] = [
+    "redisson_lock_token:",
+    "keyholder_lock_next:",
+    "keyholder_lock_queue:",
+    "keyholder_lock_grants:",
+    "redisson_unlock_latch:",
+];
 
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when the
 /// name already contains `{`.
@@ -83,6 +89,12 @@ pub(crate) fn next_marker(name: &str) -> String {
 /// The queue of keyholder clients waiting for the lock `name`.
 pub(crate) fn queue_key(name: &str) -> String {
     own_key(QUEUE_PREFIX, name)
+}
+
+/// The grants of the queued clients of the lock `name`: whom a release may
+/// hand the lock to directly.
+pub(crate) fn grants_key(name: &str) -> String {
+    own_key(GRANTS_PREFIX, name)
 }
 
 /// The prefix of the lock `name`'s wake channels: client `<id>` listens on
@@ -150,6 +162,7 @@ mod tests {
             "keyholder_lock_next:{m}",
             "redisson_lock_token:{m}",
             "keyholder_lock_queue:{m}",
+            "keyholder_lock_grants:{m}",
             "redisson_unlock_latch:{n}:00000000000000000000000000000001",
         ] {
             assert!(validate_name(name).unwrap_err().is_invalid(), "{name}");

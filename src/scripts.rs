@@ -83,10 +83,14 @@ pub(crate) struct Turns<'a> {
     pub(crate) marker: &'a str,
     /// The queue key.
     pub(crate) queue: &'a str,
+    /// The grants key.
+    pub(crate) grants: &'a str,
     /// The prefix of the lock's per-client wake channels.
     pub(crate) wake_prefix: &'a str,
     /// This client's id.
     pub(crate) client: &'a str,
+    /// This client listens on the lock's unlock channel.
+    pub(crate) listening: bool,
 }
 
 /// What `acquire.lua` needs for one attempt.
@@ -104,6 +108,8 @@ pub(crate) struct AcquireArgs<'a> {
     /// The caller listens on its wake channel: if refused, its client
     /// joins the queue.
     pub(crate) enqueue: bool,
+    /// The caller takes the lock handed over by a release (unfenced).
+    pub(crate) grantable: bool,
 }
 
 /// What `handoff.lua` needs.
@@ -157,13 +163,13 @@ impl Scripts {
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue } = *args;
+        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.call();
-                invocation.key(name).key(turns.marker).key(turns.queue);
+                invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants);
                 invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
-                invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS);
+                invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
                 if let Some(token_key) = token_key {
                     invocation.key(token_key);
                 }
@@ -195,7 +201,7 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.call();
-                invocation.key(name).key(channel).key(turns.marker).key(turns.queue);
+                invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
                 match latch {
                     Some(latch) => invocation
@@ -205,7 +211,7 @@ impl Scripts {
                         .arg(u8::from(latch.retry)),
                     None => invocation.arg(0).arg(0).arg(0),
                 };
-                invocation.arg(turns.wake_prefix).arg(CLAIM_MS);
+                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(u8::from(turns.listening));
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
@@ -241,11 +247,18 @@ impl Scripts {
 
     /// Takes this client out of the lock's queue, and passes on its turn if
     /// it was woken for one.
-    pub(crate) fn dequeue(&self, conn: &mut Conn, name: &str, channel: &str, turns: Turns<'_>) -> Result<()> {
+    pub(crate) fn dequeue(
+        &self,
+        conn: &mut Conn,
+        name: &str,
+        channel: &str,
+        turns: Turns<'_>,
+        owner: &str,
+    ) -> Result<()> {
         conn.run(|c| {
             let mut invocation = self.dequeue.call();
-            invocation.key(turns.queue).key(turns.marker).key(name).key(channel);
-            invocation.arg(turns.client).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke::<Value>(c)
+            invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
+            invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke::<Value>(c)
         })?;
         Ok(())
     }

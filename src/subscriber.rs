@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex};
 
-use crate::entry::Entry;
+use crate::entry::{Entry, Grant};
 use crate::error::{Error, Result};
 use crate::resp::{self, Resp};
 
@@ -324,6 +324,11 @@ impl Subscriber {
         (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(&entry.name) }, created)
     }
 
+    /// True when `channel` is subscribed, for waiters or lingering.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.state.lock().channels.contains_key(channel)
+    }
+
     /// The number of channels subscribed for waiters right now (not
     /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
@@ -513,16 +518,20 @@ impl Subscriber {
                 else {
                     return;
                 };
-                let entries: Vec<Arc<Entry>> = {
+                let (kind, entries): (Kind, Vec<Arc<Entry>>) = {
                     let mut st = self.state.lock();
                     let Some(channel) = st.channels.get_mut(channel) else { return };
                     if !channel.wakes(payload) {
                         return;
                     }
-                    channel.entries().collect()
+                    (channel.kind, channel.entries().collect())
                 };
+                let grant = (kind == Kind::Wake).then(|| parse_grant(payload)).flatten();
                 for entry in entries {
-                    entry.notify();
+                    match &grant {
+                        Some(grant) => entry.grant(grant.clone()),
+                        None => entry.notify(),
+                    }
                 }
             }
             Some("subscribe") => {
@@ -539,6 +548,17 @@ impl Subscriber {
             _ => {}
         }
     }
+}
+
+/// A wake message that hands the lock over: `"<owner id> <elapsed ms>"` (see
+/// `lua/release.lua`); an empty one only wakes.
+fn parse_grant(payload: &str) -> Option<Grant> {
+    let (owner, elapsed) = payload.split_once(' ')?;
+    Some(Grant {
+        owner: owner.to_owned(),
+        elapsed: Duration::from_millis(elapsed.parse().ok()?),
+        received: Instant::now(),
+    })
 }
 
 fn is_timeout(e: &io::Error) -> bool {

@@ -361,6 +361,10 @@ fn queue_of(name: &str) -> String {
     format!("keyholder_lock_queue:{{{name}}}")
 }
 
+fn grants_of(name: &str) -> String {
+    format!("keyholder_lock_grants:{{{name}}}")
+}
+
 fn wake_prefix_of(name: &str) -> String {
     format!("keyholder_lock__wake:{{{name}}}")
 }
@@ -385,34 +389,42 @@ fn release_latched(
 ) -> redis::RedisResult<Value> {
     let script = release_script();
     let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(latch);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).key(latch);
     invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
-    invocation.arg(wake_prefix_of(name)).arg(1_000);
+    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0);
     invocation.invoke(con)
 }
 
-/// release.lua as keyholder sends a last release: unlatched, with the queue.
-fn release_queued(con: &mut redis::Connection, name: &str, owner: &str) -> redis::RedisResult<Value> {
-    let script = release_script();
-    let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name));
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000);
-    invocation.invoke(con)
-}
-
-/// acquire.lua as a keyholder waiter takes a new hold: with the marker and
-/// the queue, queueing its client when refused if it is `listening`.
-fn acquire_queued(
+/// release.lua as keyholder sends a last release: unlatched, with the queue;
+/// `listening`: the releasing client listens on the unlock channel.
+fn release_queued(
     con: &mut redis::Connection,
     name: &str,
     owner: &str,
     listening: bool,
 ) -> redis::RedisResult<Value> {
+    let script = release_script();
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
+    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(u8::from(listening));
+    invocation.invoke(con)
+}
+
+/// acquire.lua as a keyholder waiter takes a new hold: with the marker and
+/// the queue, queueing its client when refused if it is `listening`, ready to
+/// be handed the lock if `grantable`.
+fn acquire_queued(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    listening: bool,
+    grantable: bool,
+) -> redis::RedisResult<Value> {
     let script = acquire_script();
     let mut invocation = script.key(name);
-    invocation.key(marker_of(name)).key(queue_of(name)).arg(10_000).arg(owner).arg("1");
-    invocation.arg(client_of(owner)).arg(u8::from(listening)).arg(1_000);
+    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).arg(10_000).arg(owner).arg("1");
+    invocation.arg(client_of(owner)).arg(u8::from(listening)).arg(1_000).arg(u8::from(grantable));
     invocation.invoke(con)
 }
 
@@ -495,25 +507,26 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
     let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
     let wake_c = format!("{}:{client_c}", wake_prefix_of(name));
     let listener = Listener::start(&server, &[&channel_of(name), &wake_a, &wake_c]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true).unwrap(), Value::Nil);
+    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
 
     // A refusal queues a listening waiter's client, in arrival order, once;
     // one that does not listen yet is not queued.
     for (owner, listening) in
         [(OWNER_D, true), (OWNER_A, true), (OWNER_C, true), (OWNER_A, true), (OWNER_E, false)]
     {
-        let reply = acquire_queued(&mut con, name, owner, listening).unwrap();
+        let reply = acquire_queued(&mut con, name, owner, listening, false).unwrap();
         assert!(matches!(reply, Value::Int(ms) if ms > 9_000), "{owner}: {reply:?}");
     }
     assert_eq!(queue(&mut con, name), [client_d, client_a, client_c]);
     assert!(pttl(&mut con, &queue_of(name)) > 10_000, "the queue must outlast its waiters' sleep");
 
     // The release skips D (nobody listens on its wake channel), wakes A
-    // alone, and marks the lock as A's turn; its "0" comes right after "2".
-    assert_eq!(release_queued(&mut con, name, OWNER_B).unwrap(), Value::Int(1));
+    // alone (A takes no grant: it mints fencing tokens), and marks the lock as
+    // A's turn; its "0" comes right after "2".
+    assert_eq!(release_queued(&mut con, name, OWNER_B, false).unwrap(), Value::Int(1));
     let heard = listener.drain_until_marker(&mut con, &channel_of(name));
     let expected = [
-        (wake_a.clone(), client_a.to_owned()),
+        (wake_a.clone(), String::new()),
         (channel_of(name), "2".to_owned()),
         (channel_of(name), "0".to_owned()),
     ];
@@ -525,16 +538,16 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
 
     // Until A claims its turn, the free lock is refused to others, for at
     // most the marker's PTTL; A, any thread of its client, takes it.
-    let reply = acquire_queued(&mut con, name, OWNER_C, true).unwrap();
+    let reply = acquire_queued(&mut con, name, OWNER_C, true, false).unwrap();
     assert!(matches!(reply, Value::Int(ms) if ms > 0 && ms <= 1_000), "C took A's turn: {reply:?}");
     let a_other_thread = format!("{client_a}:99");
-    assert_eq!(acquire_queued(&mut con, name, &a_other_thread, true).unwrap(), Value::Nil);
+    assert_eq!(acquire_queued(&mut con, name, &a_other_thread, true, false).unwrap(), Value::Nil);
     assert!(!exists(&mut con, &marker_of(name)), "the marker outlived its claim");
     assert_eq!(queue(&mut con, name), [client_c]);
 
     // With nobody queued, a release publishes "0" alone.
     let _: () = redis::cmd("DEL").arg(queue_of(name)).query(&mut con).unwrap();
-    assert_eq!(release_queued(&mut con, name, &a_other_thread).unwrap(), Value::Int(1));
+    assert_eq!(release_queued(&mut con, name, &a_other_thread, false).unwrap(), Value::Int(1));
     assert_eq!(
         listener.drain_until_marker(&mut con, &channel_of(name)),
         [(channel_of(name), "0".to_owned())]
@@ -548,14 +561,14 @@ fn a_woken_client_that_loses_the_race_to_redisson_keeps_the_front_of_the_queue()
     let name = "raced";
     let (client_a, client_c) = (client_of(OWNER_A), client_of(OWNER_C));
     let _listener = Listener::start(&server, &[&format!("{}:{client_a}", wake_prefix_of(name))]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true).unwrap(), Value::Int(_)));
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true).unwrap(), Value::Int(_)));
-    assert_eq!(release_queued(&mut con, name, OWNER_B).unwrap(), Value::Int(1));
+    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, false).unwrap(), Value::Int(_)));
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, false).unwrap(), Value::Int(_)));
+    assert_eq!(release_queued(&mut con, name, OWNER_B, false).unwrap(), Value::Int(1));
     assert_eq!(queue(&mut con, name), [client_c]);
     // A Redisson client ignores the marker and takes the free lock.
     assert_eq!(acquire(&mut con, name, 10_000, OWNER_B).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true).unwrap(), Value::Int(_)));
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, false).unwrap(), Value::Int(_)));
     assert_eq!(queue(&mut con, name), [client_a, client_c], "the woken client lost its place");
 }
 
@@ -567,8 +580,8 @@ fn dequeue_leaves_the_queue_and_passes_on_a_turn() {
     let dequeue = redis::Script::new(include_str!("../lua/dequeue.lua"));
     let run = |con: &mut redis::Connection, owner: &str| -> i64 {
         let mut invocation = dequeue.key(queue_of(name));
-        invocation.key(marker_of(name)).key(name).key(channel_of(name));
-        invocation.arg(client_of(owner)).arg("0").arg("publish").invoke(con).unwrap()
+        invocation.key(grants_of(name)).key(marker_of(name)).key(name).key(channel_of(name));
+        invocation.arg(client_of(owner)).arg(owner).arg("0").arg("publish").invoke(con).unwrap()
     };
     let listener = Listener::start(&server, &[&channel_of(name)]);
     let _: i64 =
@@ -606,6 +619,7 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
             .key("fenced")
             .key(marker_of("fenced"))
             .key(queue_of("fenced"))
+            .key(grants_of("fenced"))
             .key(counter)
             .arg(10_000)
             .arg(owner)
@@ -631,6 +645,7 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
         .key("other")
         .key(marker_of("other"))
         .key(queue_of("other"))
+        .key(grants_of("other"))
         .key("redisson_lock_token:{other}")
         .arg(10_000)
         .arg(OWNER_A)
@@ -759,6 +774,7 @@ fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
             .key("t")
             .key(marker_of("t"))
             .key(queue_of("t"))
+            .key(grants_of("t"))
             .key(counter)
             .arg(10_000)
             .arg(OWNER_A)
@@ -789,14 +805,15 @@ fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
 fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    let (marker, queue_key, latch) = (marker_of("m"), queue_of("m"), latch_of("m", 1));
-    for key in [&marker, &queue_key, &latch] {
+    let (marker, queue_key, grants, latch) =
+        (marker_of("m"), queue_of("m"), grants_of("m"), latch_of("m", 1));
+    for key in [&marker, &queue_key, &grants, &latch] {
         let _: i64 = redis::cmd("HSET").arg(key).arg("f").arg("v").query(&mut con).unwrap();
     }
     // The hashes at the marker's and the queue's names are neither: the lock
     // is free to take, and a refused waiter does not queue into them.
-    assert_eq!(acquire_queued(&mut con, "m", OWNER_A, true).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, "m", OWNER_B, true).unwrap(), Value::Int(ms) if ms > 0));
+    assert_eq!(acquire_queued(&mut con, "m", OWNER_A, true, true).unwrap(), Value::Nil);
+    assert!(matches!(acquire_queued(&mut con, "m", OWNER_B, true, true).unwrap(), Value::Int(ms) if ms > 0));
     // A nested release with the hash at its latch's name runs unlatched; the
     // last release wakes nobody through them and marks nothing.
     assert_eq!(acquire(&mut con, "m", 10_000, OWNER_A).unwrap(), Value::Nil);
@@ -805,9 +822,10 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     // dequeue.lua leaves them alone too.
     let dequeue = redis::Script::new(include_str!("../lua/dequeue.lua"));
     let mut invocation = dequeue.key(&queue_key);
-    invocation.key(&marker).key("m").key(channel_of("m")).arg(client_of(OWNER_B)).arg("0").arg("publish");
+    invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
+    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
     assert_eq!(invocation.invoke::<i64>(&mut con).unwrap(), 0);
-    for key in [&marker, &queue_key, &latch] {
+    for key in [&marker, &queue_key, &grants, &latch] {
         assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
     }
 }
