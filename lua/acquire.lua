@@ -44,8 +44,9 @@
 --   nil      acquired or re-entered: a new hold's count set to 1, a
 --            re-entry's incremented; the key's PTTL set to ARGV[1] (a
 --            re-entry only ever lengthens it: a shorter lease never cuts the
---            outer hold short); the caller's client removed from the queue
---            and the marker, if it named the caller's client, deleted
+--            outer hold short); with ARGV[5], the caller's client removed
+--            from the queue and the grants; the marker, if it named the
+--            caller's client, deleted
 --   integer  not acquired; milliseconds worth waiting: the holder's PTTL
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but the marker names another client, the
@@ -159,7 +160,8 @@ local function enqueue(wait, front)
 end
 
 local free = redis.call('exists', key) == 0
-local claimant = marker and read_marker()
+-- The marker matters to a free lock, and to where a refused waiter queues.
+local claimant = marker and (free or ARGV[5] == '1') and read_marker()
 if free and claimant and claimant ~= client then
     local wait = redis.call('pttl', marker)
     enqueue(wait, false)
@@ -176,11 +178,14 @@ if free or redis.call('hexists', key, owner) == 1 then
     if claimant and claimant == client then
         redis.call('del', marker)
     end
-    if queue and redis.call('type', queue).ok == 'zset' then
-        redis.call('zrem', queue, client)
-    end
-    if grants and redis.call('type', grants).ok == 'hash' then
-        redis.call('hdel', grants, client)
+    -- Only a listening caller can have queued its client.
+    if queue and ARGV[5] == '1' then
+        if redis.call('type', queue).ok == 'zset' then
+            redis.call('zrem', queue, client)
+        end
+        if redis.call('type', grants).ok == 'hash' then
+            redis.call('hdel', grants, client)
+        end
     end
     return acquired(token)
 end

@@ -332,7 +332,6 @@ impl Inner {
             grants: &entry.grants,
             wake_prefix: &entry.wake_prefix,
             client: &self.id,
-            listening: self.subscriber.is_subscribed(&entry.channel),
         }
     }
 

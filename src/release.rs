@@ -50,15 +50,7 @@ impl Inner {
     /// `entry`'s lock, latched and retried once.
     fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
         self.run_latched(entry, thread, true, |conn, latch| {
-            let args = ReleaseArgs {
-                name: &entry.name,
-                channel: &entry.channel,
-                turns: self.turns(entry),
-                lease_ms,
-                owner,
-                latch: Some(latch),
-            };
-            self.scripts.release(conn, &args)
+            self.scripts.release(conn, &self.release_args(entry, owner, lease_ms, Some(latch)))
         })
     }
 
@@ -68,14 +60,7 @@ impl Inner {
     /// outcome and whether it is the retry's (whose `NotOwner` most likely
     /// means the first attempt released the lock).
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
-        let args = ReleaseArgs {
-            name: &entry.name,
-            channel: &entry.channel,
-            turns: self.turns(entry),
-            lease_ms,
-            owner,
-            latch: None,
-        };
+        let args = self.release_args(entry, owner, lease_ms, None);
         match self.with_conn(|conn| self.scripts.release(conn, &args)) {
             Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
                 (self.with_conn(|conn| self.scripts.release(conn, &args)), true)
@@ -87,15 +72,28 @@ impl Inner {
     /// One unlatched release attempt, to give back what an acquire whose
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
-        let args = ReleaseArgs {
+        let args = self.release_args(entry, owner, lease_ms, None);
+        self.with_live_conn(|conn| self.scripts.release(conn, &args))
+    }
+
+    /// What `release.lua` needs to release one hold of `owner` on `entry`'s
+    /// lock.
+    fn release_args<'a>(
+        &'a self,
+        entry: &'a Entry,
+        owner: &'a str,
+        lease_ms: u64,
+        latch: Option<Latch<'a>>,
+    ) -> ReleaseArgs<'a> {
+        ReleaseArgs {
             name: &entry.name,
             channel: &entry.channel,
             turns: self.turns(entry),
             lease_ms,
             owner,
-            latch: None,
-        };
-        self.with_live_conn(|conn| self.scripts.release(conn, &args))
+            latch,
+            listening: self.subscriber.is_subscribed(&entry.channel),
+        }
     }
 
     /// How long an unlock latch must outlive its first use: a command

@@ -89,8 +89,6 @@ pub(crate) struct Turns<'a> {
     pub(crate) wake_prefix: &'a str,
     /// This client's id.
     pub(crate) client: &'a str,
-    /// This client listens on the lock's unlock channel.
-    pub(crate) listening: bool,
 }
 
 /// What `acquire.lua` needs for one attempt.
@@ -136,6 +134,8 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) owner: &'a str,
     /// Needed only when a retry could release a second hold.
     pub(crate) latch: Option<Latch<'a>>,
+    /// This client listens on the lock's unlock channel itself.
+    pub(crate) listening: bool,
 }
 
 /// An unlock latch: the outcome of a release request, kept for its retry.
@@ -197,7 +197,7 @@ impl Scripts {
     /// Releases one hold; with a latch, a retry with the same latch key
     /// returns the first outcome instead of releasing twice.
     pub(crate) fn release(&self, conn: &mut Conn, args: &ReleaseArgs<'_>) -> Result<Release> {
-        let ReleaseArgs { name, channel, turns, lease_ms, owner, latch } = *args;
+        let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening } = *args;
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.release.call();
@@ -211,7 +211,7 @@ impl Scripts {
                         .arg(u8::from(latch.retry)),
                     None => invocation.arg(0).arg(0).arg(0),
                 };
-                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(u8::from(turns.listening));
+                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(u8::from(listening));
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;
