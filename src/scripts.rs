@@ -316,7 +316,7 @@ fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> E
         Some(key) if text.contains("BADCOUNTER") => {
             Error::BadFencingCounter { name: name.to_owned(), key: key.to_owned() }
         }
-        Some(key) if text.contains("WRONGTYPE fencing counter") => {
+        Some(key) if text.contains("WRONGTYPE") && text.contains("fencing counter") => {
             Error::WrongType { name: name.to_owned(), key: key.to_owned() }
         }
         _ => Error::from_redis(name, e),
