@@ -312,7 +312,7 @@ impl Inner {
     /// Runs `f` like [`with_conn`](Inner::with_conn), and once more on a new
     /// connection if the first one turned out dead (dropped or reset, not
     /// slow). Only for calls that are safe to repeat: reads, renewals, a new
-    /// hold's acquire (it sets the count to 1), a marker's abandonment.
+    /// hold's acquire (it sets the count to 1), leaving a lock's queue.
     pub(crate) fn with_live_conn<T>(&self, f: impl Fn(&mut Conn) -> Result<T>) -> Result<T> {
         let mut conn = self.connection()?;
         let outcome = f(&mut conn);

@@ -96,19 +96,16 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one client may keep a contended lock among its own threads;
-    /// a waiter that has waited twice this long is served ahead of others.
+    /// How long one client may keep a contended lock among its own threads.
     ///
     /// Within the window, counted from when the lock came to this client, a
     /// release hands the lock straight to the next waiting thread of the same
     /// client, in one round trip and without waking anyone else. Past it, the
-    /// lock is released for all to contend. A thread that has waited twice
-    /// the window becomes next in line: other keyholder clients give way to
-    /// it, and their runs of local hand-offs end at their next release. This
-    /// bounds how long busy clients can starve another (to about three
-    /// windows plus a hold) while keeping most hand-offs local. Zero turns
-    /// local hand-off off and makes every waiter next in line at once. Java
-    /// clients do not take part in the next-in-line rule.
+    /// release serves the next client in the lock's queue in Redis (keyholder
+    /// clients queue there in arrival order), so other clients wait about a
+    /// window plus a hold per client ahead of them, while most hand-offs stay
+    /// local. Zero turns local hand-off off. Java clients do not queue; they
+    /// race for each release, as among themselves.
     ///
     /// Defaults to 10 ms. At most 1 h.
     pub fn fairness_window(mut self, window: Duration) -> Self {

@@ -17,10 +17,12 @@
 //! taken over by the next waiter, so a stuck local thread can never block the
 //! others longer than its lease.
 //!
-//! **The wake-up slot** is a sticky permit: an unlock message that arrives
-//! before the waiting thread parks is kept, never lost.
+//! **The wake-up slot** is a sticky permit: an unlock message, or this
+//! client's turn, that arrives before the waiting thread parks is kept, never
+//! lost; a lock handed over by another client's release waits in it as a
+//! [`Grant`] for the thread at the gate.
 //!
-//! **The subscription** to the lock's unlock channel is made by the first
+//! **The subscription** to the lock's unlock and wake channels is made by the first
 //! thread that has to wait, in Redis or in the queue behind a local holder,
 //! and kept while any local thread waits, so a queue of local waiters
 //! subscribes once, not once per thread. Queued threads listen too: an

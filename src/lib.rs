@@ -56,14 +56,14 @@
 //! long and return `Ok(None)` when time runs out: not getting a lock in time
 //! is an ordinary outcome, not an error.
 //!
-//! Nobody polls. Threads of one client queue locally for a lock; the client
-//! subscribes once to the lock's unlock channel, and the thread in front
-//! retries and sleeps until an unlock message, the holder's remaining lease,
-//! or its own deadline. A lost message costs latency, never correctness. A
+//! Nobody polls. Threads of one client queue locally for a lock; the thread
+//! in front subscribes once for the client and sleeps until it is woken, the
+//! holder's remaining lease runs out, or its own deadline. Clients waiting
+//! for a lock queue in Redis, and a release serves the next one: it hands
+//! the lock over, or wakes that client alone, so an unlock wakes one waiter,
+//! not one per client. A lost message costs latency, never correctness. A
 //! release hands a contended lock straight to the next local thread for up
-//! to the client's fairness window, and a thread that has waited twice that
-//! long is served before other keyholder clients' threads (see
-//! [`ClientBuilder::fairness_window`]).
+//! to the client's fairness window (see [`ClientBuilder::fairness_window`]).
 //!
 //! # Errors
 //!

@@ -175,7 +175,7 @@ impl Inner {
 
     /// Releases the last guard of `hold` by handing the lock to `successor`,
     /// a queued thread of this client, in one script call. If another
-    /// client's waiter is next in line the script releases instead, and the
+    /// client was woken for its turn the script releases instead, and the
     /// successor contends in Redis like any waiter.
     fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let entry = &hold.entry;

@@ -44,7 +44,7 @@ pub(crate) enum Handoff {
     NotOwner,
     /// The giving owner still holds other holds; nothing handed over.
     StillHeld,
-    /// Released, not handed over: a waiter of another client is next in line.
+    /// Released, not handed over: another client was woken for its turn.
     Released,
     /// The receiving owner now holds the lock.
     HandedOver,
@@ -224,7 +224,7 @@ impl Scripts {
     }
 
     /// Releases the last hold and hands the lock to another owner of this
-    /// client in one call, unless another client's waiter is next in line.
+    /// client in one call, unless another client was woken for its turn.
     pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
         let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
         let reply: Value = conn
