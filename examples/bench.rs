@@ -1,5 +1,7 @@
-//! The keyholder benchmark: every workload of SPEC section 4, each measured
-//! three ways in one process against one Redis server.
+//! The keyholder benchmark: the workloads of SPEC section 4 (W1 to W6), each
+//! measured three ways in one process against one Redis server. W6's clients
+//! are threads of this process, each with its own `Client` (its own pool,
+//! pub/sub connection and client id), as separate processes would have.
 //!
 //! * **floor**: the library's own `lua/acquire.lua` and `lua/release.lua`
 //!   called in a raw loop on a plain redis-rs connection, with no library
@@ -64,12 +66,13 @@ fn err(msg: impl Into<String>) -> BoxError {
 }
 
 const USAGE: &str = "\
-usage: bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w3-baseline-threads N] [--no-audit]
+usage: bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
-  --only LIST                run only these workloads (W1..W5, comma-separated)
+  --only LIST                run only these workloads (W1..W6, comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
+  --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
   --no-audit                 do not count top-level commands with the slow log in W2 and W3
                              (then keyholder's top-level HEXISTS calls go uncounted)
@@ -89,12 +92,32 @@ const COMPARE_AND_DELETE: &str =
 const ACQUIRE_LIMIT: Duration = Duration::from_secs(120);
 
 /// Commands that keyholder's and the floor's scripts run inside EVALSHA
-/// (acquire with its next-in-line marker, release with its unlock latch,
-/// handoff, renew); keyholder sends none of them on its own in these
+/// (acquire with the waiter queue, release with its unlock latch and the
+/// queue, handoff, renew); keyholder sends none of them on its own in these
 /// workloads.
 const NESTED_LIB: &[&str] = &[
-    "exists", "hexists", "hincrby", "hset", "hdel", "pexpire", "pttl", "del", "publish", "spublish", "type",
-    "get", "set", "incr",
+    "exists",
+    "hexists",
+    "hincrby",
+    "hset",
+    "hdel",
+    "hget",
+    "pexpire",
+    "pttl",
+    "del",
+    "publish",
+    "spublish",
+    "type",
+    "get",
+    "set",
+    "incr",
+    "zadd",
+    "zrange",
+    "zrem",
+    "zscore",
+    "zcard",
+    "time",
+    "pubsub|numsub",
 ];
 /// Commands that the baseline's compare-and-delete runs inside EVALSHA.
 const NESTED_BASELINE: &[&str] = &["get", "del"];
@@ -126,6 +149,12 @@ struct Cfg {
     hold: Duration,
     w3_threads: usize,
     w3_clients: usize,
+    /// W3's second configuration: the same threads over this many clients.
+    w3_many_clients: usize,
+    /// W6: client counts, one thread each.
+    w6_clients: Vec<usize>,
+    /// W6: acquisitions over all threads.
+    w6_acquisitions: usize,
     w3_baseline_threads: usize,
     /// Count top-level commands with the slow log in W2 and W3.
     audit: bool,
@@ -152,6 +181,9 @@ impl Cfg {
             hold: Duration::from_millis(1),
             w3_threads: 1000,
             w3_clients: 4,
+            w3_many_clients: 100,
+            w6_clients: vec![8, 32, 128],
+            w6_acquisitions: 800,
             w3_baseline_threads: 1000,
             audit: true,
             w3_idle: Duration::from_secs(1),
@@ -172,6 +204,9 @@ impl Cfg {
             w1_pairs: 200,
             w2_per_thread: 5,
             w3_threads: 40,
+            w3_many_clients: 10,
+            w6_clients: vec![8],
+            w6_acquisitions: 40,
             w3_baseline_threads: 40,
             w3_idle: Duration::from_millis(200),
             w4_locks: 200,
@@ -215,7 +250,7 @@ fn parse_args() -> Result<Option<Cfg>, String> {
             "--only" => {
                 cfg.only = value()?.split(',').map(|s| s.trim().to_uppercase()).collect();
                 for w in &cfg.only {
-                    if !["W1", "W2", "W3", "W4", "W5"].contains(&w.as_str()) {
+                    if !["W1", "W2", "W3", "W4", "W5", "W6"].contains(&w.as_str()) {
                         return Err(format!("--only: unknown workload {w}"));
                     }
                 }
@@ -224,6 +259,16 @@ fn parse_args() -> Result<Option<Cfg>, String> {
                 cfg.w2_clients = value()?.parse().map_err(|e| format!("--w2-clients: {e}"))?;
                 if cfg.w2_clients < 2 || cfg.w2_clients > cfg.w2_threads {
                     return Err(format!("--w2-clients must be 2..={}", cfg.w2_threads));
+                }
+            }
+            "--w6-clients" => {
+                let list = value()?;
+                cfg.w6_clients = list
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>().map_err(|e| format!("--w6-clients: {e}")))
+                    .collect::<Result<_, _>>()?;
+                if cfg.w6_clients.iter().any(|n| !(2..=512).contains(n)) {
+                    return Err("--w6-clients takes counts of 2..=512".into());
                 }
             }
             "--w3-baseline-threads" => {
@@ -845,6 +890,9 @@ fn run_workloads(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res
     if env.cfg.wants("W5") {
         w5(env, stats)?;
     }
+    if env.cfg.wants("W6") {
+        w6(env, stats)?;
+    }
     Ok(())
 }
 
@@ -918,8 +966,9 @@ fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
     println!(
         "- configuration{}: {} run(s) per workload, figures are medians over runs; W1 {} pairs; \
          W2 {} threads x {} acquisitions, hold {:?}, 1 client and {} clients; W3 {} threads over {} \
-         clients (baseline {} threads), idle window {:?}, stacks {} KiB; W4 {} locks from {} threads, \
-         watchdog timeout {:?} ({} periods held); W5 {} iterations; handoff = floor pair mean over {} pairs",
+         and over {} clients (baseline {} threads), idle window {:?}, stacks {} KiB; W4 {} locks from {} \
+         threads, watchdog timeout {:?} ({} periods held); W5 {} iterations; W6 {:?} clients of 1 thread, \
+         {} acquisitions in all; handoff = floor pair mean over {} pairs",
         if c.quick { " (--quick)" } else { "" },
         c.runs,
         c.w1_pairs,
@@ -929,6 +978,7 @@ fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
         c.w2_clients,
         c.w3_threads,
         c.w3_clients,
+        c.w3_many_clients,
         c.w3_baseline_threads,
         c.w3_idle,
         c.w3_stack / 1024,
@@ -937,6 +987,8 @@ fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
         c.w4_watchdog,
         c.w4_periods,
         c.w5_iters,
+        c.w6_clients,
+        c.w6_acquisitions,
         c.handoff_pairs,
     );
     Ok(())
@@ -1161,9 +1213,17 @@ struct Worker {
     held: Duration,
 }
 
+/// How many threads contend, and how often each acquires.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    threads: usize,
+    per_thread: usize,
+}
+
 fn w2_worker(
     env: &Env,
     kind: Kind<'_>,
+    shape: Shape,
     index: usize,
     key: &str,
     counter: &str,
@@ -1184,7 +1244,7 @@ fn w2_worker(
         return Err(err("W2 worker was never started"));
     }
     let (mut counter_con, mut lock_con) = setup?;
-    let n = env.cfg.w2_per_thread;
+    let n = shape.per_thread;
     let mut out = Worker {
         index,
         waits_ms: Vec::with_capacity(n),
@@ -1215,8 +1275,14 @@ fn w2_worker(
     Ok(out)
 }
 
-fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64) -> Res<Contended> {
-    let threads = env.cfg.w2_threads;
+fn run_w2(
+    env: &Env,
+    stats: &mut redis::Connection,
+    kind: Kind<'_>,
+    shape: Shape,
+    handoff: f64,
+) -> Res<Contended> {
+    let threads = shape.threads;
     let key = env.key("w2");
     let counter = env.key("w2:counter");
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
@@ -1226,7 +1292,7 @@ fn run_w2(env: &Env, stats: &mut redis::Connection, kind: Kind<'_>, handoff: f64
         let mut handles = Vec::new();
         for i in 0..threads {
             let (ready, go, key, counter) = (ready_tx.clone(), go_rx.clone(), &key, &counter);
-            handles.push(scope.spawn(move || w2_worker(env, kind, i, key, counter, ready, go)));
+            handles.push(scope.spawn(move || w2_worker(env, kind, shape, i, key, counter, ready, go)));
         }
         for _ in 0..threads {
             ready_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| err("W2 workers did not start"))?;
@@ -1417,19 +1483,65 @@ fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
 
 fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let c = &env.cfg;
+    let shape = Shape { threads: c.w2_threads, per_thread: c.w2_per_thread };
     for clients in [1, c.w2_clients] {
+        let spread = if clients == 1 {
+            format!("{} threads in 1 client", c.w2_threads)
+        } else {
+            format!("{} threads over {clients} clients", c.w2_threads)
+        };
+        let title = format!(
+            "W2: {spread}, 1 lock, {} acquisitions each, hold {:?} with a GET-then-SET counter \
+             (targets: >= 0.9x ideal, max wait <= 50 ms, 0 lost updates, <= 3 round trips/acq)",
+            c.w2_per_thread, c.hold
+        );
+        contended(env, stats, "W2", shape, clients, &title)?;
+    }
+    Ok(())
+}
+
+/// W6: many processes, as a service scaled out to many pods would run: N
+/// clients of one thread each on one lock.
+fn w6(env: &Env, stats: &mut redis::Connection) -> Res<()> {
+    let c = &env.cfg;
+    for &clients in &c.w6_clients {
+        let shape = Shape { threads: clients, per_thread: (c.w6_acquisitions / clients).max(3) };
+        let title = format!(
+            "W6: {clients} clients of 1 thread each, 1 lock, {} acquisitions each, hold {:?} with a \
+             GET-then-SET counter (targets: <= 3 round trips/acq, >= the baseline's throughput and >= 0.9x \
+             ideal, max wait <= 50 ms with 8 clients and growing no faster than the waiters ahead)",
+            shape.per_thread, c.hold
+        );
+        contended(env, stats, "W6", shape, clients, &title)?;
+    }
+    Ok(())
+}
+
+/// Runs one contended configuration (`shape` spread over `clients`
+/// keyholder clients) as the floor, the baseline and keyholder, and prints
+/// its table.
+fn contended(
+    env: &Env,
+    stats: &mut redis::Connection,
+    workload: &str,
+    shape: Shape,
+    clients: usize,
+    title: &str,
+) -> Res<()> {
+    let c = &env.cfg;
+    {
         let (mut ideal, mut handoffs, mut floor_loop, mut base, mut kh) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for run in 1..=c.runs {
-            eprintln!("W2 ({clients} client(s)) run {run}/{}", c.runs);
+            eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
             let h = handoff(env)?;
             handoffs.push(h * 1e6);
-            floor_loop.push(run_floor_hold(env, stats, (c.w2_per_thread * 2).max(10), h)?);
-            base.push(run_w2(env, stats, Kind::Baseline, h)?);
+            floor_loop.push(run_floor_hold(env, stats, (shape.per_thread * 2).max(10), h)?);
+            base.push(run_w2(env, stats, Kind::Baseline, shape, h)?);
             let kh_clients = (0..clients).map(|_| env.keyholder(None)).collect::<Res<Vec<Client>>>()?;
             let locks =
                 kh_clients.iter().map(|k| k.lock(&env.key("w2"))).collect::<Result<Vec<Lock>, _>>()?;
-            let k = run_w2(env, stats, Kind::Keyholder(&locks), h)?;
+            let k = run_w2(env, stats, Kind::Keyholder(&locks), shape, h)?;
             for k in &kh_clients {
                 k.shutdown();
             }
@@ -1459,17 +1571,8 @@ fn w2(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             });
             kh.push(k);
         }
-        let spread = if clients == 1 {
-            format!("{} threads in 1 client", c.w2_threads)
-        } else {
-            format!("{} threads over {clients} clients", c.w2_threads)
-        };
         print_table(
-            &format!(
-                "W2: {spread}, 1 lock, {} acquisitions each, hold {:?} with a GET-then-SET counter \
-                 (targets: >= 0.9x ideal, max wait <= 50 ms, 0 lost updates, <= 3 round trips/acq)",
-                c.w2_per_thread, c.hold
-            ),
+            title,
             &[
                 "impl",
                 "acq/s",
@@ -1653,7 +1756,7 @@ fn connected_clients(stats: &mut redis::Connection) -> Res<f64> {
         .ok_or_else(|| err("no connected_clients in INFO clients"))
 }
 
-fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<Herd> {
+fn w3_keyholder(env: &Env, stats: &mut redis::Connection, clients: usize, handoff: f64) -> Res<Herd> {
     let c = &env.cfg;
     let n = c.w3_threads;
     let key = env.key("w3");
@@ -1661,7 +1764,7 @@ fn w3_keyholder(env: &Env, stats: &mut redis::Connection, handoff: f64) -> Res<H
     let s = &env.scripts;
     let blocker = "bench-blocker:1";
     let conns_before = connected_clients(stats)?;
-    let clients = (0..c.w3_clients).map(|_| env.keyholder(None)).collect::<Res<Vec<Client>>>()?;
+    let clients = (0..clients).map(|_| env.keyholder(None)).collect::<Res<Vec<Client>>>()?;
     let locks = clients.iter().map(|k| k.lock(&key)).collect::<Result<Vec<Lock>, _>>()?;
     for lock in &locks {
         kh_lock(lock, ACQUIRE_LIMIT)?.unlock()?; // warm-up: a pooled connection each
@@ -1852,14 +1955,25 @@ fn herd_row(name: &str, runs: &[Herd]) -> Vec<String> {
 }
 
 fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
+    w3_herd(env, stats, env.cfg.w3_clients, true)?;
+    // The same herd spread over many clients (processes, pods): one wake per
+    // unlock must not become one per client. The baseline has no clients.
+    w3_herd(env, stats, env.cfg.w3_many_clients, false)
+}
+
+/// One W3 configuration: the herd over `clients` keyholder clients, with
+/// the polling baseline when `baseline`.
+fn w3_herd(env: &Env, stats: &mut redis::Connection, clients: usize, baseline: bool) -> Res<()> {
     let c = &env.cfg;
     let (mut ideal, mut base, mut kh, mut handoffs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 1..=c.runs {
-        eprintln!("W3 run {run}/{}", c.runs);
+        eprintln!("W3 ({clients} clients) run {run}/{}", c.runs);
         let h = handoff(env)?;
         handoffs.push(h * 1e6);
-        base.push(w3_baseline(env, stats, h)?);
-        let k = w3_keyholder(env, stats, h)?;
+        if baseline {
+            base.push(w3_baseline(env, stats, h)?);
+        }
+        let k = w3_keyholder(env, stats, clients, h)?;
         ideal.push(Herd {
             threads: k.threads,
             total_s: k.ideal_s,
@@ -1903,7 +2017,9 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             " are INFO commandstats less script-internal commands (--no-audit: top-level HEXISTS uncounted)"
         }
     )];
-    if c.w3_baseline_threads != c.w3_threads {
+    if !baseline {
+        notes.push("The polling baseline has no clients: see the first W3 table.".to_owned());
+    } else if c.w3_baseline_threads != c.w3_threads {
         notes.push(format!(
             "The baseline ran {} polling threads, not {}, each with its own connection.",
             c.w3_baseline_threads, c.w3_threads
@@ -1914,7 +2030,7 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "W3: herd, {} threads over {} clients wait on 1 lock held elsewhere, then each takes it once \
              for {:?} (targets: 1 pub/sub connection per client, <= 1 woken thread per client per unlock, \
              no CPU while waiting)",
-            c.w3_threads, c.w3_clients, c.hold
+            c.w3_threads, clients, c.hold
         ),
         &[
             "impl",
@@ -1937,7 +2053,11 @@ fn w3(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "herd client CPU µs/acq",
             "herd Redis CPU µs/acq",
         ],
-        &[herd_row("floor (ideal)", &ideal), herd_row("baseline", &base), herd_row("keyholder", &kh)],
+        &if baseline {
+            vec![herd_row("floor (ideal)", &ideal), herd_row("baseline", &base), herd_row("keyholder", &kh)]
+        } else {
+            vec![herd_row("floor (ideal)", &ideal), herd_row("keyholder", &kh)]
+        },
         &notes,
     );
     Ok(())
