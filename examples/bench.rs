@@ -1220,6 +1220,12 @@ struct Shape {
     per_thread: usize,
 }
 
+/// A contended worker's start line: it reports ready, then waits for go.
+struct StartLine {
+    ready: crossbeam_channel::Sender<()>,
+    go: crossbeam_channel::Receiver<()>,
+}
+
 fn w2_worker(
     env: &Env,
     kind: Kind<'_>,
@@ -1227,9 +1233,9 @@ fn w2_worker(
     index: usize,
     key: &str,
     counter: &str,
-    ready: crossbeam_channel::Sender<()>,
-    go: crossbeam_channel::Receiver<()>,
+    start: StartLine,
 ) -> Res<Worker> {
+    let StartLine { ready, go } = start;
     let setup = (|| -> Res<(redis::Connection, Option<redis::Connection>)> {
         let counter_con = connect(&env.raw)?;
         let lock_con = match kind {
@@ -1292,7 +1298,8 @@ fn run_w2(
         let mut handles = Vec::new();
         for i in 0..threads {
             let (ready, go, key, counter) = (ready_tx.clone(), go_rx.clone(), &key, &counter);
-            handles.push(scope.spawn(move || w2_worker(env, kind, shape, i, key, counter, ready, go)));
+            let start = StartLine { ready, go };
+            handles.push(scope.spawn(move || w2_worker(env, kind, shape, i, key, counter, start)));
         }
         for _ in 0..threads {
             ready_rx.recv_timeout(Duration::from_secs(60)).map_err(|_| err("W2 workers did not start"))?;
