@@ -183,7 +183,7 @@ impl Cfg {
             w3_clients: 4,
             w3_many_clients: 100,
             w6_clients: vec![8, 32, 128],
-            w6_acquisitions: 800,
+            w6_acquisitions: 1600,
             w3_baseline_threads: 1000,
             audit: true,
             w3_idle: Duration::from_secs(1),
