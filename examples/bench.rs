@@ -1619,9 +1619,9 @@ fn contended(
                      Round trips are top-level commands{}, excluding the counter's GET/SET; \
                      HEXISTS: keyholder's own top-level HEXISTS (a queued thread checking a local holder \
                      after an unlock message), counted by the audit. Acquire attempts: keyholder's acquire.lua \
-                     calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's \
-                     handoff.lua calls that passed the lock straight to a local thread (its HDEL count), \
-                     acquisitions that took no acquire.lua call. Client CPU includes the \
+                     calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
+                     count: handoff.lua calls that passed the lock straight to a local thread, and grant \
+                     entries taken off the queue when clients queue (about one per acquisition then). Client CPU includes the \
                      counter's GET/SET, and has a 10 ms tick resolution. The floor loop is measured: one \
                      thread runs the raw acquire.lua, the same critical section and release.lua, with no \
                      second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
@@ -2010,10 +2010,12 @@ fn w3_herd(env: &Env, stats: &mut redis::Connection, clients: usize, baseline: b
          switches of all non-main threads (wake-ups), and top-level Redis commands. pub/sub conns: CLIENT \
          LIST TYPE pubsub; conns: connected_clients added by the implementation; subscribers: PUBSUB NUMSUB \
          of the lock's channel. Acquire attempts per acquisition: keyholder's acquire.lua calls (EXISTS \
-         count), the baseline's SET NX calls; hand-offs: handoff.lua calls that passed the lock straight to \
-         a local thread (HDEL count); acquire calls/unlock: acquire.lua calls per unlock message published \
-         (EXISTS / PUBLISH count), which is at most one per client when each unlock wakes at most one \
-         thread per client (plus a waiter's one retry when it becomes overdue). EVALSHA counts every script \
+         count), the baseline's SET NX calls; hand-offs: HDEL count, i.e. handoff.lua calls that passed the \
+         lock straight to a local thread and, across clients, grant entries taken off the queue (so about \
+         one per acquisition once clients queue); acquire calls/unlock: acquire.lua calls per unlock message published \
+         (EXISTS / PUBLISH count, a release that hands the lock over publishing once, one that wakes a \
+         client three times), at most one per client when each unlock wakes at most one thread per \
+         client. EVALSHA counts every script \
          call: acquires, releases, hand-offs. keyholder's round trips and idle commands{}; HEXISTS: its own \
          top-level HEXISTS. The baseline's are INFO commandstats less its compare-and-delete's GET/DEL.",
         fmt(median(handoffs), 0),
