@@ -529,3 +529,23 @@ enum Attempt {
     /// `grantable` unless it must mint a fencing token.
     Fresh { enqueue: bool, grantable: bool },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(elapsed_ms: u64, received: Instant) -> Grant {
+        Grant { owner: "c:1".into(), elapsed: Duration::from_millis(elapsed_ms), received }
+    }
+
+    #[test]
+    fn a_granted_lease_runs_from_no_later_than_the_grant() {
+        let queued_at = Instant::now();
+        let received = queued_at + Duration::from_millis(40);
+        // The server saw 30 ms pass between the refusal and the grant.
+        assert_eq!(granted(&grant(30, received), queued_at), queued_at + Duration::from_millis(30));
+        // A server clock that jumped ahead is capped by when the grant was heard.
+        assert_eq!(granted(&grant(5_000, received), queued_at), received);
+        assert_eq!(granted(&grant(0, received), queued_at), queued_at);
+    }
+}

@@ -564,3 +564,42 @@ fn parse_grant(payload: &str) -> Option<Grant> {
 fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel(kind: Kind) -> Channel {
+        Channel { kind, listeners: Vec::new(), idle_since: None, paired: false }
+    }
+
+    #[test]
+    fn a_zero_after_a_two_is_already_handled() {
+        let mut unlock = channel(Kind::Unlock);
+        assert!(unlock.wakes("0"), "a plain 0 (Redisson, force unlock) wakes");
+        assert!(!unlock.wakes("2"));
+        assert!(!unlock.wakes("0"), "the 0 of a keyholder release that woke its next client");
+        assert!(unlock.wakes("0"), "the pairing covers one 0 only");
+        assert!(!unlock.wakes("2"));
+        assert!(unlock.wakes("1"), "1 always wakes");
+        assert!(unlock.wakes("0"), "and clears a pending pairing");
+        assert!(!unlock.wakes("hello") && !unlock.wakes("3"));
+    }
+
+    #[test]
+    fn every_message_on_a_wake_channel_wakes() {
+        let mut wake = channel(Kind::Wake);
+        for payload in ["", "2", "0", "owner:1 12"] {
+            assert!(wake.wakes(payload), "{payload:?}");
+        }
+    }
+
+    #[test]
+    fn grants_carry_the_owner_and_the_server_time_since_its_last_refusal() {
+        let grant = parse_grant("8c1f0a4e-0000-4000-8000-000000000000:7 25").unwrap();
+        assert_eq!(grant.owner, "8c1f0a4e-0000-4000-8000-000000000000:7");
+        assert_eq!(grant.elapsed, Duration::from_millis(25));
+        assert!(parse_grant("").is_none(), "an empty message only wakes");
+        assert!(parse_grant("owner:1 soon").is_none());
+    }
+}
