@@ -130,14 +130,14 @@ impl Client {
 
     pub(crate) fn start(config: Config) -> Result<Client> {
         let redis_client = redis::Client::open(config.url.as_str())
-            .map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
+            .map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
         let target = Target::from_info(redis_client.get_connection_info())?;
         let info = redis_client
             .get_connection_info()
             .clone()
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let redis_client =
-            redis::Client::open(info).map_err(|e| Error::InvalidConfig(format!("bad redis url: {e}")))?;
+            redis::Client::open(info).map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
         let generation = Arc::new(Generation::default());
         let connector = Connector::new(
             redis_client,
@@ -175,7 +175,7 @@ impl Client {
         let reader = std::thread::Builder::new()
             .name(format!("keyholder-pubsub-{short_id}"))
             .spawn(move || subscriber.run(subscriber_stop))
-            .map_err(|e| Error::InvalidConfig(format!("cannot start the pub/sub thread: {e}")))?;
+            .map_err(|e| Error::spawn("pub/sub", e))?;
         inner.threads.lock().push(reader);
         let weak = Arc::downgrade(&inner);
         let period = inner.config.renewal_period();
@@ -186,7 +186,7 @@ impl Client {
             Ok(handle) => inner.threads.lock().push(handle),
             Err(e) => {
                 inner.shut_down();
-                return Err(Error::InvalidConfig(format!("cannot start the watchdog thread: {e}")));
+                return Err(Error::spawn("watchdog", e));
             }
         }
         Ok(Client { handle: Arc::new(Handle { inner }) })
@@ -203,7 +203,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an empty name, a name longer than
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for an empty name, a name longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or one with control
     /// characters.
     pub fn lock(&self, name: &str) -> Result<Lock> {
@@ -214,7 +214,7 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`lock`](Client::lock), and [`Error::InvalidArgument`] for a fixed
+    /// As [`lock`](Client::lock), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed
     /// lease outside 1 ms to 30 days.
     pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
         names::validate_name(name)?;
@@ -245,7 +245,7 @@ impl Client {
     }
 
     /// Stops the client's background threads and refuses new acquisitions
-    /// ([`Error::Shutdown`]); threads waiting for a lock return that error.
+    /// ([`ErrorKind::Shutdown`](crate::ErrorKind::Shutdown)); threads waiting for a lock return that error.
     /// Releases nothing: live guards keep their locks, now without renewal,
     /// and still release them when dropped. Dropping the last handle does
     /// the same. Idempotent.
@@ -270,10 +270,7 @@ impl Inner {
     pub(crate) fn connection(&self) -> Result<Checkout> {
         let now = self.nanos_since_start(Instant::now());
         if now < self.unreachable_until.load(Ordering::Acquire) {
-            return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                "redis unreachable: no connection could be opened within the connect timeout just before",
-            ))));
+            return Err(Error::unreachable());
         }
         let Some(pool) = self.pool.read().clone() else {
             return self.connector.open().map(Checkout::Direct);
@@ -287,11 +284,11 @@ impl Inner {
                 Err(e) => {
                     let until = Instant::now() + self.config.connect_timeout;
                     self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
-                    return Err(Error::Pool(e));
+                    return Err(Error::pool(e));
                 }
             }
         }
-        pool.get().map(Checkout::Pooled).map_err(Error::Pool)
+        pool.get().map(Checkout::Pooled).map_err(Error::pool)
     }
 
     fn nanos_since_start(&self, at: Instant) -> u64 {
@@ -336,7 +333,7 @@ impl Inner {
     }
 
     pub(crate) fn check_running(&self) -> Result<()> {
-        if self.shutdown.load(Ordering::Acquire) { Err(Error::Shutdown) } else { Ok(()) }
+        if self.shutdown.load(Ordering::Acquire) { Err(Error::shutdown()) } else { Ok(()) }
     }
 
     pub(crate) fn next_hold_id(&self) -> u64 {

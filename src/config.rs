@@ -119,11 +119,17 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a malformed URL or a setting out of range,
-    /// before any I/O, or a database index the server does not have;
-    /// [`Error::AccessDenied`] when the server refuses the credentials (or
-    /// their absence); [`Error::Redis`] or [`Error::Pool`] when Redis cannot
-    /// be reached within the connect timeout.
+    /// [`ErrorKind::InvalidConfig`] for a malformed URL or a setting out of
+    /// range, before any I/O, or a database index the server does not have;
+    /// [`ErrorKind::AccessDenied`] when the server refuses the credentials
+    /// (or their absence); [`ErrorKind::Connection`] when Redis cannot be
+    /// reached within the connect timeout; [`ErrorKind::Spawn`] when a
+    /// background thread cannot be started.
+    ///
+    /// [`ErrorKind::InvalidConfig`]: crate::ErrorKind::InvalidConfig
+    /// [`ErrorKind::AccessDenied`]: crate::ErrorKind::AccessDenied
+    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
+    /// [`ErrorKind::Spawn`]: crate::ErrorKind::Spawn
     pub fn build(self) -> Result<Client> {
         self.config.validate()?;
         Client::start(self.config)
@@ -132,7 +138,7 @@ impl ClientBuilder {
 
 impl Config {
     pub(crate) fn validate(&self) -> Result<()> {
-        let invalid = |what: String| Err(Error::InvalidConfig(what));
+        let invalid = |what: String| Err(Error::invalid_config(what));
         if self.pool_max_size == 0 {
             return invalid("pool_max_size must be at least 1".into());
         }

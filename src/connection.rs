@@ -126,12 +126,12 @@ fn access_error(e: redis::RedisError) -> Error {
     let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
     if refused {
-        return Error::AccessDenied(e.to_string());
+        return Error::access_denied(e);
     }
     if e.to_string().contains("DB index is out of range") {
-        return Error::InvalidConfig(format!("the database index is out of range: {e}"));
+        return Error::invalid_config(format!("the database index is out of range: {e}"));
     }
-    Error::Redis(e)
+    Error::redis(e)
 }
 
 impl r2d2::ManageConnection for Connector {
@@ -189,7 +189,7 @@ impl std::ops::DerefMut for Checkout {
 impl Connector {
     /// Opens a connection outside the pool.
     pub(crate) fn open(&self) -> Result<Conn> {
-        r2d2::ManageConnection::connect(self).map_err(Error::Redis)
+        r2d2::ManageConnection::connect(self).map_err(Error::redis)
     }
 }
 
@@ -204,5 +204,5 @@ pub(crate) fn build_pool(connector: Connector, max_size: u32, connect_timeout: D
         // lock operation; broken connections are retired on return instead.
         .test_on_check_out(false)
         .build(connector)
-        .map_err(Error::Pool)
+        .map_err(Error::pool)
 }

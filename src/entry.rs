@@ -224,7 +224,7 @@ impl Entry {
         let wake: Receiver<()> = {
             let mut st = self.state.lock();
             if st.shutdown {
-                return Err(Error::Shutdown);
+                return Err(Error::shutdown());
             }
             if st.queue.is_empty() && st.try_take(thread) {
                 return Ok(Some(Entered::Gate));
@@ -285,7 +285,7 @@ impl Entry {
             if st.shutdown || deadline.is_some_and(|d| Instant::now() >= d) {
                 st.queue.retain(|q| q.successor.thread != thread);
                 st.drop_unneeded_subscription();
-                return if st.shutdown { Err(Error::Shutdown) } else { Ok(None) };
+                return if st.shutdown { Err(Error::shutdown()) } else { Ok(None) };
             }
         }
     }
@@ -419,7 +419,7 @@ impl Entry {
         let mut st = self.state.lock();
         loop {
             if st.shutdown {
-                return Err(Error::Shutdown);
+                return Err(Error::shutdown());
             }
             if st.wake_pending {
                 st.wake_pending = false;
@@ -460,7 +460,7 @@ impl Entry {
         self.state.lock().grant.take()
     }
 
-    /// Wakes everyone with `Error::Shutdown`.
+    /// Wakes everyone with a shutdown error.
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
         st.shutdown = true;

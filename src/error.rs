@@ -1,16 +1,18 @@
 //! The crate's one error type.
 //!
 //! "Not acquired within the wait" is not here: it is the ordinary `Ok(None)` of
-//! [`Lock::try_lock_for`](crate::Lock::try_lock_for). Every variant below is a
+//! [`Lock::try_lock_for`](crate::Lock::try_lock_for). Every [`ErrorKind`] is a
 //! failure a caller may want to tell apart from the others, and each has a
-//! predicate so callers ask questions instead of matching strings.
+//! predicate so callers ask questions instead of matching strings. The error
+//! is opaque, as redis-rs's and rust-postgres's are: no dependency's type
+//! appears in keyholder's API, only behind `source()`.
 
 use std::error::Error as StdError;
 use std::fmt;
 
 /// Why a hold was found lost.
 ///
-/// Carried by [`Error::LockLost`] and reported by
+/// Carried by errors of kind [`ErrorKind::LockLost`] and reported by
 /// [`LockGuard::lost_reason`](crate::LockGuard::lost_reason).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -39,124 +41,258 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// Errors returned by keyholder.
+/// What kind of failure an [`Error`] is.
 ///
-/// `Display` describes this layer only; the underlying Redis or pool error is
-/// reached through [`source`](std::error::Error::source).
-#[derive(Debug)]
+/// New kinds may be added: match with a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Error {
-    /// A Redis command failed, or the connection to Redis failed or timed out.
-    Redis(redis::RedisError),
-    /// No connection to Redis could be had within the connect timeout.
-    Pool(r2d2::Error),
-    /// Redis says the calling thread does not hold this lock, and the hold was
-    /// not already known to be lost. The current holder, if any, is unaffected.
-    NotOwner {
-        /// The lock name.
-        name: String,
-    },
-    /// The hold was lost before it was released: the lease ran out, the
-    /// watchdog's renewal was refused, or the lock was force-unlocked.
-    LockLost {
-        /// The lock name.
-        name: String,
-        /// How the loss was detected.
-        reason: LostReason,
-    },
+pub enum ErrorKind {
+    /// The connection to Redis failed, timed out, or could not be opened
+    /// within the connect timeout (or Redis proved unreachable just before).
+    /// Whether a command sent meanwhile ran is unknown.
+    Connection,
+    /// Redis answered a command with an error that is none of the kinds
+    /// below (out of memory, a script error, a command an ACL denies).
+    Redis,
+    /// Redis says the calling thread does not hold the lock, and the hold was
+    /// not already known to be lost. The current holder, if any, is
+    /// unaffected.
+    NotOwner,
+    /// The hold was lost before it was released: see
+    /// [`Error::lost_reason`].
+    LockLost,
     /// A key of another type sits where the lock needs one of its own: at
     /// the lock's name, or at a key derived from it that the lock cannot do
-    /// without (the fencing-token counter). keyholder leaves it untouched.
-    WrongType {
-        /// The lock name.
-        name: String,
-        /// The key that holds something else: the lock name itself, or the
-        /// derived key.
-        key: String,
-    },
+    /// without (the fencing-token counter); see [`Error::key`]. keyholder
+    /// leaves it untouched.
+    WrongType,
     /// The fencing-token counter of a fenced lock holds a value no token can
     /// follow: not a decimal integer, negative, or at the largest 64-bit
     /// integer. Nothing was acquired; the counter is left untouched.
-    BadFencingCounter {
-        /// The lock name.
-        name: String,
-        /// The counter key, `redisson_lock_token:{<name>}`.
-        key: String,
-    },
+    BadFencingCounter,
     /// The Redis server refused this client's credentials or permissions: a
     /// missing or wrong password, an unknown ACL user, or an ACL that denies
-    /// a command keyholder needs. Reported by
-    /// [`ClientBuilder::build`](crate::ClientBuilder::build).
-    AccessDenied(String),
-    /// An argument was refused before any I/O (an empty or oversized lock name,
-    /// a lease out of range).
-    InvalidArgument(String),
-    /// The client configuration was refused before any I/O.
-    InvalidConfig(String),
+    /// PING. Reported by [`ClientBuilder::build`](crate::ClientBuilder::build).
+    AccessDenied,
+    /// An argument was refused before any I/O (an empty or oversized lock
+    /// name, a reserved one, a lease out of range).
+    InvalidArgument,
+    /// The client configuration was refused: before any I/O (a malformed
+    /// URL, a setting out of range), or by the server (a database index it
+    /// does not have).
+    InvalidConfig,
     /// A script replied outside its documented contract.
-    UnexpectedReply {
-        /// The script that replied.
-        script: &'static str,
-        /// The reply, formatted.
-        reply: String,
-    },
+    UnexpectedReply,
+    /// A background thread (pub/sub reader, watchdog) could not be started.
+    Spawn,
     /// The client was shut down; no new acquisitions are made.
     Shutdown,
+}
+
+/// An error returned by keyholder.
+///
+/// Ask it questions: [`kind`](Error::kind), the predicates (`is_*`), the lock
+/// and key it concerns, and, for a lost hold, [`lost_reason`](Error::lost_reason).
+/// `Display` describes this layer only; the underlying Redis or pool error is
+/// reached through [`source`](std::error::Error::source). The type is opaque,
+/// so keyholder's version is not tied to its dependencies'.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    /// The lock concerned, if one is.
+    name: Option<String>,
+    /// The key concerned (`WrongType`, `BadFencingCounter`).
+    key: Option<String>,
+    /// Why a hold was lost (`LockLost`).
+    reason: Option<LostReason>,
+    /// What was refused or replied, in words.
+    detail: Option<String>,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+    /// For `Connection` and `Redis`: the redis-rs error, to tell transport
+    /// failures apart inside the crate.
+    transport: bool,
 }
 
 /// `Result` with keyholder's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// True when Redis or the connection to it failed (including timeouts).
-    pub fn is_connection_error(&self) -> bool {
-        match self {
-            Error::Pool(_) => true,
-            Error::Redis(e) => {
-                e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
-            }
-            _ => false,
+    fn new(kind: ErrorKind) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                name: None,
+                key: None,
+                reason: None,
+                detail: None,
+                source: None,
+                transport: false,
+            }),
         }
     }
 
-    /// True when a Redis command or connection failed, whatever the cause.
+    fn with_name(mut self, name: &str) -> Error {
+        self.inner.name = Some(name.to_owned());
+        self
+    }
+
+    fn with_key(mut self, key: &str) -> Error {
+        self.inner.key = Some(key.to_owned());
+        self
+    }
+
+    fn with_detail(mut self, detail: impl Into<String>) -> Error {
+        self.inner.detail = Some(detail.into());
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The name of the lock the error concerns, if it concerns one.
+    pub fn lock_name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// For [`ErrorKind::WrongType`] and [`ErrorKind::BadFencingCounter`]: the
+    /// key that holds what keyholder cannot use (the lock name itself, or
+    /// the fencing counter `redisson_lock_token:{<name>}`).
+    pub fn key(&self) -> Option<&str> {
+        self.inner.key.as_deref()
+    }
+
+    /// For [`ErrorKind::LockLost`]: how the loss was detected.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.inner.reason
+    }
+
+    /// True when the connection to Redis failed (including timeouts and an
+    /// unreachable server).
+    pub fn is_connection_error(&self) -> bool {
+        self.kind() == ErrorKind::Connection
+    }
+
+    /// True when Redis or the connection to it failed, whatever the cause.
     pub fn is_redis_error(&self) -> bool {
-        matches!(self, Error::Redis(_) | Error::Pool(_))
+        matches!(self.kind(), ErrorKind::Connection | ErrorKind::Redis)
     }
 
-    /// True for [`Error::NotOwner`].
+    /// True for [`ErrorKind::NotOwner`].
     pub fn is_not_owner(&self) -> bool {
-        matches!(self, Error::NotOwner { .. })
+        self.kind() == ErrorKind::NotOwner
     }
 
-    /// True for [`Error::LockLost`].
+    /// True for [`ErrorKind::LockLost`].
     pub fn is_lock_lost(&self) -> bool {
-        matches!(self, Error::LockLost { .. })
+        self.kind() == ErrorKind::LockLost
     }
 
-    /// True for [`Error::WrongType`].
+    /// True for [`ErrorKind::WrongType`].
     pub fn is_wrong_type(&self) -> bool {
-        matches!(self, Error::WrongType { .. })
+        self.kind() == ErrorKind::WrongType
     }
 
-    /// True for [`Error::BadFencingCounter`].
+    /// True for [`ErrorKind::BadFencingCounter`].
     pub fn is_bad_fencing_counter(&self) -> bool {
-        matches!(self, Error::BadFencingCounter { .. })
+        self.kind() == ErrorKind::BadFencingCounter
     }
 
-    /// True for [`Error::AccessDenied`].
+    /// True for [`ErrorKind::AccessDenied`].
     pub fn is_access_denied(&self) -> bool {
-        matches!(self, Error::AccessDenied(_))
+        self.kind() == ErrorKind::AccessDenied
     }
 
-    /// True for [`Error::InvalidArgument`] and [`Error::InvalidConfig`].
+    /// True for [`ErrorKind::InvalidArgument`] and [`ErrorKind::InvalidConfig`].
     pub fn is_invalid(&self) -> bool {
-        matches!(self, Error::InvalidArgument(_) | Error::InvalidConfig(_))
+        matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
     }
 
-    /// True for [`Error::Shutdown`].
+    /// True for [`ErrorKind::Shutdown`].
     pub fn is_shutdown(&self) -> bool {
-        matches!(self, Error::Shutdown)
+        self.kind() == ErrorKind::Shutdown
+    }
+
+    // Constructors, for the crate only.
+
+    /// A redis-rs error: a connection failure, or an error reply.
+    pub(crate) fn redis(e: redis::RedisError) -> Error {
+        let transport = e.is_io_error() || e.is_timeout() || e.is_connection_dropped();
+        let kind =
+            if transport || e.is_connection_refusal() { ErrorKind::Connection } else { ErrorKind::Redis };
+        let mut error = Error::new(kind);
+        error.inner.transport = transport;
+        error.inner.source = Some(Box::new(e));
+        error
+    }
+
+    /// No pooled connection within the connect timeout.
+    pub(crate) fn pool(e: r2d2::Error) -> Error {
+        let mut error = Error::new(ErrorKind::Connection);
+        error.inner.source = Some(Box::new(e));
+        error
+    }
+
+    /// Redis is taken to be unreachable (see `Inner::connection`).
+    pub(crate) fn unreachable() -> Error {
+        Error::new(ErrorKind::Connection)
+            .with_detail("no connection could be opened within the connect timeout just before")
+    }
+
+    pub(crate) fn not_owner(name: &str) -> Error {
+        Error::new(ErrorKind::NotOwner).with_name(name)
+    }
+
+    pub(crate) fn lock_lost(name: &str, reason: LostReason) -> Error {
+        let mut error = Error::new(ErrorKind::LockLost).with_name(name);
+        error.inner.reason = Some(reason);
+        error
+    }
+
+    pub(crate) fn wrong_type(name: &str, key: &str) -> Error {
+        Error::new(ErrorKind::WrongType).with_name(name).with_key(key)
+    }
+
+    pub(crate) fn bad_fencing_counter(name: &str, key: &str) -> Error {
+        Error::new(ErrorKind::BadFencingCounter).with_name(name).with_key(key)
+    }
+
+    pub(crate) fn access_denied(e: redis::RedisError) -> Error {
+        let mut error = Error::new(ErrorKind::AccessDenied).with_detail(e.to_string());
+        error.inner.source = Some(Box::new(e));
+        error
+    }
+
+    pub(crate) fn invalid_argument(what: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidArgument).with_detail(what)
+    }
+
+    pub(crate) fn invalid_config(what: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidConfig).with_detail(what)
+    }
+
+    pub(crate) fn unexpected_reply(script: &str, reply: String) -> Error {
+        Error::new(ErrorKind::UnexpectedReply).with_name(script).with_detail(reply)
+    }
+
+    pub(crate) fn spawn(what: &str, e: std::io::Error) -> Error {
+        let mut error = Error::new(ErrorKind::Spawn).with_detail(what);
+        error.inner.source = Some(Box::new(e));
+        error
+    }
+
+    pub(crate) fn shutdown() -> Error {
+        Error::new(ErrorKind::Shutdown)
+    }
+
+    /// True when a command failed in transit (I/O error, timeout, dropped
+    /// connection): it may or may not have run on the server.
+    pub(crate) fn is_transport(&self) -> bool {
+        self.inner.transport
     }
 
     /// Maps a Redis error raised on the lock `name` to the crate's error,
@@ -165,62 +301,69 @@ impl Error {
         let wrong_type = e.code() == Some("WRONGTYPE")
             || e.detail().is_some_and(|d| d.contains("WRONGTYPE"))
             || e.to_string().contains("WRONGTYPE");
-        if wrong_type {
-            Error::WrongType { name: name.to_owned(), key: name.to_owned() }
-        } else {
-            Error::Redis(e)
+        if wrong_type { Error::wrong_type(name, name) } else { Error::redis(e) }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Inner { kind, name, key, reason, detail, source, .. } = &*self.inner;
+        let mut s = f.debug_struct("Error");
+        s.field("kind", kind);
+        for (field, value) in [("lock", name), ("key", key), ("detail", detail)] {
+            if let Some(value) = value {
+                s.field(field, value);
+            }
         }
+        if let Some(reason) = reason {
+            s.field("reason", reason);
+        }
+        if let Some(source) = source {
+            s.field("source", source);
+        }
+        s.finish()
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Redis(_) => f.write_str("redis command failed"),
-            Error::Pool(_) => f.write_str("no redis connection within the connect timeout"),
-            Error::NotOwner { name } => write!(f, "lock '{name}' is not held by this thread"),
-            Error::LockLost { name, reason } => write!(f, "lock '{name}' was lost: {reason}"),
-            Error::WrongType { name, key } if name == key => {
+        let Inner { kind, name, key, reason, detail, .. } = &*self.inner;
+        let name = name.as_deref().unwrap_or("?");
+        let key = key.as_deref().unwrap_or(name);
+        let detail = detail.as_deref().unwrap_or("");
+        match kind {
+            ErrorKind::Connection if detail.is_empty() => f.write_str("the connection to redis failed"),
+            ErrorKind::Connection => write!(f, "redis unreachable: {detail}"),
+            ErrorKind::Redis => f.write_str("redis answered with an error"),
+            ErrorKind::NotOwner => write!(f, "lock '{name}' is not held by this thread"),
+            ErrorKind::LockLost => match reason {
+                Some(reason) => write!(f, "lock '{name}' was lost: {reason}"),
+                None => write!(f, "lock '{name}' was lost"),
+            },
+            ErrorKind::WrongType if key == name => {
                 write!(f, "a key of another type already exists at lock name '{name}'")
             }
-            Error::WrongType { name, key } => {
+            ErrorKind::WrongType => {
                 write!(f, "key '{key}', which lock '{name}' needs, holds a value of another type")
             }
-            Error::BadFencingCounter { name, key } => write!(
+            ErrorKind::BadFencingCounter => write!(
                 f,
                 "the fencing-token counter '{key}' of lock '{name}' does not hold a \
                  non-negative integer below 2^63 - 1"
             ),
-            Error::AccessDenied(what) => write!(f, "redis refused access: {what}"),
-            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
-            Error::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
-            Error::UnexpectedReply { script, reply } => {
-                write!(f, "script '{script}' replied outside its contract: {reply}")
-            }
-            Error::Shutdown => f.write_str("the keyholder client was shut down"),
+            ErrorKind::AccessDenied => write!(f, "redis refused access: {detail}"),
+            ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
+            ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
+            ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),
+            ErrorKind::Spawn => write!(f, "cannot start the {detail} thread"),
+            ErrorKind::Shutdown => f.write_str("the keyholder client was shut down"),
         }
     }
 }
 
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            Error::Redis(e) => Some(e),
-            Error::Pool(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
-    }
-}
-
-impl From<r2d2::Error> for Error {
-    fn from(e: r2d2::Error) -> Self {
-        Error::Pool(e)
+        self.inner.source.as_deref().map(|e| e as &(dyn StdError + 'static))
     }
 }
 
@@ -230,7 +373,7 @@ mod tests {
 
     #[test]
     fn display_names_the_layer_only() {
-        let e = Error::LockLost { name: "orders:1".into(), reason: LostReason::RenewalRefused };
+        let e = Error::lock_lost("orders:1", LostReason::RenewalRefused);
         assert_eq!(e.to_string(), "lock 'orders:1' was lost: the watchdog's renewal was refused");
         assert!(e.is_lock_lost());
         assert!(!e.is_connection_error());
@@ -245,6 +388,36 @@ mod tests {
             "WRONGTYPE Operation against a key holding the wrong kind of value".to_string(),
         ));
         assert!(Error::from_redis("x", e).is_wrong_type());
+    }
+
+    #[test]
+    fn redis_errors_split_into_connection_and_reply_kinds() {
+        let io =
+            Error::redis(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
+        assert_eq!(io.kind(), ErrorKind::Connection);
+        assert!(io.is_connection_error() && io.is_redis_error() && io.is_transport());
+        assert!(io.source().is_some(), "the redis-rs error is the source");
+        let reply =
+            Error::redis(redis::RedisError::from((redis::ErrorKind::Client, "OOM", "no memory".to_owned())));
+        assert_eq!(reply.kind(), ErrorKind::Redis);
+        assert!(reply.is_redis_error() && !reply.is_connection_error() && !reply.is_transport());
+        let unreachable = Error::unreachable();
+        assert!(unreachable.is_connection_error() && !unreachable.is_transport());
+    }
+
+    #[test]
+    fn the_lock_and_key_concerned_are_carried() {
+        let e = Error::wrong_type("f", "redisson_lock_token:{f}");
+        assert_eq!((e.lock_name(), e.key()), (Some("f"), Some("redisson_lock_token:{f}")));
+        assert_eq!(
+            e.to_string(),
+            "key 'redisson_lock_token:{f}', which lock 'f' needs, holds a value of another type"
+        );
+        let e = Error::wrong_type("f", "f");
+        assert_eq!(e.to_string(), "a key of another type already exists at lock name 'f'");
+        assert_eq!(Error::lock_lost("x", LostReason::Gone).lost_reason(), Some(LostReason::Gone));
+        assert!(Error::invalid_argument("empty").is_invalid());
+        assert!(Error::spawn("watchdog", std::io::Error::other("no threads")).source().is_some());
     }
 
     #[test]

@@ -131,8 +131,8 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`](crate::Error::LockLost) if the hold had been lost
-    /// (lease expired, renewal refused); [`Error::NotOwner`](crate::Error::NotOwner)
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) if the hold had been lost
+    /// (lease expired, renewal refused); [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner)
     /// if Redis says this thread holds nothing there though no loss was known
     /// (force-unlocked); a Redis failure, in which case the lock, if still
     /// held, expires with its lease.

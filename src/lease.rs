@@ -42,7 +42,7 @@ impl Lease {
         if let Lease::Fixed(d) = self
             && (d < MIN_LEASE || d > MAX_LEASE)
         {
-            return Err(Error::InvalidArgument(format!("fixed lease {d:?} is outside 1 ms ..= 30 days")));
+            return Err(Error::invalid_argument(format!("fixed lease {d:?} is outside 1 ms ..= 30 days")));
         }
         Ok(())
     }

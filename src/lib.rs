@@ -107,7 +107,7 @@ mod watchdog;
 
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, ErrorKind, LostReason, Result};
 pub use guard::LockGuard;
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;

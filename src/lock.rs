@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::connection::is_transport_error;
 use crate::entry::{Entered, Entry, GateRedis, Grant, Successor};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
@@ -107,7 +106,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a fixed lease outside 1 ms to 30 days.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed lease outside 1 ms to 30 days.
     pub fn with_lease(&self, lease: Lease) -> Result<Lock> {
         lease.validate()?;
         Ok(Lock { lease, ..self.clone() })
@@ -136,7 +135,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// A Redis failure, or [`Error::WrongType`] when the counter key holds
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the counter key holds
     /// something else.
     pub fn last_fencing_token(&self) -> Result<Option<u64>> {
         self.query(redis::cmd("GET").arg(names::token_key(&self.name)))
@@ -146,12 +145,19 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// A Redis or connection failure ([`Error::Redis`], [`Error::Pool`]),
-    /// [`Error::WrongType`] when a foreign key sits at the lock name, or
-    /// [`Error::Shutdown`].
+    /// A Redis or connection failure ([`ErrorKind::Connection`],
+    /// [`ErrorKind::Redis`]), [`ErrorKind::WrongType`] when a foreign key sits
+    /// at the lock name (or the fencing counter),
+    /// [`ErrorKind::BadFencingCounter`], or [`ErrorKind::Shutdown`].
+    ///
+    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
+    /// [`ErrorKind::Redis`]: crate::ErrorKind::Redis
+    /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
+    /// [`ErrorKind::BadFencingCounter`]: crate::ErrorKind::BadFencingCounter
+    /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
     pub fn lock(&self) -> Result<LockGuard> {
         // Without a deadline, acquire returns only once the lock is held.
-        self.acquire(None, true)?.ok_or(Error::Shutdown)
+        self.acquire(None, true)?.ok_or_else(Error::shutdown)
     }
 
     /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
@@ -191,14 +197,14 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// A Redis failure, or [`Error::WrongType`] when a key of another type
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when a key of another type
     /// sits at the lock name.
     pub fn is_locked(&self) -> Result<bool> {
         let kind: String = self.query(redis::cmd("TYPE").arg(&*self.name))?;
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
-            _ => Err(Error::WrongType { name: self.name.to_string(), key: self.name.to_string() }),
+            _ => Err(Error::wrong_type(&self.name, &self.name)),
         }
     }
 
@@ -237,7 +243,7 @@ impl Lock {
         })?;
         match kind.as_str() {
             "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
-            _ => Err(Error::WrongType { name: self.name.to_string(), key: self.name.to_string() }),
+            _ => Err(Error::wrong_type(&self.name, &self.name)),
         }
     }
 
@@ -255,7 +261,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// A Redis failure, or [`Error::WrongType`].
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
         inner.with_live_conn(|conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
@@ -334,11 +340,8 @@ impl Lock {
                 Ok(Some(hold))
             }
             other => {
-                let maybe_taken = match &other {
-                    Err(Error::Redis(e)) => is_transport_error(e),
-                    Err(Error::UnexpectedReply { .. }) => true,
-                    _ => false,
-                };
+                let maybe_taken =
+                    other.as_ref().is_err_and(|e| e.is_transport() || e.kind() == ErrorKind::UnexpectedReply);
                 if maybe_taken {
                     // The acquire may have run with its reply lost, or
                     // replied something this client cannot accept. This
@@ -437,7 +440,7 @@ impl Lock {
         };
         if queued_at.is_some()
             && !entry.has_queued_threads()
-            && !matches!(outcome, Err(Error::Redis(_) | Error::Pool(_)))
+            && !outcome.as_ref().is_err_and(Error::is_redis_error)
         {
             // Giving up with no thread of this client behind to take over the
             // place: leave the queue, and pass on a turn (or a lock) this

@@ -21,19 +21,19 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// control characters.
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::InvalidArgument("lock name is empty".into()));
+        return Err(Error::invalid_argument("lock name is empty"));
     }
     if name.len() > MAX_NAME_LEN {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid_argument(format!(
             "lock name is {} bytes long; the limit is {MAX_NAME_LEN}",
             name.len()
         )));
     }
     if name.chars().any(|c| c.is_ascii_control()) {
-        return Err(Error::InvalidArgument("lock name contains a control character".into()));
+        return Err(Error::invalid_argument("lock name contains a control character"));
     }
     if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| name.starts_with(*p)) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid_argument(format!(
             "lock names starting with '{prefix}' are reserved for keys derived from other locks"
         )));
     }

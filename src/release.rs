@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
-use crate::connection::{self, Conn};
+use crate::connection::Conn;
 use crate::entry::{Entry, Successor};
 use crate::error::{Error, LostReason, Result};
 use crate::hold::{Acquisition, Hold};
@@ -39,7 +39,7 @@ impl Inner {
         let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
         let latch = Latch { key: &key, ttl_ms, request, retry: false };
         match self.with_conn(|conn| script(conn, latch)) {
-            Err(Error::Redis(e)) if retry && connection::is_transport_error(&e) => {
+            Err(e) if retry && e.is_transport() => {
                 self.with_conn(|conn| script(conn, Latch { retry: true, ..latch }))
             }
             outcome => outcome,
@@ -62,9 +62,7 @@ impl Inner {
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
         let args = self.release_args(entry, owner, lease_ms, None);
         match self.with_conn(|conn| self.scripts.release(conn, &args)) {
-            Err(Error::Redis(e)) if connection::is_transport_error(&e) => {
-                (self.with_conn(|conn| self.scripts.release(conn, &args)), true)
-            }
+            Err(e) if e.is_transport() => (self.with_conn(|conn| self.scripts.release(conn, &args)), true),
             outcome => (outcome, false),
         }
     }
@@ -114,7 +112,7 @@ impl Inner {
             if hold.drop_guard() == 0 {
                 self.finish(hold);
             }
-            return Err(Error::LockLost { name: hold.entry.name.to_string(), reason });
+            return Err(Error::lock_lost(&hold.entry.name, reason));
         }
         if hold.guards() == 1 {
             hold.start_release();
@@ -229,10 +227,9 @@ impl Inner {
     fn not_owner(hold: &Hold) -> Error {
         let known = hold.lost_reason();
         hold.mark_lost(LostReason::ReleaseFoundGone);
-        let name = hold.entry.name.to_string();
         match known {
-            Some(reason) => Error::LockLost { name, reason },
-            None => Error::NotOwner { name },
+            Some(reason) => Error::lock_lost(&hold.entry.name, reason),
+            None => Error::not_owner(&hold.entry.name),
         }
     }
 

@@ -3,7 +3,7 @@
 //! Each script is a real file under `lua/` whose header comment is its
 //! contract. Calls go out as EVALSHA, falling back to EVAL on NOSCRIPT
 //! (see `eval.rs`). Replies are decoded into small enums
-//! here; a reply outside a contract becomes [`Error::UnexpectedReply`], never a
+//! here; a reply outside a contract becomes an `UnexpectedReply` error, never a
 //! panic and never a raw integer leaking upward.
 
 use std::time::Duration;
@@ -259,7 +259,8 @@ impl Scripts {
             let mut invocation = self.dequeue.call();
             invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
             invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke::<Value>(c)
-        })?;
+        })
+        .map_err(Error::redis)?;
         Ok(())
     }
 
@@ -270,7 +271,7 @@ impl Scripts {
         for (key, owner) in holds {
             invocation.key(*key).arg(*owner);
         }
-        let reply: Value = conn.run(|c| invocation.invoke(c))?;
+        let reply: Value = conn.run(|c| invocation.invoke(c)).map_err(Error::redis)?;
         match reply {
             Value::Array(items) if items.len() == holds.len() => items
                 .iter()
@@ -313,16 +314,14 @@ fn parse_token(value: &Value) -> Option<u64> {
 fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> Error {
     let text = e.to_string();
     match token_key {
-        Some(key) if text.contains("BADCOUNTER") => {
-            Error::BadFencingCounter { name: name.to_owned(), key: key.to_owned() }
-        }
+        Some(key) if text.contains("BADCOUNTER") => Error::bad_fencing_counter(name, key),
         Some(key) if text.contains("WRONGTYPE") && text.contains("fencing counter") => {
-            Error::WrongType { name: name.to_owned(), key: key.to_owned() }
+            Error::wrong_type(name, key)
         }
         _ => Error::from_redis(name, e),
     }
 }
 
 fn unexpected(script: &'static str, reply: &Value) -> Error {
-    Error::UnexpectedReply { script, reply: format!("{reply:?}") }
+    Error::unexpected_reply(script, format!("{reply:?}"))
 }

@@ -47,9 +47,9 @@ impl Target {
                 username: info.redis_settings().username().map(str::to_owned),
                 password: info.redis_settings().password().map(str::to_owned),
             }),
-            other => {
-                Err(Error::InvalidConfig(format!("keyholder supports redis:// TCP connections; got {other}")))
-            }
+            other => Err(Error::invalid_config(format!(
+                "keyholder supports redis:// TCP connections; got {other}"
+            ))),
         }
     }
 }
@@ -263,7 +263,7 @@ impl Subscriber {
     ) -> Result<Subscription> {
         let mut st = self.state.lock();
         if st.shutdown {
-            return Err(Error::Shutdown);
+            return Err(Error::shutdown());
         }
         let (subscription, created) = self.register(&mut st, entry);
         st.send_subscribe(&created);
@@ -279,7 +279,7 @@ impl Subscriber {
         let shutdown = st.shutdown;
         drop(st);
         if shutdown {
-            return Err(Error::Shutdown);
+            return Err(Error::shutdown());
         }
         Ok(subscription)
     }

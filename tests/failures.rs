@@ -290,7 +290,7 @@ fn shutdown_makes_waiters_return_shutdown_and_refuses_new_acquisitions() {
         ("lock a free lock", free.lock().map(drop)),
         ("try_lock a free lock", free.try_lock().map(drop)),
     ] {
-        assert!(matches!(result, Err(Error::Shutdown)), "{what}: {result:?}");
+        assert!(result.as_ref().is_err_and(Error::is_shutdown), "{what}: {result:?}");
     }
     assert!(!exists(&mut server.conn(), "free"));
 

@@ -12,7 +12,7 @@ use common::child::{self, ChildProcess};
 use common::{
     RedisServer, ServerExt, calls_of, eventually, exists, hgetall, pttl, recv_within, spawn, timed,
 };
-use keyholder::{Client, Error, Lease, LostReason};
+use keyholder::{Client, ErrorKind, Lease, LostReason};
 
 const SECOND: Duration = Duration::from_secs(1);
 const SHORT_WATCHDOG: Duration = Duration::from_millis(300);
@@ -249,13 +249,10 @@ fn force_unlock_makes_the_watchdog_mark_the_guard_lost() {
     assert_eq!(guard.lost_reason(), Some(LostReason::RenewalRefused));
     assert!(eventually(2 * SECOND, || client.watched_locks() == 0), "a lost hold is still renewed");
 
-    match guard.unlock() {
-        Err(Error::LockLost { name, reason }) => {
-            assert_eq!(name, "forced");
-            assert_eq!(reason, LostReason::RenewalRefused);
-        }
-        other => panic!("expected LockLost, got {other:?}"),
-    }
+    let err = guard.unlock().expect_err("released a lost hold");
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err:?}");
+    assert_eq!(err.lock_name(), Some("forced"));
+    assert_eq!(err.lost_reason(), Some(LostReason::RenewalRefused));
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, ServerExt, exists, hgetall, recv_within, spawn, timed, wait_numsub};
-use keyholder::{Client, Error, Lease, LostReason};
+use keyholder::{Client, ErrorKind, Lease, LostReason};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -166,13 +166,10 @@ fn a_foreign_key_at_the_fencing_counter_names_that_key() {
     let mut con = server.conn();
     hset(&mut con, "redisson_lock_token:{f}");
     let client = server.client();
-    match client.lock("f").unwrap().fenced().try_lock() {
-        Err(Error::WrongType { name, key }) => {
-            assert_eq!(name, "f");
-            assert_eq!(key, "redisson_lock_token:{f}");
-        }
-        other => panic!("expected WrongType naming the counter, got {other:?}"),
-    }
+    let err = client.lock("f").unwrap().fenced().try_lock().expect_err("acquired without a token");
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err:?}");
+    assert_eq!(err.lock_name(), Some("f"));
+    assert_eq!(err.key(), Some("redisson_lock_token:{f}"));
     assert!(!exists(&mut con, "f"), "the lock was taken without a token");
     assert!(client.lock("f").unwrap().try_lock().unwrap().is_some(), "the plain lock must still work");
 }
