@@ -1,5 +1,6 @@
 //! Faults across processes: a holder killed with SIGKILL while a waiter in
-//! another process waits; a holder stopped with SIGSTOP beyond its lease and
+//! another process waits; a waiter killed while first in the queue; a holder
+//! stopped with SIGSTOP beyond its lease and
 //! fenced off when it continues; and several processes of several threads
 //! doing read-modify-write through a fenced store while faults are injected.
 //!
@@ -304,6 +305,46 @@ fn a_killed_holders_lock_goes_to_a_waiter_in_another_process() {
     assert_eq!(waiter.expect("RELEASED ", 10 * SECOND), "ok");
     assert!(waiter.wait_exit(10 * SECOND).success());
     assert!(!exists(&mut con, "handover"));
+}
+
+/// The queue of waiting clients across processes: a waiter killed while it
+/// is first in line is skipped at the next release (nothing listens on its
+/// wake channel), and the next process gets the lock at once, not after
+/// anyone's lease.
+#[test]
+fn a_killed_waiter_first_in_line_is_skipped() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let url = server.url();
+    // A long lease: a waiter that is not woken would wait for it.
+    let holder = Client::builder(&url).watchdog_timeout(30 * SECOND).build().unwrap();
+    let guard = holder.lock("queued").unwrap().lock().unwrap();
+    let queued = |con: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("ZRANGE").arg("keyholder_lock_queue:{queued}").arg(0).arg(-1).query(con).unwrap()
+    };
+    let env = [(CHILD_URL, url.as_str()), (CHILD_LOCK, "queued")];
+    let mut first = ChildProcess::spawn("child_waiter", &env);
+    first.expect("WAITING", 20 * SECOND);
+    assert!(common::eventually(10 * SECOND, || queued(&mut con).len() == 1), "the first waiter never queued");
+    let mut second = ChildProcess::spawn("child_waiter", &env);
+    second.expect("WAITING", 20 * SECOND);
+    assert!(
+        common::eventually(10 * SECOND, || queued(&mut con).len() == 2),
+        "the second waiter never queued"
+    );
+
+    assert!(!first.kill().success());
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let owner = second.expect("ACQUIRED ", 10 * SECOND);
+    let took = released.elapsed();
+    assert!(took < SLACK, "the second waiter got the lock {took:?} after the release");
+    assert_eq!(hgetall(&mut con, "queued"), [(owner, "1".to_owned())].into_iter().collect());
+    assert!(queued(&mut con).is_empty(), "the dead waiter is still queued");
+    second.send("RELEASE");
+    assert_eq!(second.expect("RELEASED ", 10 * SECOND), "ok");
+    assert!(second.wait_exit(10 * SECOND).success());
+    assert!(!exists(&mut con, "queued"));
 }
 
 // ---------------------------------------------------------------------------
