@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ClientBuilder, Config};
@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     shutdown: AtomicBool,
     /// Dropped on shutdown: its disconnection stops the background threads.
     stop: Mutex<Option<Sender<()>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Vec<Background>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -172,18 +172,18 @@ impl Client {
         });
         let short_id: String = inner.id.chars().take(8).collect();
         let subscriber_stop = stop_rx.clone();
-        let reader = std::thread::Builder::new()
-            .name(format!("keyholder-pubsub-{short_id}"))
-            .spawn(move || subscriber.run(subscriber_stop))
-            .map_err(|e| Error::spawn("pub/sub", e))?;
+        let reader = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
+            subscriber.run(subscriber_stop);
+        })
+        .map_err(|e| Error::spawn("pub/sub", e))?;
         inner.threads.lock().push(reader);
         let weak = Arc::downgrade(&inner);
         let period = inner.config.renewal_period();
-        let renewer = std::thread::Builder::new()
-            .name(format!("keyholder-watchdog-{short_id}"))
-            .spawn(move || watchdog::run(weak, period, stop_rx, kick_rx));
+        let renewer = Background::spawn(format!("keyholder-watchdog-{short_id}"), move || {
+            watchdog::run(weak, period, stop_rx, kick_rx);
+        });
         match renewer {
-            Ok(handle) => inner.threads.lock().push(handle),
+            Ok(thread) => inner.threads.lock().push(thread),
             Err(e) => {
                 inner.shut_down();
                 return Err(Error::spawn("watchdog", e));
@@ -256,6 +256,35 @@ impl Client {
     /// True once the client was shut down.
     pub fn is_shutdown(&self) -> bool {
         self.inner().shutdown.load(Ordering::Acquire)
+    }
+}
+
+/// A background thread, and a channel that disconnects when it exits.
+struct Background {
+    handle: JoinHandle<()>,
+    exited: Receiver<()>,
+}
+
+impl Background {
+    fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> std::io::Result<Background> {
+        let (exiting, exited) = crossbeam_channel::bounded::<()>(0);
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
+            let _exiting = exiting;
+            body();
+        })?;
+        Ok(Background { handle, exited })
+    }
+
+    /// Joins the thread if it exits within `bound` (it was told to stop),
+    /// and otherwise leaves it: shutdown must not hang on it. A thread
+    /// stopping itself (the last handle dropped on it) is not joined.
+    fn stop(self, bound: Duration) {
+        if self.handle.thread().id() == std::thread::current().id() {
+            return;
+        }
+        if let Err(RecvTimeoutError::Disconnected) = self.exited.recv_timeout(bound) {
+            let _ = self.handle.join();
+        }
     }
 }
 
@@ -383,12 +412,14 @@ impl Inner {
         for entry in entries {
             entry.shut_down();
         }
-        let threads: Vec<JoinHandle<()>> = std::mem::take(&mut *self.threads.lock());
-        let me = std::thread::current().id();
+        let threads: Vec<Background> = std::mem::take(&mut *self.threads.lock());
+        // Each thread stops within a connect and a command timeout (a
+        // renewal or a reconnect in flight), except the pub/sub reader while
+        // it resolves a host name, which has no timeout: it is waited for
+        // that long, then left to exit on its own.
+        let bound = self.config.connect_timeout + self.config.command_timeout;
         for thread in threads {
-            if thread.thread().id() != me {
-                let _ = thread.join();
-            }
+            thread.stop(bound);
         }
         // Close the pool and its threads: a guard still held (or leaked)
         // must not keep them. Its release opens a connection of its own.
