@@ -511,3 +511,255 @@ impl State {
         }
     }
 }
+
+/// The gate's transitions, driven without Redis: a fake seam answers
+/// "subscribe" (refused, so the queue relies on its own wake-ups) and "is
+/// the holder still there".
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::hold::Acquisition;
+
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    struct FakeRedis {
+        holder_there: AtomicBool,
+    }
+
+    impl GateRedis for FakeRedis {
+        fn subscribe(&self, _: &Arc<Entry>) -> Result<Subscription> {
+            Err(Error::shutdown())
+        }
+
+        fn still_held(&self, _: &Hold) -> bool {
+            self.holder_there.load(Ordering::Acquire)
+        }
+    }
+
+    fn redis() -> Arc<FakeRedis> {
+        Arc::new(FakeRedis { holder_there: AtomicBool::new(true) })
+    }
+
+    fn entry() -> Arc<Entry> {
+        let name = |s: &str| Arc::<str>::from(s);
+        Arc::new(Entry::new(EntryNames {
+            name: name("l"),
+            channel: name("c"),
+            marker: name("m"),
+            queue: name("q"),
+            grants: name("g"),
+            wake_prefix: name("w"),
+            wake_channel: name("w:me"),
+        }))
+    }
+
+    fn successor(thread: u64) -> Successor {
+        Successor {
+            thread,
+            owner: format!("me:{thread}"),
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            fenced: false,
+        }
+    }
+
+    fn hold(entry: &Arc<Entry>, id: u64, thread: u64) -> Arc<Hold> {
+        let acquisition = Acquisition {
+            owner: format!("me:{thread}"),
+            thread,
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            token: None,
+            sent: Instant::now(),
+        };
+        Arc::new(Hold::new(id, Arc::clone(entry), acquisition))
+    }
+
+    /// Thread `thread` enters the gate on a thread of its own; its outcome
+    /// arrives on the channel.
+    fn enter(
+        entry: &Arc<Entry>,
+        redis: &Arc<FakeRedis>,
+        thread: u64,
+        deadline: Option<Instant>,
+    ) -> mpsc::Receiver<Result<Option<Entered>>> {
+        let (tx, rx) = mpsc::channel();
+        let (entry, redis) = (Arc::clone(entry), Arc::clone(redis));
+        std::thread::spawn(move || {
+            let _ = tx.send(entry.enter_gate(&successor(thread), deadline, true, &*redis));
+        });
+        rx
+    }
+
+    fn queued(entry: &Entry, n: usize) {
+        let until = Instant::now() + LIMIT;
+        while entry.state.lock().queue.len() != n {
+            assert!(Instant::now() < until, "never {n} queued");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_free_gate_is_taken_at_once_and_a_busy_one_refuses_try_lock() {
+        let (entry, redis) = (entry(), redis());
+        assert!(matches!(entry.enter_gate(&successor(1), None, false, &*redis), Ok(Some(Entered::Gate))));
+        assert!(matches!(entry.enter_gate(&successor(2), None, false, &*redis), Ok(None)));
+        entry.leave_gate(1);
+        assert!(entry.is_idle());
+    }
+
+    #[test]
+    fn a_release_passes_the_gate_to_the_first_queued_thread_in_order() {
+        let (entry, redis) = (entry(), redis());
+        assert!(matches!(entry.enter_gate(&successor(1), None, true, &*redis), Ok(Some(Entered::Gate))));
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        let third = enter(&entry, &redis, 3, None);
+        queued(&entry, 2);
+        assert!(entry.has_queued_threads());
+        entry.release_gate(10);
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+        assert!(third.recv_timeout(Duration::from_millis(50)).is_err(), "the third thread jumped the queue");
+        entry.leave_gate(2);
+        assert!(matches!(third.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+    }
+
+    #[test]
+    fn a_hand_off_within_the_window_gives_the_successor_a_ready_hold() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        let chosen = entry.reserve_successor(10, Duration::from_secs(60)).expect("a successor");
+        assert_eq!(chosen.thread, 2);
+        entry.finish_handoff(Some(hold(&entry, 11, 2)));
+        match second.recv_timeout(LIMIT).unwrap() {
+            Ok(Some(Entered::Handed(hold))) => assert_eq!(hold.id, 11),
+            other => panic!("expected the handed hold, got {other:?}"),
+        }
+        assert!(entry.hold_of(2).is_some(), "the successor holds the gate");
+    }
+
+    #[test]
+    fn a_hand_off_that_did_not_happen_gives_the_successor_the_gate() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
+        entry.finish_handoff(None);
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+    }
+
+    #[test]
+    fn past_the_fairness_window_there_is_no_hand_off() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.set_held(hold(&entry, 10, 1));
+        let _second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        assert!(entry.reserve_successor(10, Duration::ZERO).is_none());
+        assert!(entry.reserve_successor(99, Duration::from_secs(60)).is_none(), "not the current hold");
+        entry.shut_down();
+    }
+
+    #[test]
+    fn a_successor_waits_for_its_hand_off_past_its_own_deadline() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, Some(Instant::now() + Duration::from_millis(100)));
+        queued(&entry, 1);
+        entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
+        std::thread::sleep(Duration::from_millis(200)); // its deadline passes mid hand-off
+        assert!(second.try_recv().is_err(), "the successor gave up while the lock was on its way");
+        entry.finish_handoff(Some(hold(&entry, 11, 2)));
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Handed(_)))));
+    }
+
+    #[test]
+    fn a_queued_thread_gives_up_at_its_deadline_and_leaves_the_queue() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, Some(Instant::now() + Duration::from_millis(50)));
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(None)));
+        assert!(!entry.has_queued_threads());
+    }
+
+    #[test]
+    fn shutdown_wakes_queued_threads_with_an_error() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        entry.shut_down();
+        assert!(second.recv_timeout(LIMIT).unwrap().unwrap_err().is_shutdown());
+        assert!(entry.enter_gate(&successor(3), None, true, &*redis).unwrap_err().is_shutdown());
+        assert!(entry.wait_wake(Instant::now() + LIMIT).unwrap_err().is_shutdown());
+    }
+
+    #[test]
+    fn a_hold_found_gone_after_an_unlock_message_is_marked_lost_and_taken_over() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        let holder = hold(&entry, 10, 1);
+        entry.set_held(Arc::clone(&holder));
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        // Still there: the unlock message was for someone else.
+        entry.notify();
+        assert!(second.recv_timeout(Duration::from_millis(100)).is_err());
+        assert!(!holder.is_lost());
+        // Gone behind the holder's back (force unlock, Redis restarted).
+        redis.holder_there.store(false, Ordering::Release);
+        entry.notify();
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+        assert_eq!(holder.lost_reason(), Some(LostReason::Gone));
+        // The lost hold's late release leaves the new gate alone.
+        entry.release_gate(10);
+        assert!(matches!(entry.state.lock().gate, Gate::Acquiring(2)));
+    }
+
+    #[test]
+    fn a_hold_being_released_is_not_taken_for_lost() {
+        let (entry, redis) = (entry(), redis());
+        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        let holder = hold(&entry, 10, 1);
+        entry.set_held(Arc::clone(&holder));
+        let second = enter(&entry, &redis, 2, None);
+        queued(&entry, 1);
+        holder.start_release();
+        redis.holder_there.store(false, Ordering::Release);
+        entry.notify(); // its own unlock message, ahead of the release's reply
+        assert!(second.recv_timeout(Duration::from_millis(100)).is_err());
+        assert!(!holder.is_lost(), "a normal release was reported as a loss");
+        entry.release_gate(10);
+        assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+    }
+
+    #[test]
+    fn wake_ups_and_grants_are_sticky() {
+        let entry = entry();
+        entry.notify();
+        assert_eq!(
+            entry.wait_wake(Instant::now()).unwrap(),
+            Wake::Notified,
+            "a wake-up before the wait is kept"
+        );
+        assert_eq!(entry.wait_wake(Instant::now() + Duration::from_millis(10)).unwrap(), Wake::TimedOut);
+        entry.grant(Grant { owner: "me:1".into(), elapsed: Duration::ZERO, received: Instant::now() });
+        assert_eq!(entry.wait_wake(Instant::now() + LIMIT).unwrap(), Wake::Notified);
+        assert_eq!(entry.take_grant().map(|g| g.owner).as_deref(), Some("me:1"));
+        assert!(entry.take_grant().is_none(), "a grant is taken once");
+        entry.notify();
+        entry.clear_wake();
+        assert_eq!(entry.wait_wake(Instant::now()).unwrap(), Wake::TimedOut, "cleared wake-ups are gone");
+    }
+}
