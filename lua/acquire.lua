@@ -14,9 +14,13 @@
 --          HASH from a queued client id to "<owner id> <lease ms> <server
 --          ms>": the thread a release may hand the lock to directly, its
 --          lease, and the server's clock when it was last refused
--- KEYS[5]  optional fencing-token counter "redisson_lock_token:{<name>}": a
+-- KEYS[5]  recent releasers (keyholder's own key; required with KEYS[3]): a
+--          ZSET of the client ids that released the lock and may still
+--          listen on its unlock channel, scored by when they stop (server
+--          ms); see release.lua. A client that joins the queue leaves it
+-- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock; incremented on every acquisition made with KEYS[5]
+--          RFencedLock; incremented on every acquisition made with KEYS[6]
 --          (the caller passes it for a new hold, and for a re-entry of a
 --          hold that has no token yet)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
@@ -40,7 +44,7 @@
 --          handed to it by a release (see release.lua): its entry in KEYS[4]
 --          is written; otherwise removed
 --
--- Returns, without KEYS[5]
+-- Returns, without KEYS[6]
 --   nil      acquired or re-entered: a new hold's count set to 1, a
 --            re-entry's incremented; the key's PTTL set to ARGV[1] (a
 --            re-entry only ever lengthens it: a shorter lease never cuts the
@@ -51,7 +55,7 @@
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but the marker names another client, the
 --            marker's PTTL; -2 for a re-entry that found the lock free
--- and with KEYS[5] the same as a pair: {-1, token} when acquired, token being
+-- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
 -- the counter's new value as a decimal STRING (exact over the whole 64-bit
 -- range, where Lua's numbers are not); {ms, -1} when not.
 --
@@ -60,7 +64,7 @@
 --   counter ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
-local key, marker, queue, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
 
@@ -150,6 +154,9 @@ local function enqueue(wait, front)
         redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms)
     else
         redis.call('hdel', grants, client)
+    end
+    if redis.call('type', recent).ok == 'zset' then
+        redis.call('zrem', recent, client)
     end
     local ttl = math.max(wait, lease) + tonumber(ARGV[6])
     for _, k in ipairs({queue, grants}) do

@@ -7,8 +7,9 @@
 -- KEYS[3]  optional claim marker (see acquire.lua)
 -- KEYS[4]  waiter queue (see acquire.lua; required with KEYS[3])
 -- KEYS[5]  waiter grants (see acquire.lua; required with KEYS[3])
--- KEYS[6]  optional unlock latch (keyholder's own key, see names.rs; requires
---          KEYS[3..5]): one key per owner and lock, reused by each of its
+-- KEYS[6]  recent releasers (see acquire.lua; required with KEYS[3])
+-- KEYS[7]  optional unlock latch (keyholder's own key, see names.rs; requires
+--          KEYS[3..6]): one key per owner and lock, reused by each of its
 --          releases; a STRING "<request id>:<outcome>". Any other key at its
 --          name is not a latch: it is never read as one nor overwritten, and
 --          the release runs unlatched
@@ -16,23 +17,24 @@
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[4]  optional publish command, "publish" (default) or "spublish"
--- ARGV[5]  latch TTL in milliseconds (required with KEYS[6])
+-- ARGV[5]  latch TTL in milliseconds (required with KEYS[7])
 -- ARGV[6]  request id: a decimal number unique to this release (required
---          with KEYS[6]); a retry of the same release sends the same id
+--          with KEYS[7]); a retry of the same release sends the same id
 -- ARGV[7]  optional "1" on a retry
 -- ARGV[8]  wake channel prefix (required with KEYS[3]): client <id>'s waiter
 --          listens on "<prefix>:<id>"
 -- ARGV[9]  claim window in milliseconds (required with KEYS[3]): the marker's
 --          TTL
--- ARGV[10] "1" when the releasing client listens on KEYS[2] itself (required
---          with KEYS[3])
+-- ARGV[10] for how many more milliseconds the releasing client listens on
+--          KEYS[2] itself, "0" when it does not (required with KEYS[3])
+-- ARGV[11] the releasing client's id (required with KEYS[3])
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
 --        nothing was changed
 --   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
 --   1    last hold released, and the lock passed on as below
--- With a latch, "<request id>:<outcome>" is stored in KEYS[6] for ARGV[5] ms,
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[7] for ARGV[5] ms,
 -- and a retry whose request id is stored there returns that outcome without
 -- changing anything: a release whose reply was lost can be retried without
 -- decrementing twice. (Redisson keys its latch by a random id per release and
@@ -46,8 +48,9 @@
 -- ways:
 --   granted  when KEYS[5] has an entry for it and nobody but keyholder
 --            clients listens on KEYS[2] (PUBSUB NUMSUB of KEYS[2], less the
---            queued clients and the releasing client, is 0: no Redisson
---            waiter to be fair to): the lock is given to the entry's owner id
+--            queued clients, the recent releasers still listening (KEYS[6])
+--            and the releasing client, is 0: no Redisson waiter to be fair
+--            to): the lock is given to the entry's owner id
 --            with count 1 and the entry's lease, and the wake message is
 --            "<owner id> <ms since the entry was written>"; nothing is
 --            published on KEYS[2];
@@ -56,11 +59,13 @@
 --            KEYS[2]: Redisson waiters take "0" as their wake-up and ignore
 --            "2", keyholder clients take a "0" right after a "2" as already
 --            handled.
--- With no such client, ARGV[1] alone is published on KEYS[2].
+-- With no such client, ARGV[1] alone is published on KEYS[2]. A releasing
+-- client that still listens is then recorded in KEYS[6] until it stops.
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
-local key, channel, marker, queue, grants, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local key, channel, marker, queue, grants, recent, latch =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local publish = ARGV[4] or 'publish'
 -- The latch's value, "" when it is absent, or nil when a key that is not a
 -- latch sits at its name.
@@ -85,9 +90,27 @@ elseif earlier and ARGV[7] == '1' then
     end
 end
 
+-- The server's clock in milliseconds.
+local function now_ms()
+    local now = redis.call('time')
+    return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+
+-- Keyholder clients that listen on the unlock channel without being queued:
+-- recent releasers (expired ones dropped), the releasing client aside.
+local function lingering(now)
+    local kind = redis.call('type', recent).ok
+    if kind ~= 'zset' then
+        return 0
+    end
+    redis.call('zremrangebyscore', recent, '-inf', now)
+    redis.call('zrem', recent, ARGV[11])
+    return redis.call('zcard', recent)
+end
+
 -- Serves the first queued client that still listens; returns how: 'granted',
 -- 'woken', or nil when nobody was.
-local function pass_on()
+local function pass_on(now)
     if not queue or redis.call('type', queue).ok ~= 'zset' then
         return nil
     end
@@ -95,7 +118,8 @@ local function pass_on()
     local kind = redis.call('type', marker).ok
     local markable = kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
     local listeners = redis.call('pubsub', 'numsub', channel)[2]
-    local others = tonumber(listeners) - redis.call('zcard', queue) - (ARGV[10] == '1' and 1 or 0)
+    local others = tonumber(listeners) - redis.call('zcard', queue) - lingering(now)
+        - (ARGV[10] ~= '0' and 1 or 0)
     while true do
         local head = redis.call('zrange', queue, 0, 0)[1]
         if not head then
@@ -112,9 +136,7 @@ local function pass_on()
         end
         local message = ''
         if grantee then
-            local now = redis.call('time')
-            local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-            message = grantee .. ' ' .. math.max(0, ms - tonumber(since))
+            message = grantee .. ' ' .. math.max(0, now - tonumber(since))
         end
         if redis.call(publish, ARGV[8] .. ':' .. head, message) > 0 then
             if grantee then
@@ -130,6 +152,19 @@ local function pass_on()
     end
 end
 
+-- Records the releasing client among the recent releasers while it listens.
+local function remember_releaser(now)
+    local listens = tonumber(ARGV[10])
+    local kind = recent and redis.call('type', recent).ok
+    if not listens or listens <= 0 or (kind ~= 'none' and kind ~= 'zset') then
+        return
+    end
+    redis.call('zadd', recent, now + listens, ARGV[11])
+    if redis.call('pttl', recent) < listens then
+        redis.call('pexpire', recent, listens)
+    end
+end
+
 if redis.call('hexists', key, ARGV[3]) == 0 then
     return nil
 end
@@ -139,7 +174,11 @@ if redis.call('hincrby', key, ARGV[3], -1) > 0 then
     outcome = 0
 else
     redis.call('del', key)
-    local served = pass_on()
+    local now = queue and now_ms()
+    local served = pass_on(now)
+    if queue then
+        remember_releaser(now)
+    end
     if served == 'woken' then
         redis.call(publish, channel, '2')
     end

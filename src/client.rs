@@ -356,6 +356,7 @@ impl Inner {
             marker: &entry.marker,
             queue: &entry.queue,
             grants: &entry.grants,
+            recent: &entry.recent,
             wake_prefix: &entry.wake_prefix,
             client: &self.id,
         }
@@ -383,6 +384,7 @@ impl Inner {
             marker: Arc::clone(marker),
             queue: Arc::from(names::queue_key(name)),
             grants: Arc::from(names::grants_key(name)),
+            recent: Arc::from(names::recent_key(name)),
             wake_prefix: Arc::from(names::wake_prefix(name)),
             wake_channel: Arc::from(names::wake_channel(name, &self.id)),
         };

@@ -52,6 +52,8 @@ pub(crate) struct Entry {
     pub(crate) queue: Arc<str>,
     /// The waiter grants key.
     pub(crate) grants: Arc<str>,
+    /// The recent releasers key.
+    pub(crate) recent: Arc<str>,
     /// The prefix of the lock's wake channels.
     pub(crate) wake_prefix: Arc<str>,
     /// This client's wake channel for the lock.
@@ -87,6 +89,7 @@ pub(crate) struct EntryNames {
     pub(crate) marker: Arc<str>,
     pub(crate) queue: Arc<str>,
     pub(crate) grants: Arc<str>,
+    pub(crate) recent: Arc<str>,
     pub(crate) wake_prefix: Arc<str>,
     pub(crate) wake_channel: Arc<str>,
 }
@@ -168,13 +171,14 @@ const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
     pub(crate) fn new(names: EntryNames) -> Self {
-        let EntryNames { name, channel, marker, queue, grants, wake_prefix, wake_channel } = names;
+        let EntryNames { name, channel, marker, queue, grants, recent, wake_prefix, wake_channel } = names;
         Entry {
             name,
             channel,
             marker,
             queue,
             grants,
+            recent,
             wake_prefix,
             wake_channel,
             state: Mutex::new(State {
@@ -551,6 +555,7 @@ mod tests {
             marker: name("m"),
             queue: name("q"),
             grants: name("g"),
+            recent: name("r"),
             wake_prefix: name("w"),
             wake_channel: name("w:me"),
         }))

@@ -44,15 +44,17 @@ const TOKEN_PREFIX: &str = "redisson_lock_token";
 const MARKER_PREFIX: &str = "keyholder_lock_next";
 const QUEUE_PREFIX: &str = "keyholder_lock_queue";
 const GRANTS_PREFIX: &str = "keyholder_lock_grants";
+const RECENT_PREFIX: &str = "keyholder_lock_recent";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 const WAKE_PREFIX: &str = "keyholder_lock__wake";
 
 /// Name prefixes of the keys derived from lock names.
-const RESERVED_PREFIXES: [&str; 5] = [
+const RESERVED_PREFIXES: [&str; 6] = [
     "redisson_lock_token:",
     "keyholder_lock_next:",
     "keyholder_lock_queue:",
     "keyholder_lock_grants:",
+    "keyholder_lock_recent:",
     "redisson_unlock_latch:",
 ];
 
@@ -95,6 +97,12 @@ pub(crate) fn queue_key(name: &str) -> String {
 /// hand the lock to directly.
 pub(crate) fn grants_key(name: &str) -> String {
     own_key(GRANTS_PREFIX, name)
+}
+
+/// The keyholder clients that released the lock `name` and may still listen
+/// on its unlock channel.
+pub(crate) fn recent_key(name: &str) -> String {
+    own_key(RECENT_PREFIX, name)
 }
 
 /// The prefix of the lock `name`'s wake channels: client `<id>` listens on
@@ -163,6 +171,7 @@ mod tests {
             "redisson_lock_token:{m}",
             "keyholder_lock_queue:{m}",
             "keyholder_lock_grants:{m}",
+            "keyholder_lock_recent:{m}",
             "redisson_unlock_latch:{n}:00000000000000000000000000000001",
         ] {
             assert!(validate_name(name).unwrap_err().is_invalid(), "{name}");

@@ -90,7 +90,7 @@ impl Inner {
             lease_ms,
             owner,
             latch,
-            listening: self.subscriber.is_subscribed(&entry.channel),
+            listening: self.subscriber.listening_for(&entry.channel),
         }
     }
 

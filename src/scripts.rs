@@ -85,6 +85,8 @@ pub(crate) struct Turns<'a> {
     pub(crate) queue: &'a str,
     /// The grants key.
     pub(crate) grants: &'a str,
+    /// The recent releasers key.
+    pub(crate) recent: &'a str,
     /// The prefix of the lock's per-client wake channels.
     pub(crate) wake_prefix: &'a str,
     /// This client's id.
@@ -134,8 +136,9 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) owner: &'a str,
     /// Needed only when a retry could release a second hold.
     pub(crate) latch: Option<Latch<'a>>,
-    /// This client listens on the lock's unlock channel itself.
-    pub(crate) listening: bool,
+    /// For how much longer this client listens on the lock's unlock channel
+    /// itself (zero when it does not).
+    pub(crate) listening: Duration,
 }
 
 /// An unlock latch: the outcome of a release request, kept for its retry.
@@ -167,7 +170,7 @@ impl Scripts {
         let reply: Value = conn
             .run(|c| {
                 let mut invocation = self.acquire.call();
-                invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants);
+                invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
                 invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
                 invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
                 if let Some(token_key) = token_key {
@@ -202,6 +205,7 @@ impl Scripts {
             .run(|c| {
                 let mut invocation = self.release.call();
                 invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
+                invocation.key(turns.recent);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
                 match latch {
                     Some(latch) => invocation
@@ -211,7 +215,8 @@ impl Scripts {
                         .arg(u8::from(latch.retry)),
                     None => invocation.arg(0).arg(0).arg(0),
                 };
-                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(u8::from(listening));
+                let listening_ms = crate::lease::millis_ceil(listening);
+                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
                 invocation.invoke(c)
             })
             .map_err(|e| Error::from_redis(name, e))?;

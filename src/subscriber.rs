@@ -324,9 +324,14 @@ impl Subscriber {
         (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(&entry.name) }, created)
     }
 
-    /// True when `channel` is subscribed, for waiters or lingering.
-    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
-        self.state.lock().channels.contains_key(channel)
+    /// For how much longer `channel` stays subscribed if nobody else waits
+    /// on it: the rest of its linger, a whole linger while waiters use it,
+    /// zero when it is not subscribed.
+    pub(crate) fn listening_for(&self, channel: &str) -> Duration {
+        match self.state.lock().channels.get(channel) {
+            Some(c) => c.idle_since.map_or(LINGER, |t| LINGER.saturating_sub(t.elapsed())),
+            None => Duration::ZERO,
+        }
     }
 
     /// The number of channels subscribed for waiters right now (not

@@ -365,6 +365,10 @@ fn grants_of(name: &str) -> String {
     format!("keyholder_lock_grants:{{{name}}}")
 }
 
+fn recent_of(name: &str) -> String {
+    format!("keyholder_lock_recent:{{{name}}}")
+}
+
 fn wake_prefix_of(name: &str) -> String {
     format!("keyholder_lock__wake:{{{name}}}")
 }
@@ -389,25 +393,28 @@ fn release_latched(
 ) -> redis::RedisResult<Value> {
     let script = release_script();
     let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).key(latch);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.key(recent_of(name)).key(latch);
     invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0);
+    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner));
     invocation.invoke(con)
 }
 
 /// release.lua as keyholder sends a last release: unlatched, with the queue;
-/// `listening`: the releasing client listens on the unlock channel.
+/// `listening_ms`: how much longer the releasing client listens on the
+/// unlock channel (0: it does not).
 fn release_queued(
     con: &mut redis::Connection,
     name: &str,
     owner: &str,
-    listening: bool,
+    listening_ms: u64,
 ) -> redis::RedisResult<Value> {
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.key(recent_of(name));
     invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(u8::from(listening));
+    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(listening_ms).arg(client_of(owner));
     invocation.invoke(con)
 }
 
@@ -423,7 +430,8 @@ fn acquire_queued(
 ) -> redis::RedisResult<Value> {
     let script = acquire_script();
     let mut invocation = script.key(name);
-    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).arg(10_000).arg(owner).arg("1");
+    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).key(recent_of(name));
+    invocation.arg(10_000).arg(owner).arg("1");
     invocation.arg(client_of(owner)).arg(u8::from(listening)).arg(1_000).arg(u8::from(grantable));
     invocation.invoke(con)
 }
@@ -523,7 +531,7 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
     // The release skips D (nobody listens on its wake channel), wakes A
     // alone (A takes no grant: it mints fencing tokens), and marks the lock as
     // A's turn; its "0" comes right after "2".
-    assert_eq!(release_queued(&mut con, name, OWNER_B, false).unwrap(), Value::Int(1));
+    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(1));
     let heard = listener.drain_until_marker(&mut con, &channel_of(name));
     let expected = [
         (wake_a.clone(), String::new()),
@@ -547,7 +555,7 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
 
     // With nobody queued, a release publishes "0" alone.
     let _: () = redis::cmd("DEL").arg(queue_of(name)).query(&mut con).unwrap();
-    assert_eq!(release_queued(&mut con, name, &a_other_thread, false).unwrap(), Value::Int(1));
+    assert_eq!(release_queued(&mut con, name, &a_other_thread, 0).unwrap(), Value::Int(1));
     assert_eq!(
         listener.drain_until_marker(&mut con, &channel_of(name)),
         [(channel_of(name), "0".to_owned())]
@@ -564,7 +572,7 @@ fn a_woken_client_that_loses_the_race_to_redisson_keeps_the_front_of_the_queue()
     assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, false).unwrap(), Value::Int(_)));
     assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, false).unwrap(), Value::Int(_)));
-    assert_eq!(release_queued(&mut con, name, OWNER_B, false).unwrap(), Value::Int(1));
+    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(1));
     assert_eq!(queue(&mut con, name), [client_c]);
     // A Redisson client ignores the marker and takes the free lock.
     assert_eq!(acquire(&mut con, name, 10_000, OWNER_B).unwrap(), Value::Nil);
@@ -620,6 +628,7 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
             .key(marker_of("fenced"))
             .key(queue_of("fenced"))
             .key(grants_of("fenced"))
+            .key(recent_of("fenced"))
             .key(counter)
             .arg(10_000)
             .arg(owner)
@@ -646,6 +655,7 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
         .key(marker_of("other"))
         .key(queue_of("other"))
         .key(grants_of("other"))
+        .key(recent_of("other"))
         .key("redisson_lock_token:{other}")
         .arg(10_000)
         .arg(OWNER_A)
@@ -775,6 +785,7 @@ fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
             .key(marker_of("t"))
             .key(queue_of("t"))
             .key(grants_of("t"))
+            .key(recent_of("t"))
             .key(counter)
             .arg(10_000)
             .arg(OWNER_A)
@@ -807,7 +818,8 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     let mut con = server.conn();
     let (marker, queue_key, grants, latch) =
         (marker_of("m"), queue_of("m"), grants_of("m"), latch_of("m", 1));
-    for key in [&marker, &queue_key, &grants, &latch] {
+    let recent = recent_of("m");
+    for key in [&marker, &queue_key, &grants, &recent, &latch] {
         let _: i64 = redis::cmd("HSET").arg(key).arg("f").arg("v").query(&mut con).unwrap();
     }
     // The hashes at the marker's and the queue's names are neither: the lock
@@ -825,7 +837,39 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
     invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
     assert_eq!(invocation.invoke::<i64>(&mut con).unwrap(), 0);
-    for key in [&marker, &queue_key, &grants, &latch] {
+    for key in [&marker, &queue_key, &grants, &recent, &latch] {
         assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
     }
+}
+
+#[test]
+fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "recent";
+    let wake = |owner: &str| format!("{}:{}", wake_prefix_of(name), client_of(owner));
+    // Each listener stands for one client's pub/sub connection.
+    let _a = Listener::start(&server, &[&channel_of(name), &wake(OWNER_A)]);
+    let _b = Listener::start(&server, &[&channel_of(name), &wake(OWNER_B)]);
+    assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
+    // A releases and still listens for 300 ms: B is handed the lock.
+    assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
+    // C queues; B releases while A (not queued) still listens: A is a recent
+    // releaser, not a Redisson waiter, so C is handed the lock too.
+    let _c = Listener::start(&server, &[&channel_of(name), &wake(OWNER_C)]);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
+    assert_eq!(release_queued(&mut con, name, OWNER_B, 300).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_C, "1"), "a recent releaser blocked the hand-over");
+    // Past A's and B's linger, whoever still listens unqueued may be a
+    // Redisson waiter: the next client is woken, not handed the lock.
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
+    let _: i64 = redis::cmd("ZREM").arg(queue_of(name)).arg(client_of(OWNER_A)).query(&mut con).unwrap();
+    let _: i64 =
+        redis::cmd("ZADD").arg(queue_of(name)).arg(0).arg(client_of(OWNER_A)).query(&mut con).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(release_queued(&mut con, name, OWNER_C, 0).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
+    assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
 }

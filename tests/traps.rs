@@ -96,6 +96,7 @@ fn unlock_latches_never_overwrite_a_key() {
         "keyholder_lock_next:{m}",
         "keyholder_lock_queue:{m}",
         "keyholder_lock_grants:{m}",
+        "keyholder_lock_recent:{m}",
         "redisson_lock_token:{m}",
         "redisson_unlock_latch:{n}:00000000000000000000000000000001",
     ] {
@@ -132,7 +133,12 @@ fn unlock_latches_never_overwrite_a_key() {
 fn foreign_keys_at_derived_names_neither_block_the_lock_nor_change() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    let derived = ["keyholder_lock_next:{m}", "keyholder_lock_queue:{m}", "keyholder_lock_grants:{m}"];
+    let derived = [
+        "keyholder_lock_next:{m}",
+        "keyholder_lock_queue:{m}",
+        "keyholder_lock_grants:{m}",
+        "keyholder_lock_recent:{m}",
+    ];
     for key in derived {
         hset(&mut con, key);
     }
