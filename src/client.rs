@@ -9,8 +9,8 @@
 //! when dropped.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,12 +21,10 @@ use crate::config::{ClientBuilder, Config};
 use crate::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::entry::{Entry, EntryNames};
 use crate::error::{Error, Result};
-use crate::lease::Lease;
-use crate::lock::Lock;
 use crate::names;
 use crate::scripts::{Scripts, Turns};
 use crate::subscriber::{Subscriber, Target};
-use crate::watchdog::{self, Registry};
+use crate::watchdog::{self, Registry, Renewals};
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -110,6 +108,29 @@ impl std::fmt::Debug for Client {
     }
 }
 
+impl ClientBuilder {
+    /// Validates the settings, opens the connection pool (blocking until one
+    /// connection is open, at most the connect timeout) and starts the
+    /// client's pub/sub and watchdog threads.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] for a malformed URL or a setting out of
+    /// range, before any I/O, or a database index the server does not have;
+    /// [`ErrorKind::AccessDenied`] when the server refuses the credentials
+    /// (or their absence); [`ErrorKind::Connection`] when Redis cannot be
+    /// reached within the connect timeout; [`ErrorKind::Spawn`] when a
+    /// background thread cannot be started.
+    ///
+    /// [`ErrorKind::InvalidConfig`]: crate::ErrorKind::InvalidConfig
+    /// [`ErrorKind::AccessDenied`]: crate::ErrorKind::AccessDenied
+    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
+    /// [`ErrorKind::Spawn`]: crate::ErrorKind::Spawn
+    pub fn build(self) -> Result<Client> {
+        Client::start(self.into_config()?)
+    }
+}
+
 impl Client {
     /// A builder for a client of the Redis server at `url`
     /// (`redis://[[user]:password@]host[:port][/db]`). No I/O happens until
@@ -177,7 +198,7 @@ impl Client {
         })
         .map_err(|e| Error::spawn("pub/sub", e))?;
         inner.threads.lock().push(reader);
-        let weak = Arc::downgrade(&inner);
+        let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
         let renewer = Background::spawn(format!("keyholder-watchdog-{short_id}"), move || {
             watchdog::run(weak, period, stop_rx, kick_rx);
@@ -194,32 +215,6 @@ impl Client {
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.handle.inner
-    }
-
-    /// A lock handle for `name` with the default [`Lease::Watchdog`]. No I/O.
-    ///
-    /// The Redis key is `name` itself, as in Redisson, so a Java service
-    /// calling `getLock(name)` contends for the same lock.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for an empty name, a name longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or one with control
-    /// characters.
-    pub fn lock(&self, name: &str) -> Result<Lock> {
-        self.lock_with_lease(name, Lease::Watchdog)
-    }
-
-    /// A lock handle for `name` whose acquisitions use `lease`. No I/O.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Client::lock), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed
-    /// lease outside 1 ms to 30 days.
-    pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
-        names::validate_name(name)?;
-        lease.validate()?;
-        Ok(Lock::new(self.clone(), name, lease))
     }
 
     /// This client's id: a v4 UUID made when it was built, the first half of
@@ -256,6 +251,21 @@ impl Client {
     /// True once the client was shut down.
     pub fn is_shutdown(&self) -> bool {
         self.inner().shutdown.load(Ordering::Acquire)
+    }
+}
+
+impl Renewals for Inner {
+    fn registry(&self) -> &Registry {
+        &self.watchdog
+    }
+
+    fn watchdog_timeout(&self) -> Duration {
+        self.config.watchdog_timeout
+    }
+
+    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>> {
+        // Renewing is safe to repeat: a dead pooled connection costs no period.
+        self.with_live_conn(|conn| self.scripts.renew(conn, pairs, lease_ms))
     }
 }
 

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::MAX_LEASE;
 
@@ -20,7 +19,7 @@ pub(crate) struct Config {
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
-/// A builder for [`Client`]: consuming setters, each with a documented
+/// A builder for [`Client`](crate::Client): consuming setters, each with a documented
 /// default, and validation in [`build`](ClientBuilder::build) rather than
 /// panics, since lock settings often come from configuration files.
 ///
@@ -113,26 +112,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Validates the settings, opens the connection pool (blocking until one
-    /// connection is open, at most the connect timeout) and starts the
-    /// client's pub/sub and watchdog threads.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidConfig`] for a malformed URL or a setting out of
-    /// range, before any I/O, or a database index the server does not have;
-    /// [`ErrorKind::AccessDenied`] when the server refuses the credentials
-    /// (or their absence); [`ErrorKind::Connection`] when Redis cannot be
-    /// reached within the connect timeout; [`ErrorKind::Spawn`] when a
-    /// background thread cannot be started.
-    ///
-    /// [`ErrorKind::InvalidConfig`]: crate::ErrorKind::InvalidConfig
-    /// [`ErrorKind::AccessDenied`]: crate::ErrorKind::AccessDenied
-    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
-    /// [`ErrorKind::Spawn`]: crate::ErrorKind::Spawn
-    pub fn build(self) -> Result<Client> {
+    /// The settings, validated (before any I/O).
+    pub(crate) fn into_config(self) -> Result<Config> {
         self.config.validate()?;
-        Client::start(self.config)
+        Ok(self.config)
     }
 }
 

@@ -31,7 +31,7 @@
 //! force-unlocked or lost with a Redis restart).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -40,7 +40,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, LostReason, Result};
 use crate::hold::Hold;
 use crate::lease::Lease;
-use crate::subscriber::Subscription;
+use crate::subscriber::{Grant, Interest, Subscription, Waiters};
 
 pub(crate) struct Entry {
     pub(crate) name: Arc<str>,
@@ -92,18 +92,6 @@ pub(crate) struct EntryNames {
     pub(crate) recent: Arc<str>,
     pub(crate) wake_prefix: Arc<str>,
     pub(crate) wake_channel: Arc<str>,
-}
-
-/// A lock handed to this client by another client's release (see
-/// `lua/release.lua`), not yet taken by its thread.
-#[derive(Debug, Clone)]
-pub(crate) struct Grant {
-    /// The owner id the lock was given to.
-    pub(crate) owner: String,
-    /// Server time from the grantee's last refused attempt to the grant.
-    pub(crate) elapsed: Duration,
-    /// When the client heard of it.
-    pub(crate) received: Instant,
 }
 
 /// What a queued thread would need to receive the lock by hand-off.
@@ -436,6 +424,12 @@ impl Entry {
         }
     }
 
+    /// What the subscriber needs to wake this entry's waiting threads.
+    pub(crate) fn interest(self: &Arc<Self>) -> Interest<'_> {
+        let waiters: Weak<dyn Waiters> = Arc::downgrade(self) as Weak<Entry>;
+        Interest { name: &self.name, channel: &self.channel, wake_channel: &self.wake_channel, waiters }
+    }
+
     /// An unlock message (or a reconnect) arrived: wake the waiting thread;
     /// if a local thread holds the lock, have the first queued thread check
     /// that it still does.
@@ -473,6 +467,16 @@ impl Entry {
             let _ = queued.wake.try_send(());
         }
         self.woken.notify_all();
+    }
+}
+
+impl Waiters for Entry {
+    fn notify(&self) {
+        Entry::notify(self);
+    }
+
+    fn grant(&self, grant: Grant) {
+        Entry::grant(self, grant);
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::entry::{Entered, Entry, GateRedis, Grant, Successor};
+use crate::entry::{Entered, Entry, GateRedis, Successor};
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::LockGuard;
 use crate::hold::{Acquisition, Hold};
@@ -25,7 +25,35 @@ use crate::lease::Lease;
 use crate::names;
 use crate::owner;
 use crate::scripts::{Acquire, AcquireArgs};
-use crate::subscriber::Subscription;
+use crate::subscriber::{Grant, Subscription};
+
+impl Client {
+    /// A lock handle for `name` with the default [`Lease::Watchdog`]. No I/O.
+    ///
+    /// The Redis key is `name` itself, as in Redisson, so a Java service
+    /// calling `getLock(name)` contends for the same lock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for an empty name, a name longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or one with control
+    /// characters.
+    pub fn lock(&self, name: &str) -> Result<Lock> {
+        self.lock_with_lease(name, Lease::Watchdog)
+    }
+
+    /// A lock handle for `name` whose acquisitions use `lease`. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Client::lock), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed
+    /// lease outside 1 ms to 30 days.
+    pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
+        names::validate_name(name)?;
+        lease.validate()?;
+        Ok(Lock::new(self.clone(), name, lease))
+    }
+}
 
 /// A handle to one named distributed lock.
 ///
@@ -408,7 +436,7 @@ impl Lock {
             if !subscribed {
                 // Subscribe, then try again at once: a release between the
                 // first try and the subscription would otherwise go unheard.
-                match inner.subscriber.subscribe(entry, deadline) {
+                match inner.subscriber.subscribe(entry.interest(), deadline) {
                     Ok(subscription) => entry.keep_subscription(subscription),
                     Err(e) => break Err(e),
                 }
@@ -457,7 +485,7 @@ impl Lock {
     /// Takes the lock's channels back if they still linger, subscribed and
     /// confirmed, from this client's last wait: no round trip.
     fn resubscribe_lingering(&self, entry: &Arc<Entry>) -> bool {
-        match self.client.inner().subscriber.resume(entry) {
+        match self.client.inner().subscriber.resume(entry.interest()) {
             Some(subscription) => {
                 entry.keep_subscription(subscription);
                 true
@@ -496,7 +524,7 @@ impl Lock {
 
 impl GateRedis for Lock {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
-        self.client.inner().subscriber.subscribe(entry, None)
+        self.client.inner().subscriber.subscribe(entry.interest(), None)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {

@@ -24,9 +24,42 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex};
 
-use crate::entry::{Entry, Grant};
 use crate::error::{Error, Result};
 use crate::resp::{self, Resp};
+
+/// What a subscription wakes: the waiting threads of one lock name in this
+/// client (the lock's local entry implements it; the subscriber knows
+/// nothing else of it).
+pub(crate) trait Waiters: Send + Sync {
+    /// An unlock message arrived (or the connection was replaced): the
+    /// waiting thread should look again.
+    fn notify(&self);
+    /// This client's turn came with the lock handed over to `grant.owner`.
+    fn grant(&self, grant: Grant);
+}
+
+/// A lock handed to this client by another client's release (see
+/// `lua/release.lua`), not yet taken by its thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    /// The owner id the lock was given to.
+    pub(crate) owner: String,
+    /// Server time from the grantee's last refused attempt to the grant.
+    pub(crate) elapsed: Duration,
+    /// When the client heard of it.
+    pub(crate) received: Instant,
+}
+
+/// What a waiter subscribes for: a lock name, its two channels, and whom to
+/// wake.
+pub(crate) struct Interest<'a> {
+    pub(crate) name: &'a Arc<str>,
+    /// Redisson's unlock channel.
+    pub(crate) channel: &'a str,
+    /// This client's wake channel for the lock.
+    pub(crate) wake_channel: &'a str,
+    pub(crate) waiters: Weak<dyn Waiters>,
+}
 
 /// Where and how to connect.
 #[derive(Debug, Clone)]
@@ -93,8 +126,8 @@ enum Kind {
 /// The waiters of one lock name on a channel.
 struct Listener {
     name: Arc<str>,
-    /// The lock entry to wake; weak, so a lingering channel keeps no entry.
-    entry: Weak<Entry>,
+    /// Whom to wake; weak, so a lingering channel keeps no lock state.
+    waiters: Weak<dyn Waiters>,
     refs: u32,
 }
 
@@ -103,8 +136,8 @@ impl Channel {
         self.listeners.iter().map(|l| l.refs).sum()
     }
 
-    fn entries(&self) -> impl Iterator<Item = Arc<Entry>> + '_ {
-        self.listeners.iter().filter_map(|l| l.entry.upgrade())
+    fn waiters(&self) -> impl Iterator<Item = Arc<dyn Waiters>> + '_ {
+        self.listeners.iter().filter_map(|l| l.waiters.upgrade())
     }
 
     /// Whether a message with `payload` wakes this channel's waiters.
@@ -173,8 +206,8 @@ impl State {
         self.writer.is_some() && !self.acks_pending.contains_key(channel)
     }
 
-    fn entries(&self) -> Vec<Arc<Entry>> {
-        self.channels.values().flat_map(Channel::entries).collect()
+    fn waiters(&self) -> Vec<Arc<dyn Waiters>> {
+        self.channels.values().flat_map(Channel::waiters).collect()
     }
 
     /// Unsubscribes channels that have lingered unused for [`LINGER`];
@@ -258,14 +291,14 @@ impl Subscriber {
     /// reconnect, and the waiter's lease-bounded wait covers the gap.
     pub(crate) fn subscribe(
         self: &Arc<Self>,
-        entry: &Arc<Entry>,
+        interest: Interest<'_>,
         deadline: Option<Instant>,
     ) -> Result<Subscription> {
         let mut st = self.state.lock();
         if st.shutdown {
             return Err(Error::shutdown());
         }
-        let (subscription, created) = self.register(&mut st, entry);
+        let (subscription, created) = self.register(&mut st, interest);
         st.send_subscribe(&created);
         let mut until = Instant::now() + self.command_timeout;
         if let Some(deadline) = deadline {
@@ -287,20 +320,21 @@ impl Subscriber {
     /// Takes `entry`'s channels back for a waiter without a round trip, when
     /// both are still subscribed and confirmed (lingering, most likely);
     /// `None` otherwise.
-    pub(crate) fn resume(self: &Arc<Self>, entry: &Arc<Entry>) -> Option<Subscription> {
+    pub(crate) fn resume(self: &Arc<Self>, interest: Interest<'_>) -> Option<Subscription> {
         let mut st = self.state.lock();
         let ready = !st.shutdown
-            && [&entry.channel, &entry.wake_channel]
+            && [interest.channel, interest.wake_channel]
                 .iter()
-                .all(|c| st.channels.contains_key(&***c) && st.is_confirmed(c));
-        ready.then(|| self.register(&mut st, entry).0)
+                .all(|c| st.channels.contains_key(*c) && st.is_confirmed(c));
+        ready.then(|| self.register(&mut st, interest).0)
     }
 
     /// Counts a waiter of `entry` on its two channels, creating them as
     /// needed; returns the share and the channels created, which need a
     /// SUBSCRIBE.
-    fn register(self: &Arc<Self>, st: &mut State, entry: &Arc<Entry>) -> (Subscription, Vec<String>) {
-        let channels = [entry.channel.to_string(), entry.wake_channel.to_string()];
+    fn register(self: &Arc<Self>, st: &mut State, interest: Interest<'_>) -> (Subscription, Vec<String>) {
+        let Interest { name: lock_name, channel, wake_channel, waiters } = interest;
+        let channels = [channel.to_owned(), wake_channel.to_owned()];
         let mut created = Vec::new();
         for (name, kind) in channels.iter().zip([Kind::Unlock, Kind::Wake]) {
             let slot = st.channels.entry(name.clone()).or_insert_with(|| {
@@ -309,19 +343,19 @@ impl Subscriber {
             });
             // A lingering channel is still subscribed: reuse it.
             slot.idle_since = None;
-            match slot.listeners.iter_mut().find(|l| l.name == entry.name) {
+            match slot.listeners.iter_mut().find(|l| l.name == *lock_name) {
                 Some(listener) => {
                     listener.refs += 1;
-                    listener.entry = Arc::downgrade(entry);
+                    listener.waiters = Weak::clone(&waiters);
                 }
                 None => slot.listeners.push(Listener {
-                    name: Arc::clone(&entry.name),
-                    entry: Arc::downgrade(entry),
+                    name: Arc::clone(lock_name),
+                    waiters: Weak::clone(&waiters),
                     refs: 1,
                 }),
             }
         }
-        (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(&entry.name) }, created)
+        (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(lock_name) }, created)
     }
 
     /// For how much longer `channel` stays subscribed if nobody else waits
@@ -456,9 +490,9 @@ impl Subscriber {
     }
 
     fn wake_all(&self) {
-        let entries = self.state.lock().entries();
-        for entry in entries {
-            entry.notify();
+        let waiters = self.state.lock().waiters();
+        for waiters in waiters {
+            waiters.notify();
         }
     }
 
@@ -523,19 +557,19 @@ impl Subscriber {
                 else {
                     return;
                 };
-                let (kind, entries): (Kind, Vec<Arc<Entry>>) = {
+                let (kind, waiters): (Kind, Vec<Arc<dyn Waiters>>) = {
                     let mut st = self.state.lock();
                     let Some(channel) = st.channels.get_mut(channel) else { return };
                     if !channel.wakes(payload) {
                         return;
                     }
-                    (channel.kind, channel.entries().collect())
+                    (channel.kind, channel.waiters().collect())
                 };
                 let grant = (kind == Kind::Wake).then(|| parse_grant(payload)).flatten();
-                for entry in entries {
+                for waiters in waiters {
                     match &grant {
-                        Some(grant) => entry.grant(grant.clone()),
-                        None => entry.notify(),
+                        Some(grant) => waiters.grant(grant.clone()),
+                        None => waiters.notify(),
                     }
                 }
             }

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 use parking_lot::Mutex;
 
-use crate::client::Inner;
 use crate::error::LostReason;
+use crate::error::Result;
 use crate::hold::Hold;
 
 /// Keys renewed per script call.
@@ -95,13 +95,26 @@ impl Registry {
     }
 }
 
+/// What the watchdog needs of its client: the holds to look after, the
+/// lease to re-apply, and one renewal call. (The client implements it; the
+/// watchdog knows nothing else of it.)
+pub(crate) trait Renewals: Send + Sync {
+    /// The holds to renew or watch.
+    fn registry(&self) -> &Registry;
+    /// The lease a renewal re-applies.
+    fn watchdog_timeout(&self) -> Duration;
+    /// Renews the `(key, owner)` pairs in one script call, on a live
+    /// connection; `true` = still held.
+    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>>;
+}
+
 /// The watchdog thread's body. Runs until `stop` disconnects or the client
 /// is gone.
-pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>, kick: Receiver<()>) {
+pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, stop: Receiver<()>, kick: Receiver<()>) {
     let mut next_renewal = Instant::now() + period;
     loop {
         let wake_at = match client.upgrade() {
-            Some(inner) => inner.watchdog.earliest_deadline().map_or(next_renewal, |d| d.min(next_renewal)),
+            Some(inner) => inner.registry().earliest_deadline().map_or(next_renewal, |d| d.min(next_renewal)),
             None => return,
         };
         let timeout = wake_at.saturating_duration_since(Instant::now());
@@ -112,9 +125,9 @@ pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>, kic
         }
         let Some(inner) = client.upgrade() else { return };
         let now = Instant::now();
-        inner.watchdog.expire_overdue(now);
+        inner.registry().expire_overdue(now);
         if now >= next_renewal {
-            renew_all(&inner);
+            renew_all(&*inner);
             next_renewal += period;
             let now = Instant::now();
             if next_renewal < now {
@@ -126,25 +139,27 @@ pub(crate) fn run(client: Weak<Inner>, period: Duration, stop: Receiver<()>, kic
 }
 
 /// Renews every registered watchdog hold once, in batches.
-pub(crate) fn renew_all(inner: &Inner) {
-    let holds = inner.watchdog.to_renew();
+pub(crate) fn renew_all(inner: &dyn Renewals) {
+    let registry = inner.registry();
+    let timeout = inner.watchdog_timeout();
+    let holds = registry.to_renew();
     // Deadlines only move later while a round runs, so one look at the
     // earliest tells when a slow round must stop to mark holds lost.
-    let mut earliest = inner.watchdog.earliest_deadline();
-    let lease_ms = crate::lease::millis_ceil(inner.config.watchdog_timeout);
+    let mut earliest = registry.earliest_deadline();
+    let lease_ms = crate::lease::millis_ceil(timeout);
     for batch in holds.chunks(BATCH) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (&*h.entry.name, h.owner.as_str())).collect();
         let sent = Instant::now();
         // Renewing is safe to repeat: a dead pooled connection costs no period.
-        let replies = inner.with_live_conn(|conn| inner.scripts.renew(conn, &pairs, lease_ms));
+        let replies = inner.renew(&pairs, lease_ms);
         match replies {
             Ok(replies) => {
                 for (hold, held) in batch.iter().zip(replies) {
                     if held {
-                        hold.extend_deadline(sent + inner.config.watchdog_timeout);
+                        hold.extend_deadline(sent + timeout);
                     } else if !hold.is_releasing() {
                         hold.mark_lost(LostReason::RenewalRefused);
-                        inner.watchdog.deregister(hold.id);
+                        registry.deregister(hold.id);
                         // Threads of this client queued behind the lost
                         // hold may take the lock now.
                         hold.entry.wake_front();
@@ -165,8 +180,8 @@ pub(crate) fn renew_all(inner: &Inner) {
         }
         let now = Instant::now();
         if earliest.is_some_and(|deadline| deadline <= now) {
-            inner.watchdog.expire_overdue(now);
-            earliest = inner.watchdog.earliest_deadline();
+            registry.expire_overdue(now);
+            earliest = registry.earliest_deadline();
         }
     }
 }
