@@ -584,7 +584,7 @@ mod tests {
             token: None,
             sent: Instant::now(),
         };
-        Arc::new(Hold::new(id, Arc::clone(entry), acquisition))
+        Arc::new(Hold::new(id, Arc::clone(&entry.name), acquisition))
     }
 
     /// Thread `thread` enters the gate on a thread of its own; its outcome

@@ -4,6 +4,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::client::Inner;
+use crate::entry::Entry;
 use crate::error::{LostReason, Result};
 use crate::hold::Hold;
 use crate::lease::Lease;
@@ -39,6 +40,8 @@ use crate::lease::Lease;
 pub struct LockGuard {
     client: Arc<Inner>,
     hold: Arc<Hold>,
+    /// The lock's local state in the client, which the release passes on.
+    entry: Arc<Entry>,
     released: bool,
     _not_send: PhantomData<*const ()>,
 }
@@ -54,13 +57,13 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>) -> Self {
-        LockGuard { client, hold, released: false, _not_send: PhantomData }
+    pub(crate) fn new(client: Arc<Inner>, entry: Arc<Entry>, hold: Arc<Hold>) -> Self {
+        LockGuard { client, hold, entry, released: false, _not_send: PhantomData }
     }
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.hold.entry.name
+        &self.hold.name
     }
 
     /// The lease policy of the acquisition this guard's hold began with.
@@ -105,7 +108,7 @@ impl LockGuard {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold));
+            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::clone(&self.entry));
         }
         signal
     }
@@ -138,7 +141,7 @@ impl LockGuard {
     /// held, expires with its lease.
     pub fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.client.release(&self.hold)
+        self.client.release(&self.entry, &self.hold)
     }
 }
 
@@ -147,7 +150,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        if let Err(e) = self.client.release(&self.hold) {
+        if let Err(e) = self.client.release(&self.entry, &self.hold) {
             log::warn!("keyholder: releasing lock '{}' on drop failed: {e}", self.name());
         }
     }

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::entry::Entry;
 use crate::error::LostReason;
 use crate::lease::Lease;
 
 pub(crate) struct Hold {
     /// Unique within the client; tells one hold of a thread from a later one.
     pub(crate) id: u64,
-    pub(crate) entry: Arc<Entry>,
+    /// The lock name.
+    pub(crate) name: Arc<str>,
     /// The hash field `<client-uuid>:<thread-id>`.
     pub(crate) owner: String,
     pub(crate) thread: u64,
@@ -45,7 +45,7 @@ impl std::fmt::Debug for Hold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hold")
             .field("id", &self.id)
-            .field("name", &self.entry.name)
+            .field("name", &self.name)
             .field("owner", &self.owner)
             .field("lease", &self.lease)
             .field("lost", &self.lost_reason())
@@ -87,11 +87,11 @@ fn decode(code: u8) -> Option<LostReason> {
 
 impl Hold {
     /// The hold begun by `acquisition`, with one guard.
-    pub(crate) fn new(id: u64, entry: Arc<Entry>, acquisition: Acquisition) -> Self {
+    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
         let hold = Hold {
             id,
-            entry,
+            name,
             owner,
             thread,
             lease,

@@ -310,7 +310,7 @@ impl Lock {
         inner.check_running()?;
         let entry = inner.entry(&self.name, &self.channel, &self.marker);
         let acquired = self.acquire_in(&entry, deadline, block)?;
-        Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), hold)))
+        Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), entry, hold)))
     }
 
     fn acquire_in(
@@ -360,10 +360,10 @@ impl Lock {
             Ok(Some(Won { sent, token })) => {
                 let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
-                let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(entry), acquisition));
+                let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&entry.name), acquisition));
                 entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
-                    inner.watchdog.register(Arc::clone(&hold));
+                    inner.watchdog.register(Arc::clone(&hold), Arc::clone(entry));
                 }
                 Ok(Some(hold))
             }
@@ -528,7 +528,7 @@ impl GateRedis for Lock {
     }
 
     fn still_held(&self, hold: &Hold) -> bool {
-        self.query(redis::cmd("HEXISTS").arg(&*hold.entry.name).arg(&hold.owner)).unwrap_or(true)
+        self.query(redis::cmd("HEXISTS").arg(&*hold.name).arg(&hold.owner)).unwrap_or(true)
     }
 }
 

@@ -102,32 +102,32 @@ impl Inner {
     }
 
     /// Releases one guard's share of `hold`.
-    pub(crate) fn release(&self, hold: &Arc<Hold>) -> Result<()> {
+    pub(crate) fn release(&self, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
         if let Some(reason) = hold.lost_reason()
-            && hold.entry.has_newer_hold(hold.thread, hold.id)
+            && entry.has_newer_hold(hold.thread, hold.id)
         {
             // The thread locked again after this hold was lost. Its owner id
             // is the same, and the count in Redis is the new hold's (a new
             // hold resets it), so this release must not touch Redis.
             if hold.drop_guard() == 0 {
-                self.finish(hold);
+                self.finish(entry, hold);
             }
-            return Err(Error::lock_lost(&hold.entry.name, reason));
+            return Err(Error::lock_lost(&hold.name, reason));
         }
         if hold.guards() == 1 {
             hold.start_release();
         }
         if hold.guards() == 1
             && hold.token().is_none()
-            && let Some(successor) = hold.entry.reserve_successor(hold.id, self.config.fairness_window)
+            && let Some(successor) = entry.reserve_successor(hold.id, self.config.fairness_window)
         {
-            return self.hand_over(hold, successor);
+            return self.hand_over(entry, hold, successor);
         }
         let sent = Instant::now();
         let (outcome, retried) = if hold.guards() > 1 {
-            (self.release_nested(&hold.entry, hold.thread, &hold.owner, hold.lease_ms), false)
+            (self.release_nested(entry, hold.thread, &hold.owner, hold.lease_ms), false)
         } else {
-            self.release_last(&hold.entry, &hold.owner, hold.lease_ms)
+            self.release_last(entry, &hold.owner, hold.lease_ms)
         };
         let guards_left = hold.drop_guard();
         match outcome {
@@ -137,7 +137,7 @@ impl Inner {
                     // Redis counts more holds than this client has guards (an
                     // acquire whose reply was lost): stop renewing so the
                     // orphaned count expires with the lease.
-                    self.finish(hold);
+                    self.finish(entry, hold);
                 }
                 Ok(())
             }
@@ -145,18 +145,18 @@ impl Inner {
                 if guards_left > 0 {
                     hold.mark_lost(LostReason::ReleaseFoundGone);
                 }
-                self.finish(hold);
+                self.finish(entry, hold);
                 Ok(())
             }
             // The first attempt's reply was lost, and it did release.
             Ok(Release::NotOwner) if retried && hold.lost_reason().is_none() => {
-                self.finish(hold);
+                self.finish(entry, hold);
                 Ok(())
             }
             Ok(Release::NotOwner) => {
                 let error = Self::not_owner(hold);
                 if guards_left == 0 {
-                    self.finish(hold);
+                    self.finish(entry, hold);
                 }
                 Err(error)
             }
@@ -164,7 +164,7 @@ impl Inner {
                 if guards_left == 0 {
                     // Clear local state whatever Redis did: the lock, if
                     // still there, expires with its lease.
-                    self.finish(hold);
+                    self.finish(entry, hold);
                 }
                 Err(e)
             }
@@ -175,8 +175,7 @@ impl Inner {
     /// a queued thread of this client, in one script call. If another
     /// client was woken for its turn the script releases instead, and the
     /// successor contends in Redis like any waiter.
-    fn hand_over(&self, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
-        let entry = &hold.entry;
+    fn hand_over(&self, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let sent = Instant::now();
         let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
             let args = HandoffArgs {
@@ -195,9 +194,9 @@ impl Inner {
             Ok(Handoff::HandedOver) => {
                 let Successor { thread, owner, lease, lease_ms, .. } = successor;
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(entry), acquisition));
+                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.name), acquisition));
                 if lease == Lease::Watchdog {
-                    self.watchdog.register(Arc::clone(&handed));
+                    self.watchdog.register(Arc::clone(&handed), Arc::clone(entry));
                 }
                 entry.finish_handoff(Some(handed));
                 Ok(())
@@ -219,7 +218,7 @@ impl Inner {
                 Err(e)
             }
         };
-        self.finish(hold);
+        self.finish(entry, hold);
         result
     }
 
@@ -228,16 +227,16 @@ impl Inner {
         let known = hold.lost_reason();
         hold.mark_lost(LostReason::ReleaseFoundGone);
         match known {
-            Some(reason) => Error::lock_lost(&hold.entry.name, reason),
-            None => Error::not_owner(&hold.entry.name),
+            Some(reason) => Error::lock_lost(&hold.name, reason),
+            None => Error::not_owner(&hold.name),
         }
     }
 
     /// Ends a hold locally: no more renewal, the gate passes on.
-    fn finish(&self, hold: &Arc<Hold>) {
+    fn finish(&self, entry: &Entry, hold: &Arc<Hold>) {
         if hold.finish() {
             self.watchdog.deregister(hold.id);
-            hold.entry.release_gate(hold.id);
+            entry.release_gate(hold.id);
         }
     }
 }

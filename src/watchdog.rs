@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 use parking_lot::Mutex;
 
+use crate::entry::Entry;
 use crate::error::LostReason;
 use crate::error::Result;
 use crate::hold::Hold;
@@ -33,6 +34,8 @@ pub(crate) const BATCH: usize = 100;
 #[derive(Debug)]
 struct Watched {
     hold: Arc<Hold>,
+    /// The lock's local state: its queue hears when the hold is lost.
+    entry: Arc<Entry>,
     /// Renew it (watchdog lease), or only watch its deadline (fixed lease).
     renew: bool,
 }
@@ -51,13 +54,13 @@ impl Registry {
     }
 
     /// Renews `hold` until deregistered.
-    pub(crate) fn register(&self, hold: Arc<Hold>) {
-        self.holds.lock().insert(hold.id, Watched { hold, renew: true });
+    pub(crate) fn register(&self, hold: Arc<Hold>, entry: Arc<Entry>) {
+        self.holds.lock().insert(hold.id, Watched { hold, entry, renew: true });
     }
 
     /// Watches the deadline of a hold that is not renewed.
-    pub(crate) fn watch(&self, hold: Arc<Hold>) {
-        self.holds.lock().entry(hold.id).or_insert(Watched { hold, renew: false });
+    pub(crate) fn watch(&self, hold: Arc<Hold>, entry: Arc<Entry>) {
+        self.holds.lock().entry(hold.id).or_insert(Watched { hold, entry, renew: false });
         let _ = self.kick.try_send(());
     }
 
@@ -70,8 +73,13 @@ impl Registry {
         self.holds.lock().values().filter(|w| w.renew).count()
     }
 
-    fn to_renew(&self) -> Vec<Arc<Hold>> {
-        self.holds.lock().values().filter(|w| w.renew).map(|w| Arc::clone(&w.hold)).collect()
+    fn to_renew(&self) -> Vec<(Arc<Hold>, Arc<Entry>)> {
+        self.holds
+            .lock()
+            .values()
+            .filter(|w| w.renew)
+            .map(|w| (Arc::clone(&w.hold), Arc::clone(&w.entry)))
+            .collect()
     }
 
     fn earliest_deadline(&self) -> Option<Instant> {
@@ -80,16 +88,16 @@ impl Registry {
 
     /// Marks lost, and drops, every hold whose deadline has passed.
     fn expire_overdue(&self, now: Instant) {
-        let overdue: Vec<Arc<Hold>> = {
+        let overdue: Vec<Watched> = {
             let mut holds = self.holds.lock();
             let ids: Vec<u64> =
                 holds.iter().filter(|(_, w)| w.hold.deadline() <= now).map(|(id, _)| *id).collect();
-            ids.iter().filter_map(|id| holds.remove(id)).map(|w| w.hold).collect()
+            ids.iter().filter_map(|id| holds.remove(id)).collect()
         };
-        for hold in overdue {
+        for Watched { hold, entry, .. } in overdue {
             if !hold.is_releasing() {
                 hold.mark_lost(LostReason::LeaseExpired);
-                hold.entry.wake_front();
+                entry.wake_front();
             }
         }
     }
@@ -148,13 +156,13 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
     let mut earliest = registry.earliest_deadline();
     let lease_ms = crate::lease::millis_ceil(timeout);
     for batch in holds.chunks(BATCH) {
-        let pairs: Vec<(&str, &str)> = batch.iter().map(|h| (&*h.entry.name, h.owner.as_str())).collect();
+        let pairs: Vec<(&str, &str)> = batch.iter().map(|(h, _)| (&*h.name, h.owner.as_str())).collect();
         let sent = Instant::now();
         // Renewing is safe to repeat: a dead pooled connection costs no period.
         let replies = inner.renew(&pairs, lease_ms);
         match replies {
             Ok(replies) => {
-                for (hold, held) in batch.iter().zip(replies) {
+                for ((hold, entry), held) in batch.iter().zip(replies) {
                     if held {
                         hold.extend_deadline(sent + timeout);
                     } else if !hold.is_releasing() {
@@ -162,7 +170,7 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
                         registry.deregister(hold.id);
                         // Threads of this client queued behind the lost
                         // hold may take the lock now.
-                        hold.entry.wake_front();
+                        entry.wake_front();
                     }
                 }
             }
