@@ -18,12 +18,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ClientBuilder, Config};
-use crate::connection::{self, Checkout, Conn, Connector, Generation, Pool};
-use crate::entry::{Entry, EntryNames};
 use crate::error::{Error, Result};
+use crate::gate::entry::{Entry, EntryNames};
 use crate::names;
-use crate::scripts::{Scripts, Turns};
-use crate::subscriber::{Subscriber, Target};
+use crate::pubsub::subscriber::{Subscriber, Target};
+use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
+use crate::store::scripts::{Scripts, Turns};
 use crate::watchdog::{self, Registry, Renewals};
 
 /// A keyholder client: the entry point for locks.
@@ -79,7 +79,7 @@ pub(crate) struct Inner {
     pool: RwLock<Option<Pool>>,
     /// Opens a connection for a call made after shutdown.
     connector: Connector,
-    /// The pool's connection generation (see `connection.rs`).
+    /// The pool's connection generation (see `store/connection.rs`).
     generation: Arc<Generation>,
     pub(crate) scripts: Scripts,
     entries: Mutex<Entries>,

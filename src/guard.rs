@@ -4,9 +4,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::client::Inner;
-use crate::entry::Entry;
 use crate::error::{LostReason, Result};
-use crate::hold::Hold;
+use crate::gate::entry::Entry;
+use crate::gate::hold::Hold;
 use crate::lease::Lease;
 
 /// An RAII guard for one acquisition of a [`Lock`](crate::Lock).

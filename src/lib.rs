@@ -87,23 +87,26 @@
 //! with asynchronous replication can lose a lock. Redis 5 or newer; TCP
 //! (`redis://`) connections.
 
+// Layers, top to bottom; a module imports only from below it (or, within
+// the top layer, one way). See docs/design.md, "Modules".
+// Public types and the client that wires them.
 mod client;
 mod config;
-mod connection;
-mod entry;
-mod error;
-mod eval;
 mod guard;
-mod hold;
-mod lease;
 mod lock;
+mod release;
+// Renewal.
+mod watchdog;
+// Local coordination, without I/O.
+mod gate;
+// Connections: pub/sub, and the Redis layer (pool, scripts).
+mod pubsub;
+mod store;
+// Vocabulary every layer shares.
+mod error;
+mod lease;
 mod names;
 mod owner;
-mod release;
-mod resp;
-mod scripts;
-mod subscriber;
-mod watchdog;
 
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};

@@ -5,7 +5,7 @@
 //! 1. **Re-entry**: a thread that already holds the lock runs the acquire
 //!    script again (the hold count lives in Redis) and gets another guard.
 //! 2. **The gate**: threads of this client queue locally, FIFO, so that one
-//!    of them at a time talks to Redis (see `entry.rs`).
+//!    of them at a time talks to Redis (see `gate/entry.rs`).
 //! 3. **Contention**: try the acquire script; if another owner holds the
 //!    lock, subscribe to its unlock channel, try again (a release between the
 //!    first try and the subscription would otherwise go unnoticed), then
@@ -17,15 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::entry::{Entered, Entry, GateRedis, Successor};
 use crate::error::{Error, ErrorKind, Result};
+use crate::gate::entry::{Entered, Entry, GateRedis, Successor};
+use crate::gate::hold::{Acquisition, Hold};
 use crate::guard::LockGuard;
-use crate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
 use crate::owner;
-use crate::scripts::{Acquire, AcquireArgs};
-use crate::subscriber::{Grant, Subscription};
+use crate::pubsub::subscriber::{Grant, Subscription};
+use crate::store::scripts::{Acquire, AcquireArgs};
 
 impl Client {
     /// A lock handle for `name` with the default [`Lease::Watchdog`]. No I/O.

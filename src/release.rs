@@ -13,13 +13,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
-use crate::connection::Conn;
-use crate::entry::{Entry, Successor};
 use crate::error::{Error, LostReason, Result};
-use crate::hold::{Acquisition, Hold};
+use crate::gate::entry::{Entry, Successor};
+use crate::gate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
-use crate::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
+use crate::store::connection::Conn;
+use crate::store::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
 
 impl Inner {
     /// Runs a latched release script (`release.lua`, `handoff.lua`) of

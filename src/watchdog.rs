@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 use parking_lot::Mutex;
 
-use crate::entry::Entry;
 use crate::error::LostReason;
 use crate::error::Result;
-use crate::hold::Hold;
+use crate::gate::entry::Entry;
+use crate::gate::hold::Hold;
 
 /// Keys renewed per script call.
 pub(crate) const BATCH: usize = 100;

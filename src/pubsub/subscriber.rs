@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::resp::{self, Resp};
+use crate::pubsub::resp::{self, Resp};
 
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows

@@ -2,7 +2,7 @@
 //!
 //! Each script is a real file under `lua/` whose header comment is its
 //! contract. Calls go out as EVALSHA, falling back to EVAL on NOSCRIPT
-//! (see `eval.rs`). Replies are decoded into small enums
+//! (see `store/eval.rs`). Replies are decoded into small enums
 //! here; a reply outside a contract becomes an `UnexpectedReply` error, never a
 //! panic and never a raw integer leaking upward.
 
@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::connection::Conn;
 use crate::error::{Error, Result};
-use crate::eval::LuaScript;
+use crate::store::connection::Conn;
+use crate::store::eval::LuaScript;
 
 /// Outcome of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,12 +155,12 @@ pub(crate) struct Latch<'a> {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            acquire: LuaScript::new(include_str!("../lua/acquire.lua")),
-            release: LuaScript::new(include_str!("../lua/release.lua")),
-            handoff: LuaScript::new(include_str!("../lua/handoff.lua")),
-            renew: LuaScript::new(include_str!("../lua/renew.lua")),
-            force_unlock: LuaScript::new(include_str!("../lua/force_unlock.lua")),
-            dequeue: LuaScript::new(include_str!("../lua/dequeue.lua")),
+            acquire: LuaScript::new(include_str!("../../lua/acquire.lua")),
+            release: LuaScript::new(include_str!("../../lua/release.lua")),
+            handoff: LuaScript::new(include_str!("../../lua/handoff.lua")),
+            renew: LuaScript::new(include_str!("../../lua/renew.lua")),
+            force_unlock: LuaScript::new(include_str!("../../lua/force_unlock.lua")),
+            dequeue: LuaScript::new(include_str!("../../lua/dequeue.lua")),
         }
     }
 

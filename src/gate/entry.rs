@@ -38,9 +38,9 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, LostReason, Result};
-use crate::hold::Hold;
+use crate::gate::hold::Hold;
 use crate::lease::Lease;
-use crate::subscriber::{Grant, Interest, Subscription, Waiters};
+use crate::pubsub::subscriber::{Grant, Interest, Subscription, Waiters};
 
 pub(crate) struct Entry {
     pub(crate) name: Arc<str>,
@@ -529,7 +529,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
-    use crate::hold::Acquisition;
+    use crate::gate::hold::Acquisition;
 
     const LIMIT: Duration = Duration::from_secs(5);
 
