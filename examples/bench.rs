@@ -44,8 +44,7 @@
 //! Client CPU is the process's utime+stime from `/proc/self/stat` (10 ms
 //! ticks); Redis CPU is `INFO cpu` (used_cpu_user + used_cpu_sys).
 
-#[path = "../tests/common/server.rs"]
-mod server;
+use keyholder_testkit::server;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -22,8 +22,7 @@
 //! `$REDIS_SERVER_BIN`) on a free loopback port in a temp dir, and stops it at
 //! exit.
 
-#[path = "../tests/common/server.rs"]
-mod server;
+use keyholder_testkit::server;
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;

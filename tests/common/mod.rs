@@ -1,11 +1,9 @@
-//! Shared test harness: a private `redis-server` per test (see `server.rs`)
-//! and small helpers.
-#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Shared test harness: the crate `keyholder-testkit` (a private
+//! `redis-server` per test, the fault proxy, child processes, the fenced
+//! store) and small helpers that use keyholder itself.
+#![allow(dead_code, unreachable_pub, unused_imports, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-pub mod child;
-pub mod proxy;
-mod server;
-pub mod store;
+pub use keyholder_testkit::{child, proxy, store};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,8 +11,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use keyholder::{Client, ClientBuilder};
-#[allow(unused_imports)]
-pub use server::{RedisServer, free_port};
+pub use keyholder_testkit::{RedisServer, free_port};
 
 /// Clients for a test server.
 pub trait ServerExt {
