@@ -19,8 +19,8 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
-use crate::gate::entry::{Entry, EntryNames};
-use crate::names;
+use crate::gate::entry::Entry;
+use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Subscriber, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::store::scripts::{Scripts, Turns};
@@ -363,11 +363,11 @@ impl Inner {
     /// The waiter queue of `entry`'s lock, as this client takes part in it.
     pub(crate) fn turns<'a>(&'a self, entry: &'a Entry) -> Turns<'a> {
         Turns {
-            marker: &entry.marker,
-            queue: &entry.queue,
-            grants: &entry.grants,
-            recent: &entry.recent,
-            wake_prefix: &entry.wake_prefix,
+            marker: &entry.keys.marker,
+            queue: &entry.keys.queue,
+            grants: &entry.keys.grants,
+            recent: &entry.keys.recent,
+            wake_prefix: &entry.keys.wake_prefix,
             client: &self.id,
         }
     }
@@ -383,22 +383,12 @@ impl Inner {
     /// The local state of lock `name`, created on first use and kept while
     /// the client has few: a lock taken again and again reuses its entry.
     /// Past [`Entries::sweep_at`] entries, idle ones are dropped.
-    pub(crate) fn entry(&self, name: &Arc<str>, channel: &Arc<str>, marker: &Arc<str>) -> Arc<Entry> {
+    pub(crate) fn entry(&self, name: &Arc<str>) -> Arc<Entry> {
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.map.get(name) {
             return Arc::clone(entry);
         }
-        let names = EntryNames {
-            name: Arc::clone(name),
-            channel: Arc::clone(channel),
-            marker: Arc::clone(marker),
-            queue: Arc::from(names::queue_key(name)),
-            grants: Arc::from(names::grants_key(name)),
-            recent: Arc::from(names::recent_key(name)),
-            wake_prefix: Arc::from(names::wake_prefix(name)),
-            wake_channel: Arc::from(names::wake_channel(name, &self.id)),
-        };
-        let entry = Arc::new(Entry::new(names));
+        let entry = Arc::new(Entry::new(LockKeys::new(name, &self.id)));
         if self.shutdown.load(Ordering::Acquire) {
             entry.shut_down();
         }

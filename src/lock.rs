@@ -89,8 +89,6 @@ pub struct Lock {
     client: Client,
     name: Arc<str>,
     channel: Arc<str>,
-    /// The next-in-line marker key.
-    marker: Arc<str>,
     lease: Lease,
     /// The fencing-token counter, for fenced handles.
     token_key: Option<Arc<str>>,
@@ -108,7 +106,6 @@ impl Lock {
             client,
             name: Arc::from(name),
             channel: Arc::from(names::unlock_channel(name)),
-            marker: Arc::from(names::next_marker(name)),
             lease,
             token_key: None,
         }
@@ -308,7 +305,7 @@ impl Lock {
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
         let inner = self.client.inner();
         inner.check_running()?;
-        let entry = inner.entry(&self.name, &self.channel, &self.marker);
+        let entry = inner.entry(&self.name);
         let acquired = self.acquire_in(&entry, deadline, block)?;
         Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), entry, hold)))
     }
@@ -360,7 +357,8 @@ impl Lock {
             Ok(Some(Won { sent, token })) => {
                 let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
-                let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&entry.name), acquisition));
+                let hold =
+                    Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
                 entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(Arc::clone(&hold), Arc::clone(entry));
@@ -476,7 +474,7 @@ impl Lock {
             // dropped when its turn comes and nobody listens.)
             let turns = inner.turns(entry);
             let _ = inner.with_live_conn(|conn| {
-                inner.scripts.dequeue(conn, &entry.name, &entry.channel, turns, owner)
+                inner.scripts.dequeue(conn, &entry.keys.name, &entry.keys.channel, turns, owner)
             });
         }
         outcome

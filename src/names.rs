@@ -12,6 +12,8 @@
 //! keys' prefixes are reserved: a lock there could be overwritten, or mistaken
 //! for another lock's state.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 
 /// The longest lock name accepted, in bytes.
@@ -57,6 +59,43 @@ const RESERVED_PREFIXES: [&str; 6] = [
     "keyholder_lock_recent:",
     "redisson_unlock_latch:",
 ];
+
+/// A lock's name and every key and channel derived from it, as one client
+/// uses them.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) name: Arc<str>,
+    /// Redisson's unlock channel, shared with Java waiters.
+    pub(crate) channel: Arc<str>,
+    /// The claim marker (see `lua/acquire.lua`).
+    pub(crate) marker: Arc<str>,
+    /// The waiter queue.
+    pub(crate) queue: Arc<str>,
+    /// The waiter grants.
+    pub(crate) grants: Arc<str>,
+    /// The recent releasers.
+    pub(crate) recent: Arc<str>,
+    /// The prefix of the lock's wake channels.
+    pub(crate) wake_prefix: Arc<str>,
+    /// This client's wake channel for the lock.
+    pub(crate) wake_channel: Arc<str>,
+}
+
+impl LockKeys {
+    /// The keys of lock `name` for the client `client_id`.
+    pub(crate) fn new(name: &Arc<str>, client_id: &str) -> LockKeys {
+        LockKeys {
+            name: Arc::clone(name),
+            channel: Arc::from(unlock_channel(name)),
+            marker: Arc::from(next_marker(name)),
+            queue: Arc::from(queue_key(name)),
+            grants: Arc::from(grants_key(name)),
+            recent: Arc::from(recent_key(name)),
+            wake_prefix: Arc::from(wake_prefix(name)),
+            wake_channel: Arc::from(wake_channel(name, client_id)),
+        }
+    }
+}
 
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when the
 /// name already contains `{`.

@@ -34,7 +34,7 @@ impl Inner {
         retry: bool,
         script: impl Fn(&mut Conn, Latch<'_>) -> Result<T>,
     ) -> Result<T> {
-        let key = names::unlock_latch(&entry.name, self.uuid.as_u128(), thread);
+        let key = names::unlock_latch(&entry.keys.name, self.uuid.as_u128(), thread);
         let request = self.next_request.fetch_add(1, Ordering::Relaxed);
         let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
         let latch = Latch { key: &key, ttl_ms, request, retry: false };
@@ -84,13 +84,13 @@ impl Inner {
         latch: Option<Latch<'a>>,
     ) -> ReleaseArgs<'a> {
         ReleaseArgs {
-            name: &entry.name,
-            channel: &entry.channel,
+            name: &entry.keys.name,
+            channel: &entry.keys.channel,
             turns: self.turns(entry),
             lease_ms,
             owner,
             latch,
-            listening: self.subscriber.listening_for(&entry.channel),
+            listening: self.subscriber.listening_for(&entry.keys.channel),
         }
     }
 
@@ -179,8 +179,8 @@ impl Inner {
         let sent = Instant::now();
         let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
             let args = HandoffArgs {
-                name: &entry.name,
-                channel: &entry.channel,
+                name: &entry.keys.name,
+                channel: &entry.keys.channel,
                 turns: self.turns(entry),
                 lease_ms: successor.lease_ms,
                 from: &hold.owner,
@@ -194,7 +194,8 @@ impl Inner {
             Ok(Handoff::HandedOver) => {
                 let Successor { thread, owner, lease, lease_ms, .. } = successor;
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.name), acquisition));
+                let handed =
+                    Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
                 if lease == Lease::Watchdog {
                     self.watchdog.register(Arc::clone(&handed), Arc::clone(entry));
                 }

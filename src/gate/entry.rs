@@ -40,31 +40,19 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, LostReason, Result};
 use crate::gate::hold::Hold;
 use crate::lease::Lease;
+use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Grant, Interest, Subscription, Waiters};
 
 pub(crate) struct Entry {
-    pub(crate) name: Arc<str>,
-    /// Redisson's unlock channel, shared with Java waiters.
-    pub(crate) channel: Arc<str>,
-    /// The claim marker key (see `lua/acquire.lua`).
-    pub(crate) marker: Arc<str>,
-    /// The waiter queue key.
-    pub(crate) queue: Arc<str>,
-    /// The waiter grants key.
-    pub(crate) grants: Arc<str>,
-    /// The recent releasers key.
-    pub(crate) recent: Arc<str>,
-    /// The prefix of the lock's wake channels.
-    pub(crate) wake_prefix: Arc<str>,
-    /// This client's wake channel for the lock.
-    pub(crate) wake_channel: Arc<str>,
+    /// The lock's name and the keys and channels derived from it.
+    pub(crate) keys: LockKeys,
     state: Mutex<State>,
     woken: Condvar,
 }
 
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Entry").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Entry").field("name", &self.keys.name).finish_non_exhaustive()
     }
 }
 
@@ -79,19 +67,6 @@ enum Gate {
     Handed(Arc<Hold>),
     /// A thread holds the lock.
     Held(Arc<Hold>),
-}
-
-/// The names an entry works with.
-#[derive(Debug)]
-pub(crate) struct EntryNames {
-    pub(crate) name: Arc<str>,
-    pub(crate) channel: Arc<str>,
-    pub(crate) marker: Arc<str>,
-    pub(crate) queue: Arc<str>,
-    pub(crate) grants: Arc<str>,
-    pub(crate) recent: Arc<str>,
-    pub(crate) wake_prefix: Arc<str>,
-    pub(crate) wake_channel: Arc<str>,
 }
 
 /// What a queued thread would need to receive the lock by hand-off.
@@ -158,17 +133,9 @@ pub(crate) enum Wake {
 const HANDING_POLL: Duration = Duration::from_secs(1);
 
 impl Entry {
-    pub(crate) fn new(names: EntryNames) -> Self {
-        let EntryNames { name, channel, marker, queue, grants, recent, wake_prefix, wake_channel } = names;
+    pub(crate) fn new(keys: LockKeys) -> Self {
         Entry {
-            name,
-            channel,
-            marker,
-            queue,
-            grants,
-            recent,
-            wake_prefix,
-            wake_channel,
+            keys,
             state: Mutex::new(State {
                 gate: Gate::Free,
                 queue: VecDeque::new(),
@@ -427,7 +394,12 @@ impl Entry {
     /// What the subscriber needs to wake this entry's waiting threads.
     pub(crate) fn interest(self: &Arc<Self>) -> Interest<'_> {
         let waiters: Weak<dyn Waiters> = Arc::downgrade(self) as Weak<Entry>;
-        Interest { name: &self.name, channel: &self.channel, wake_channel: &self.wake_channel, waiters }
+        Interest {
+            name: &self.keys.name,
+            channel: &self.keys.channel,
+            wake_channel: &self.keys.wake_channel,
+            waiters,
+        }
     }
 
     /// An unlock message (or a reconnect) arrived: wake the waiting thread;
@@ -552,17 +524,7 @@ mod tests {
     }
 
     fn entry() -> Arc<Entry> {
-        let name = |s: &str| Arc::<str>::from(s);
-        Arc::new(Entry::new(EntryNames {
-            name: name("l"),
-            channel: name("c"),
-            marker: name("m"),
-            queue: name("q"),
-            grants: name("g"),
-            recent: name("r"),
-            wake_prefix: name("w"),
-            wake_channel: name("w:me"),
-        }))
+        Arc::new(Entry::new(LockKeys::new(&Arc::from("l"), "me")))
     }
 
     fn successor(thread: u64) -> Successor {
@@ -584,7 +546,7 @@ mod tests {
             token: None,
             sent: Instant::now(),
         };
-        Arc::new(Hold::new(id, Arc::clone(&entry.name), acquisition))
+        Arc::new(Hold::new(id, Arc::clone(&entry.keys.name), acquisition))
     }
 
     /// Thread `thread` enters the gate on a thread of its own; its outcome
