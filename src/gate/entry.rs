@@ -565,6 +565,19 @@ mod tests {
         rx
     }
 
+    /// Thread 1 holds the lock (hold 10), and thread 2 is queued behind it
+    /// with `deadline`: the gate, its fake Redis, and thread 2's outcome.
+    fn held_with_one_queued(
+        deadline: Option<Instant>,
+    ) -> (Arc<Entry>, Arc<FakeRedis>, mpsc::Receiver<Result<Option<Entered>>>) {
+        let (entry, redis) = (entry(), redis());
+        assert!(matches!(entry.enter_gate(&successor(1), None, true, &*redis), Ok(Some(Entered::Gate))));
+        entry.set_held(hold(&entry, 10, 1));
+        let second = enter(&entry, &redis, 2, deadline);
+        queued(&entry, 1);
+        (entry, redis, second)
+    }
+
     fn queued(entry: &Entry, n: usize) {
         let until = Instant::now() + LIMIT;
         while entry.state.lock().queue.len() != n {
@@ -601,11 +614,7 @@ mod tests {
 
     #[test]
     fn a_hand_off_within_the_window_gives_the_successor_a_ready_hold() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        entry.set_held(hold(&entry, 10, 1));
-        let second = enter(&entry, &redis, 2, None);
-        queued(&entry, 1);
+        let (entry, _redis, second) = held_with_one_queued(None);
         let chosen = entry.reserve_successor(10, Duration::from_secs(60)).expect("a successor");
         assert_eq!(chosen.thread, 2);
         entry.finish_handoff(Some(hold(&entry, 11, 2)));
@@ -618,11 +627,7 @@ mod tests {
 
     #[test]
     fn a_hand_off_that_did_not_happen_gives_the_successor_the_gate() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        entry.set_held(hold(&entry, 10, 1));
-        let second = enter(&entry, &redis, 2, None);
-        queued(&entry, 1);
+        let (entry, _redis, second) = held_with_one_queued(None);
         entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
         entry.finish_handoff(None);
         assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
@@ -630,11 +635,7 @@ mod tests {
 
     #[test]
     fn past_the_fairness_window_there_is_no_hand_off() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        entry.set_held(hold(&entry, 10, 1));
-        let _second = enter(&entry, &redis, 2, None);
-        queued(&entry, 1);
+        let (entry, _redis, _second) = held_with_one_queued(None);
         assert!(entry.reserve_successor(10, Duration::ZERO).is_none());
         assert!(entry.reserve_successor(99, Duration::from_secs(60)).is_none(), "not the current hold");
         entry.shut_down();
@@ -642,11 +643,7 @@ mod tests {
 
     #[test]
     fn a_successor_waits_for_its_hand_off_past_its_own_deadline() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        entry.set_held(hold(&entry, 10, 1));
-        let second = enter(&entry, &redis, 2, Some(Instant::now() + Duration::from_millis(100)));
-        queued(&entry, 1);
+        let (entry, _redis, second) = held_with_one_queued(Some(Instant::now() + Duration::from_millis(100)));
         entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
         std::thread::sleep(Duration::from_millis(200)); // its deadline passes mid hand-off
         assert!(second.try_recv().is_err(), "the successor gave up while the lock was on its way");
