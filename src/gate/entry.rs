@@ -551,12 +551,7 @@ mod tests {
 
     /// Thread `thread` enters the gate on a thread of its own; its outcome
     /// arrives on the channel.
-    fn enter(
-        entry: &Arc<Entry>,
-        redis: &Arc<FakeRedis>,
-        thread: u64,
-        deadline: Option<Instant>,
-    ) -> mpsc::Receiver<Result<Option<Entered>>> {
+    fn enter(entry: &Arc<Entry>, redis: &Arc<FakeRedis>, thread: u64, deadline: Option<Instant>) -> Outcome {
         let (tx, rx) = mpsc::channel();
         let (entry, redis) = (Arc::clone(entry), Arc::clone(redis));
         std::thread::spawn(move || {
@@ -566,17 +561,20 @@ mod tests {
     }
 
     /// Thread 1 holds the lock (hold 10), and thread 2 is queued behind it
-    /// with `deadline`: the gate, its fake Redis, and thread 2's outcome.
-    fn held_with_one_queued(
-        deadline: Option<Instant>,
-    ) -> (Arc<Entry>, Arc<FakeRedis>, mpsc::Receiver<Result<Option<Entered>>>) {
+    /// with `deadline`: the gate, its fake Redis, the hold, and thread 2's
+    /// outcome.
+    fn held_with_one_queued(deadline: Option<Instant>) -> (Arc<Entry>, Arc<FakeRedis>, Arc<Hold>, Outcome) {
         let (entry, redis) = (entry(), redis());
         assert!(matches!(entry.enter_gate(&successor(1), None, true, &*redis), Ok(Some(Entered::Gate))));
-        entry.set_held(hold(&entry, 10, 1));
+        let holder = hold(&entry, 10, 1);
+        entry.set_held(Arc::clone(&holder));
         let second = enter(&entry, &redis, 2, deadline);
         queued(&entry, 1);
-        (entry, redis, second)
+        (entry, redis, holder, second)
     }
+
+    /// Where a thread's `enter_gate` outcome arrives.
+    type Outcome = mpsc::Receiver<Result<Option<Entered>>>;
 
     fn queued(entry: &Entry, n: usize) {
         let until = Instant::now() + LIMIT;
@@ -614,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_hand_off_within_the_window_gives_the_successor_a_ready_hold() {
-        let (entry, _redis, second) = held_with_one_queued(None);
+        let (entry, _redis, _holder, second) = held_with_one_queued(None);
         let chosen = entry.reserve_successor(10, Duration::from_secs(60)).expect("a successor");
         assert_eq!(chosen.thread, 2);
         entry.finish_handoff(Some(hold(&entry, 11, 2)));
@@ -627,7 +625,7 @@ mod tests {
 
     #[test]
     fn a_hand_off_that_did_not_happen_gives_the_successor_the_gate() {
-        let (entry, _redis, second) = held_with_one_queued(None);
+        let (entry, _redis, _holder, second) = held_with_one_queued(None);
         entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
         entry.finish_handoff(None);
         assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
@@ -635,7 +633,7 @@ mod tests {
 
     #[test]
     fn past_the_fairness_window_there_is_no_hand_off() {
-        let (entry, _redis, _second) = held_with_one_queued(None);
+        let (entry, _redis, _holder, _second) = held_with_one_queued(None);
         assert!(entry.reserve_successor(10, Duration::ZERO).is_none());
         assert!(entry.reserve_successor(99, Duration::from_secs(60)).is_none(), "not the current hold");
         entry.shut_down();
@@ -643,7 +641,8 @@ mod tests {
 
     #[test]
     fn a_successor_waits_for_its_hand_off_past_its_own_deadline() {
-        let (entry, _redis, second) = held_with_one_queued(Some(Instant::now() + Duration::from_millis(100)));
+        let (entry, _redis, _holder, second) =
+            held_with_one_queued(Some(Instant::now() + Duration::from_millis(100)));
         entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
         std::thread::sleep(Duration::from_millis(200)); // its deadline passes mid hand-off
         assert!(second.try_recv().is_err(), "the successor gave up while the lock was on its way");
@@ -675,12 +674,7 @@ mod tests {
 
     #[test]
     fn a_hold_found_gone_after_an_unlock_message_is_marked_lost_and_taken_over() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        let holder = hold(&entry, 10, 1);
-        entry.set_held(Arc::clone(&holder));
-        let second = enter(&entry, &redis, 2, None);
-        queued(&entry, 1);
+        let (entry, redis, holder, second) = held_with_one_queued(None);
         // Still there: the unlock message was for someone else.
         entry.notify();
         assert!(second.recv_timeout(Duration::from_millis(100)).is_err());
@@ -697,12 +691,7 @@ mod tests {
 
     #[test]
     fn a_hold_being_released_is_not_taken_for_lost() {
-        let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
-        let holder = hold(&entry, 10, 1);
-        entry.set_held(Arc::clone(&holder));
-        let second = enter(&entry, &redis, 2, None);
-        queued(&entry, 1);
+        let (entry, redis, holder, second) = held_with_one_queued(None);
         holder.start_release();
         redis.holder_there.store(false, Ordering::Release);
         entry.notify(); // its own unlock message, ahead of the release's reply
