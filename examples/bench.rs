@@ -1,4 +1,4 @@
-//! The keyholder benchmark: the workloads of SPEC section 4 (W1 to W6), each
+//! The keyholder benchmark: the workloads of SPEC section 4 (W1 to W7), each
 //! measured three ways in one process against one Redis server. W6's clients
 //! are threads of this process, each with its own `Client` (its own pool,
 //! pub/sub connection and client id), as separate processes would have.
@@ -69,7 +69,7 @@ usage: bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w6-clie
 
   --quick                    a tiny configuration that finishes in a few seconds
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
-  --only LIST                run only these workloads (W1..W6, comma-separated)
+  --only LIST                run only these workloads (W1..W7, comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
@@ -154,6 +154,10 @@ struct Cfg {
     w6_clients: Vec<usize>,
     /// W6: acquisitions over all threads.
     w6_acquisitions: usize,
+    /// W7: thread counts, one client, distinct names per thread.
+    w7_threads: Vec<usize>,
+    /// W7: acquire+release pairs over all threads.
+    w7_pairs: usize,
     w3_baseline_threads: usize,
     /// Count top-level commands with the slow log in W2 and W3.
     audit: bool,
@@ -183,6 +187,8 @@ impl Cfg {
             w3_many_clients: 100,
             w6_clients: vec![8, 32, 128],
             w6_acquisitions: 1600,
+            w7_threads: vec![1, 8, 32, 128, 512],
+            w7_pairs: 8000,
             w3_baseline_threads: 1000,
             audit: true,
             w3_idle: Duration::from_secs(1),
@@ -206,6 +212,8 @@ impl Cfg {
             w3_many_clients: 10,
             w6_clients: vec![8],
             w6_acquisitions: 40,
+            w7_threads: vec![1, 8],
+            w7_pairs: 100,
             w3_baseline_threads: 40,
             w3_idle: Duration::from_millis(200),
             w4_locks: 200,
@@ -249,7 +257,7 @@ fn parse_args() -> Result<Option<Cfg>, String> {
             "--only" => {
                 cfg.only = value()?.split(',').map(|s| s.trim().to_uppercase()).collect();
                 for w in &cfg.only {
-                    if !["W1", "W2", "W3", "W4", "W5", "W6"].contains(&w.as_str()) {
+                    if !["W1", "W2", "W3", "W4", "W5", "W6", "W7"].contains(&w.as_str()) {
                         return Err(format!("--only: unknown workload {w}"));
                     }
                 }
@@ -892,6 +900,9 @@ fn run_workloads(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res
     if env.cfg.wants("W6") {
         w6(env, stats)?;
     }
+    if env.cfg.wants("W7") {
+        w7(env, stats)?;
+    }
     Ok(())
 }
 
@@ -1521,6 +1532,161 @@ fn w6(env: &Env, stats: &mut redis::Connection) -> Res<()> {
         contended(env, stats, "W6", shape, clients, &title)?;
     }
     Ok(())
+}
+
+/// W7: thread-per-request. One process's threads each take and release
+/// their own lock names, with no contention: the floor and the baseline with
+/// a connection per thread, keyholder with one client and its defaults.
+fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
+    let c = &env.cfg;
+    let mut rows = Vec::new();
+    for &threads in &c.w7_threads {
+        let (mut floor, mut base, mut kh) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 1..=c.runs {
+            eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
+            floor.push(run_w7(env, stats, PerRequest::Floor, threads, c.w7_pairs)?);
+            base.push(run_w7(env, stats, PerRequest::Baseline, threads, c.w7_pairs)?);
+            let client = env.keyholder(None)?;
+            kh.push(run_w7(env, stats, PerRequest::Keyholder(&client), threads, c.w7_pairs)?);
+            client.shutdown();
+        }
+        let rate = |runs: &[PerRequestRun]| median(runs.iter().map(|r| r.rate).collect());
+        let conns = |runs: &[PerRequestRun]| median(runs.iter().map(|r| r.connections).collect());
+        let ratio =
+            |over: &[PerRequestRun]| median(kh.iter().zip(over).map(|(k, o)| k.rate / o.rate).collect());
+        rows.push(vec![
+            threads.to_string(),
+            fmt(rate(&floor), 0),
+            fmt(rate(&base), 0),
+            fmt(rate(&kh), 0),
+            fmt_ratio(ratio(&floor)),
+            fmt_ratio(ratio(&base)),
+            format!("{} / {} / {}", fmt(conns(&floor), 0), fmt(conns(&base), 0), fmt(conns(&kh), 0)),
+            fmt(median(kh.iter().map(|r| r.rt).collect()), 2),
+        ]);
+    }
+    print_table(
+        &format!(
+            "W7: thread-per-request, 1 client, each thread on its own lock names, {} acquire+release pairs in \
+             all (targets: keyholder >= 0.9x the floor at every thread count with default settings and at \
+             most 16 connections per client; stretch: >= the baseline from 32 threads)",
+            c.w7_pairs
+        ),
+        &[
+            "threads",
+            "floor pairs/s",
+            "baseline pairs/s",
+            "keyholder pairs/s",
+            "keyholder vs floor",
+            "keyholder vs baseline",
+            "Redis connections floor / baseline / keyholder",
+            "keyholder round trips/pair",
+        ],
+        &rows,
+        &["The floor runs the raw acquire.lua and release.lua and the baseline SET NX PX and its \
+           compare-and-delete, each thread on a connection of its own; keyholder is one client with \
+           default settings (a pool of 16 connections). Connections: connected_clients added while every \
+           thread still holds what it opened, counting keyholder's pub/sub connection. Rates are medians \
+           over runs, ratios medians of per-run ratios; round trips from INFO commandstats."
+            .to_owned()],
+    );
+    Ok(())
+}
+
+/// How W7 takes and gives back a lock.
+#[derive(Clone, Copy)]
+enum PerRequest<'a> {
+    /// The raw scripts, one connection per thread.
+    Floor,
+    /// `SET NX PX` and compare-and-delete, one connection per thread.
+    Baseline,
+    /// keyholder with its defaults: one client shared by every thread.
+    Keyholder(&'a Client),
+}
+
+/// One W7 window: pairs per second, Redis connections in use, round trips
+/// per pair.
+struct PerRequestRun {
+    rate: f64,
+    connections: f64,
+    rt: f64,
+}
+
+/// W7 once: `threads` threads of one process, each taking and releasing its
+/// own lock names (`pairs` pairs in all), as request threads of a server do.
+fn run_w7(
+    env: &Env,
+    stats: &mut redis::Connection,
+    how: PerRequest<'_>,
+    threads: usize,
+    pairs: usize,
+) -> Res<PerRequestRun> {
+    let per_thread = (pairs / threads).max(5);
+    let before = connected_clients(stats)?;
+    // Four meeting points: all set up; go (the window starts); all done (the
+    // window ends, their connections still open and counted); counted (they
+    // may close).
+    let ready = std::sync::Barrier::new(threads + 1);
+    let go = std::sync::Barrier::new(threads + 1);
+    let finished = std::sync::Barrier::new(threads + 1);
+    let counted = std::sync::Barrier::new(threads + 1);
+    let (d, connections) = thread::scope(|scope| -> Res<(Delta, f64)> {
+        let mut handles = Vec::new();
+        for t in 0..threads {
+            let (ready, go, finished, counted) = (&ready, &go, &finished, &counted);
+            let builder = thread::Builder::new().stack_size(env.cfg.w3_stack);
+            let handle = builder.spawn_scoped(scope, move || -> Res<()> {
+                let keys: Vec<String> = (0..4).map(|i| env.key(&format!("w7:{t}:{i}"))).collect();
+                let owner = format!("bench-floor:{t}");
+                let setup = match how {
+                    PerRequest::Keyholder(client) => keys
+                        .iter()
+                        .map(|k| client.lock(k))
+                        .collect::<Result<Vec<Lock>, _>>()
+                        .map(|locks| (None, locks))
+                        .map_err(BoxError::from),
+                    _ => connect(&env.raw).map(|con| (Some(con), Vec::new())),
+                };
+                ready.wait();
+                go.wait();
+                let outcome = setup.and_then(|(mut con, locks)| {
+                    for i in 0..per_thread {
+                        let key = &keys[i % keys.len()];
+                        match (how, con.as_mut()) {
+                            (PerRequest::Floor, Some(con)) => floor_pair(con, &env.scripts, key, &owner)?,
+                            (PerRequest::Baseline, Some(con)) => {
+                                let tok = token();
+                                baseline_lock(con, key, &tok, ACQUIRE_LIMIT)?;
+                                baseline_unlock(con, &env.scripts, key, &tok)?;
+                            }
+                            (PerRequest::Keyholder(_), _) => {
+                                kh_lock(&locks[i % locks.len()], ACQUIRE_LIMIT)?.unlock()?;
+                            }
+                            _ => return Err(err("W7 worker without a connection")),
+                        }
+                    }
+                    Ok(con)
+                });
+                finished.wait();
+                counted.wait();
+                outcome.map(drop)
+            })?;
+            handles.push(handle);
+        }
+        ready.wait();
+        let a = snap(stats)?;
+        go.wait();
+        finished.wait();
+        let b = snap(stats)?;
+        let connections = connected_clients(stats)? - before;
+        counted.wait();
+        for h in handles {
+            join(h)?;
+        }
+        Ok((Delta::between(&a, &b), connections))
+    })?;
+    let n = (per_thread * threads) as f64;
+    Ok(PerRequestRun { rate: n / d.wall, connections, rt: d.round_trips(NESTED_LIB, 0) / n })
 }
 
 /// Runs one contended configuration (`shape` spread over `clients`
