@@ -6,8 +6,9 @@
 //!
 //! Redisson's derived names (the unlock channel, the fencing-token counter)
 //! follow its rule exactly, so Java and Rust meet on them; under that rule the
-//! names `x` and `{x}` share them. keyholder's own keys (the next-in-line
-//! marker and the unlock latches) are one-to-one with lock names instead, so
+//! names `x` and `{x}` share them. keyholder's own keys (the claim marker,
+//! the waiter queue, grants and recent releasers, the unlock latches, the
+//! wake channels) are one-to-one with lock names instead, so
 //! that no lock's key can stand in for another's. Names under the derived
 //! keys' prefixes are reserved: a lock there could be overwritten, or mistaken
 //! for another lock's state.
