@@ -873,3 +873,22 @@ fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
     assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
 }
+
+/// docs/redisson-compat.md quotes every script's header comment; they must
+/// not drift apart.
+#[test]
+fn the_compat_doc_quotes_every_script_header_verbatim() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/redisson-compat.md")).unwrap();
+    for entry in std::fs::read_dir(root.join("lua")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
+        let quoted = format!("```lua\n{}\n```", header.join("\n"));
+        assert!(
+            doc.contains(&quoted),
+            "docs/redisson-compat.md does not quote {}'s header as it is",
+            path.display()
+        );
+    }
+}
