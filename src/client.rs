@@ -24,7 +24,7 @@ use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Subscriber, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::store::scripts::{Scripts, Turns};
-use crate::watchdog::{self, Registry, Renewals};
+use crate::watchdog::{self, Registry, Renewals, Signals};
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -168,7 +168,9 @@ impl Client {
         );
         connector.check_access()?;
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
-        let subscriber = Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout));
+        let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
+        let subscriber =
+            Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
         let uuid = uuid::Uuid::new_v4();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
@@ -201,7 +203,7 @@ impl Client {
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
         let renewer = Background::spawn(format!("keyholder-watchdog-{short_id}"), move || {
-            watchdog::run(weak, period, stop_rx, kick_rx);
+            watchdog::run(weak, period, Signals { stop: stop_rx, kick: kick_rx, verify: verify_rx });
         });
         match renewer {
             Ok(thread) => inner.threads.lock().push(thread),

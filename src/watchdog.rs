@@ -116,9 +116,21 @@ pub(crate) trait Renewals: Send + Sync {
     fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>>;
 }
 
+/// What wakes the watchdog thread besides its own timer.
+pub(crate) struct Signals {
+    /// Disconnects on shutdown.
+    pub(crate) stop: Receiver<()>,
+    /// A hold's deadline changed: reconsider when to wake.
+    pub(crate) kick: Receiver<()>,
+    /// The pub/sub connection was replaced (Redis may have restarted or
+    /// failed over): renew, which verifies, every hold at once.
+    pub(crate) verify: Receiver<()>,
+}
+
 /// The watchdog thread's body. Runs until `stop` disconnects or the client
 /// is gone.
-pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, stop: Receiver<()>, kick: Receiver<()>) {
+pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals) {
+    let Signals { stop, kick, verify } = signals;
     let mut next_renewal = Instant::now() + period;
     loop {
         let wake_at = match client.upgrade() {
@@ -129,6 +141,15 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, stop: Receiver<(
         select! {
             recv(stop) -> _ => return,
             recv(kick) -> _ => continue,
+            recv(verify) -> _ => {
+                // Each hold is renewed if it still exists and reported lost
+                // if not, one round trip after Redis is reachable again,
+                // rather than at the next period or its lease deadline.
+                if let Some(inner) = client.upgrade() {
+                    renew_all(&*inner);
+                }
+                continue;
+            }
             default(timeout) => {}
         }
         let Some(inner) = client.upgrade() else { return };

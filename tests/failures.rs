@@ -13,7 +13,7 @@ use common::{
     RedisServer, ServerExt, eventually, exists, free_port, info_field, recv_within, spawn, timed,
     wait_subscribed,
 };
-use keyholder::{Client, ClientBuilder, Error, Result};
+use keyholder::{Client, ClientBuilder, Error, LostReason, Result};
 
 const SECOND: Duration = Duration::from_secs(1);
 const CONNECT: Duration = Duration::from_millis(300);
@@ -257,6 +257,30 @@ fn a_hold_across_a_restart_is_reported_lost() {
     assert!(eventually(5 * SECOND, || guard.is_lost()), "the hold never reported itself lost");
     let err = guard.unlock().unwrap_err();
     assert!(err.is_lock_lost() || err.is_redis_error(), "{err:?}");
+}
+
+/// SPEC: a holder is told of a restart within a round trip of Redis being
+/// back, not at its lease deadline. With the default 30 s watchdog the next
+/// renewal would be up to 10 s away and the lease deadline 30 s: the
+/// replaced pub/sub connection makes the watchdog verify every hold at once.
+#[test]
+fn a_restart_tells_a_default_watchdog_holder_as_soon_as_redis_is_back() {
+    let mut server = RedisServer::start();
+    let client = server.client(); // the default 30 s watchdog
+    let other = server.client();
+    let guard = client.lock("restarted").unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    server.restart(); // empty: the lock is gone
+    let back = Instant::now();
+    // Another owner gets in at once; the holder must not believe it still
+    // holds the lock for long.
+    let theirs = other.lock("restarted").unwrap().try_lock_for(5 * SECOND).unwrap();
+    assert!(theirs.is_some(), "the lock was not free after the restart");
+    let reason = lost.recv_timeout(5 * SECOND).expect("the holder was never told");
+    let told = back.elapsed();
+    assert_eq!(reason, LostReason::RenewalRefused);
+    assert!(told < 2 * SECOND, "the holder was told {told:?} after Redis was back");
+    assert!(guard.is_lost());
 }
 
 #[test]

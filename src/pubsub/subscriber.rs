@@ -21,7 +21,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
@@ -93,6 +93,8 @@ pub(crate) struct Subscriber {
     command_timeout: Duration,
     state: Mutex<State>,
     confirmed: Condvar,
+    /// Told when the connection was replaced (see [`Subscriber::new`]).
+    reconnected: Sender<()>,
 }
 
 impl std::fmt::Debug for Subscriber {
@@ -274,13 +276,22 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Subscriber {
-    pub(crate) fn new(target: Target, connect_timeout: Duration, command_timeout: Duration) -> Self {
+    /// `reconnected` hears (without blocking) each time the connection was
+    /// replaced: Redis may have restarted or failed over, and holds are
+    /// worth checking at once.
+    pub(crate) fn new(
+        target: Target,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+        reconnected: Sender<()>,
+    ) -> Self {
         Subscriber {
             target,
             connect_timeout,
             command_timeout,
             state: Mutex::new(State::default()),
             confirmed: Condvar::new(),
+            reconnected,
         }
     }
 
@@ -411,6 +422,7 @@ impl Subscriber {
                     }
                     if reconnecting {
                         self.wake_all();
+                        let _ = self.reconnected.try_send(());
                     }
                     self.read_until_failure(&mut reader);
                     self.detach();
