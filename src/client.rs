@@ -133,7 +133,8 @@ impl ClientBuilder {
 
 impl Client {
     /// A builder for a client of the Redis server at `url`
-    /// (`redis://[[user]:password@]host[:port][/db]`). No I/O happens until
+    /// (`redis://[[user]:password@]host[:port][/db]`, or
+    /// `redis+unix:///path/to/redis.sock`). No I/O happens until
     /// [`ClientBuilder::build`].
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
@@ -152,7 +153,10 @@ impl Client {
     pub(crate) fn start(config: Config) -> Result<Client> {
         let redis_client = redis::Client::open(config.url.as_str())
             .map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
-        let target = Target::from_info(redis_client.get_connection_info())?;
+        let uuid = uuid::Uuid::new_v4();
+        let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
+        let target =
+            Target::from_info(redis_client.get_connection_info(), format!("{connection_name}:pubsub"))?;
         let info = redis_client
             .get_connection_info()
             .clone()
@@ -165,13 +169,13 @@ impl Client {
             config.connect_timeout,
             config.command_timeout,
             Arc::clone(&generation),
+            Arc::clone(&connection_name),
         );
         connector.check_access()?;
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
-        let uuid = uuid::Uuid::new_v4();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
         let inner = Arc::new(Inner {

@@ -85,7 +85,7 @@
 //! Mutual exclusion holds while leases hold: against one Redis primary,
 //! between holders whose pauses stay shorter than their lease. A failover
 //! with asynchronous replication can lose a lock. Redis 5 or newer; TCP
-//! (`redis://`) connections.
+//! (`redis://`) and Unix-socket (`redis+unix://`) connections.
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".

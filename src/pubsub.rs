@@ -3,4 +3,5 @@
 //! knows nothing else of locks.
 
 mod resp;
+mod stream;
 pub(crate) mod subscriber;

@@ -118,6 +118,52 @@ fn every_idempotent_call_gets_through_after_a_mass_kill() {
     assert!(!exists(&mut con, "calls"));
 }
 
+/// A `redis+unix://` URL serves every connection: the pool, and the pub/sub
+/// connection that wakes a waiter.
+#[test]
+fn a_unix_socket_carries_commands_and_wake_ups() {
+    let server = RedisServer::start();
+    let unix = Client::builder(server.unix_url()).build().unwrap();
+    let tcp = server.client();
+    let lock = unix.lock("over-unix").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    let held = tcp.lock("over-unix").unwrap().lock().unwrap();
+    let waiting = spawn(move || {
+        let started = Instant::now();
+        let guard = lock.try_lock_for(10 * SECOND).unwrap();
+        (guard.is_some(), started.elapsed())
+    });
+    common::wait_subscribed(&unix, 1);
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (got, _) = recv_within(&waiting, 15 * SECOND, "waiter over the unix socket");
+    assert!(got, "the waiter over the unix socket never got the lock");
+    assert!(released.elapsed() < SECOND, "woken {:?} after the release: no wake-up", released.elapsed());
+}
+
+/// `CLIENT LIST` tells keyholder's connections apart, and whose they are:
+/// `keyholder:<client id>` for commands, `...:pubsub` for the subscriber.
+#[test]
+fn every_connection_is_named_after_its_client() {
+    let server = RedisServer::start();
+    let client = server.client();
+    client.lock("named").unwrap().lock().unwrap().unlock().unwrap();
+    let names = || -> Vec<String> {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut server.conn()).unwrap();
+        list.lines()
+            .filter_map(|l| l.split(' ').find_map(|kv| kv.strip_prefix("name=")).map(str::to_owned))
+            .collect()
+    };
+    let ours = format!("keyholder:{}", client.id());
+    let pubsub = format!("{ours}:pubsub");
+    assert!(
+        common::eventually(5 * SECOND, || names().contains(&pubsub)),
+        "no pub/sub connection named {pubsub}: {:?}",
+        names()
+    );
+    assert!(names().contains(&ours), "no command connection named {ours}: {:?}", names());
+}
+
 /// `SCRIPT FLUSH` at any moment, even between a script's reload and its
 /// retry, never reaches a caller as `NOSCRIPT`.
 #[test]

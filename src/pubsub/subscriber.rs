@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -26,6 +25,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::pubsub::resp::{self, Resp};
+use crate::pubsub::stream::{Address, Stream};
 
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
@@ -64,26 +64,33 @@ pub(crate) struct Interest<'a> {
 /// Where and how to connect.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
+    address: Address,
+    username: Option<String>,
+    password: Option<String>,
+    /// The connection's `CLIENT SETNAME`.
+    name: String,
 }
 
 impl Target {
-    /// The pub/sub target of a redis-rs connection description.
-    pub(crate) fn from_info(info: &redis::ConnectionInfo) -> Result<Target> {
-        match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Ok(Target {
-                host: host.clone(),
-                port: *port,
-                username: info.redis_settings().username().map(str::to_owned),
-                password: info.redis_settings().password().map(str::to_owned),
-            }),
-            other => Err(Error::invalid_config(format!(
-                "keyholder supports redis:// TCP connections; got {other}"
-            ))),
-        }
+    /// The pub/sub target of a redis-rs connection description: TCP or a
+    /// Unix socket (TLS is not supported yet).
+    pub(crate) fn from_info(info: &redis::ConnectionInfo, name: String) -> Result<Target> {
+        let address = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Address::Tcp { host: host.clone(), port: *port },
+            #[cfg(unix)]
+            redis::ConnectionAddr::Unix(path) => Address::Unix(path.clone()),
+            other => {
+                return Err(Error::invalid_config(format!(
+                    "keyholder supports redis:// TCP and redis+unix:// connections; got {other}"
+                )));
+            }
+        };
+        Ok(Target {
+            address,
+            username: info.redis_settings().username().map(str::to_owned),
+            password: info.redis_settings().password().map(str::to_owned),
+            name,
+        })
     }
 }
 
@@ -99,7 +106,7 @@ pub(crate) struct Subscriber {
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscriber").field("target", &self.target.host).finish_non_exhaustive()
+        f.debug_struct("Subscriber").field("target", &self.target.address.describe()).finish_non_exhaustive()
     }
 }
 
@@ -173,7 +180,7 @@ impl Channel {
 #[derive(Default)]
 struct State {
     /// The socket's write side; `None` while disconnected.
-    writer: Option<TcpStream>,
+    writer: Option<Stream>,
     channels: HashMap<String, Channel>,
     /// SUBSCRIBE confirmations still expected on the current connection.
     acks_pending: HashMap<String, u32>,
@@ -187,7 +194,7 @@ impl State {
         if let Some(writer) = self.writer.as_mut()
             && resp::write_command(writer, args).is_err()
         {
-            let _ = writer.shutdown(Shutdown::Both);
+            writer.shutdown();
             self.writer = None;
         }
     }
@@ -400,7 +407,7 @@ impl Subscriber {
         let mut st = self.state.lock();
         st.shutdown = true;
         if let Some(writer) = st.writer.take() {
-            let _ = writer.shutdown(Shutdown::Both);
+            writer.shutdown();
         }
         self.confirmed.notify_all();
     }
@@ -440,45 +447,40 @@ impl Subscriber {
         }
     }
 
-    fn connect(&self) -> io::Result<(BufReader<TcpStream>, TcpStream)> {
-        let addrs = (self.target.host.as_str(), self.target.port).to_socket_addrs()?;
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, self.connect_timeout) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
-                    stream.set_write_timeout(Some(self.command_timeout))?;
-                    let mut writer = stream.try_clone()?;
-                    let mut reader = BufReader::new(stream);
-                    self.authenticate(&mut reader, &mut writer)?;
-                    reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-                    return Ok((reader, writer));
-                }
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
+    fn connect(&self) -> io::Result<(BufReader<Stream>, Stream)> {
+        let stream = self.target.address.connect(self.connect_timeout)?;
+        stream.set_write_timeout(Some(self.command_timeout))?;
+        let mut writer = stream.try_clone()?;
+        let mut reader = BufReader::new(stream);
+        self.authenticate(&mut reader, &mut writer)?;
+        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
+        Ok((reader, writer))
     }
 
-    fn authenticate(&self, reader: &mut BufReader<TcpStream>, writer: &mut TcpStream) -> io::Result<()> {
-        let Some(password) = self.target.password.as_deref() else { return Ok(()) };
+    /// Authenticates (when the URL has a password) and names the connection
+    /// (best effort: an ACL may deny `CLIENT SETNAME`).
+    fn authenticate(&self, reader: &mut BufReader<Stream>, writer: &mut Stream) -> io::Result<()> {
         reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-        match self.target.username.as_deref() {
-            Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
-            None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
+        if let Some(password) = self.target.password.as_deref() {
+            match self.target.username.as_deref() {
+                Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
+                None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
+            }
+            if let Resp::Error(e) = resp::read_value(reader)? {
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
+            }
         }
-        match resp::read_value(reader)? {
-            Resp::Error(e) => Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
-            _ => Ok(()),
-        }
+        resp::write_command(writer, &[b"CLIENT", b"SETNAME", self.target.name.as_bytes()])?;
+        resp::read_value(reader)?;
+        Ok(())
     }
 
     /// Publishes a fresh connection and resubscribes every channel in use.
     /// False when the subscriber was shut down meanwhile.
-    fn attach(&self, writer: TcpStream) -> bool {
+    fn attach(&self, writer: Stream) -> bool {
         let mut st = self.state.lock();
         if st.shutdown {
-            let _ = writer.shutdown(Shutdown::Both);
+            writer.shutdown();
             return false;
         }
         st.writer = Some(writer);
@@ -496,7 +498,7 @@ impl Subscriber {
     fn detach(&self) {
         let mut st = self.state.lock();
         if let Some(writer) = st.writer.take() {
-            let _ = writer.shutdown(Shutdown::Both);
+            writer.shutdown();
         }
         st.acks_pending.clear();
     }
@@ -512,7 +514,7 @@ impl Subscriber {
     ///
     /// The read timeout is the command timeout, or [`LINGER`] while a channel
     /// lingers, so that it is unsubscribed on time.
-    fn read_until_failure(&self, reader: &mut BufReader<TcpStream>) {
+    fn read_until_failure(&self, reader: &mut BufReader<Stream>) {
         let mut ping_outstanding = false;
         let mut last_heard = Instant::now();
         loop {

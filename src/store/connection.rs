@@ -96,6 +96,8 @@ pub(crate) struct Connector {
     connect_timeout: Duration,
     command_timeout: Duration,
     generation: Arc<Generation>,
+    /// The `CLIENT SETNAME` of every connection: `keyholder:<client-uuid>`.
+    name: Arc<str>,
 }
 
 impl Connector {
@@ -104,8 +106,9 @@ impl Connector {
         connect_timeout: Duration,
         command_timeout: Duration,
         generation: Arc<Generation>,
+        name: Arc<str>,
     ) -> Self {
-        Connector { client, connect_timeout, command_timeout, generation }
+        Connector { client, connect_timeout, command_timeout, generation, name }
     }
 }
 
@@ -140,9 +143,17 @@ impl r2d2::ManageConnection for Connector {
 
     fn connect(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
-        let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let mut inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
         inner.set_read_timeout(Some(self.command_timeout))?;
         inner.set_write_timeout(Some(self.command_timeout))?;
+        // So that CLIENT LIST tells keyholder's connections, and whose they
+        // are. Best effort: an ACL that denies it costs nothing else.
+        let named = redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).query::<()>(&mut inner);
+        if let Err(e) = named
+            && (is_transport_error(&e) || e.is_unrecoverable_error())
+        {
+            return Err(e);
+        }
         Ok(Conn { inner, broken: false, dead: false, generation })
     }
 

@@ -65,6 +65,9 @@ impl RedisServer {
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.dir.join("redis.log"))
+            .arg("--unixsocket")
+            .arg(self.socket())
+            .args(["--unixsocketperm", "700"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -96,6 +99,16 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's Unix socket, in its temp dir.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("redis.sock")
+    }
+
+    /// A `redis+unix://` URL of the server's Unix socket.
+    pub fn unix_url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
     }
 
     pub fn url(&self) -> String {
