@@ -321,29 +321,10 @@ impl Lock {
         let owner = owner::owner_id(&inner.id, thread);
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
 
-        if let Some(hold) = entry.hold_of(thread) {
-            let sent = Instant::now();
-            // A fenced handle re-entering a hold taken without a token mints one.
-            let mint = self.token_key.is_some() && hold.token().is_none();
-            match self.try_acquire(entry, &owner, lease_ms, Attempt::Reentry { mint })? {
-                Acquire::Acquired { token } => {
-                    if let Some(token) = token {
-                        hold.set_token(token);
-                    }
-                    hold.add_guard();
-                    // The script never shortens the key's TTL on a re-entry.
-                    hold.extend_deadline(sent + Duration::from_millis(lease_ms));
-                    return Ok(Some(hold));
-                }
-                // The hold vanished unnoticed (another owner has the lock, or
-                // nobody has): it is lost, and its guards must not touch
-                // whatever hold comes next. Let the gate go and take a new
-                // hold like anyone else.
-                Acquire::Held { .. } | Acquire::Free => {
-                    hold.mark_lost(crate::error::LostReason::Gone);
-                    entry.release_gate(hold.id);
-                }
-            }
+        if let Some(hold) = entry.hold_of(thread)
+            && let Some(hold) = self.reenter(entry, hold, &owner, lease_ms)?
+        {
+            return Ok(Some(hold));
         }
 
         let successor =
@@ -378,6 +359,63 @@ impl Lock {
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)
+            }
+        }
+    }
+
+    /// Re-enters `hold`, this thread's live hold: `Some` with one more guard,
+    /// or `None` when the hold vanished unnoticed (it is marked lost and the
+    /// gate let go, so the caller takes a new hold like anyone else).
+    ///
+    /// A re-entry increments a count, so a call lost in transit is not simply
+    /// repeated: the owner's count in Redis says whether it ran (the hold's
+    /// guards plus one) or not (the guards), and only then is it sent again,
+    /// on a new connection. So a pool of connections that all died (a
+    /// restart, a proxy) does not fail the re-entry either.
+    fn reenter(
+        &self,
+        entry: &Arc<Entry>,
+        hold: Arc<Hold>,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<Option<Arc<Hold>>> {
+        // A fenced handle re-entering a hold taken without a token mints one.
+        let mint = self.token_key.is_some() && hold.token().is_none();
+        let mut sent = Instant::now();
+        let mut outcome = self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint });
+        if let Err(e) = &outcome
+            && e.is_transport()
+            && !mint
+        {
+            let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(owner))?;
+            let guards = hold.guards();
+            outcome = match count {
+                Some(c) if c == guards + 1 => Ok(Acquire::Acquired { token: None }),
+                Some(c) if c == guards => {
+                    sent = Instant::now();
+                    self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint })
+                }
+                None => Ok(Acquire::Free),
+                Some(_) => outcome,
+            };
+        }
+        match outcome? {
+            Acquire::Acquired { token } => {
+                if let Some(token) = token {
+                    hold.set_token(token);
+                }
+                hold.add_guard();
+                // The script never shortens the key's TTL on a re-entry.
+                hold.extend_deadline(sent + Duration::from_millis(lease_ms));
+                Ok(Some(hold))
+            }
+            // The hold vanished unnoticed (another owner has the lock, or
+            // nobody has): it is lost, and its guards must not touch whatever
+            // hold comes next.
+            Acquire::Held { .. } | Acquire::Free => {
+                hold.mark_lost(crate::error::LostReason::Gone);
+                entry.release_gate(hold.id);
+                Ok(None)
             }
         }
     }

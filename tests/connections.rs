@@ -141,6 +141,43 @@ fn a_unix_socket_carries_commands_and_wake_ups() {
     assert!(released.elapsed() < SECOND, "woken {:?} after the release: no wake-up", released.elapsed());
 }
 
+/// A re-entry, which is not safe to repeat blindly, gets through a mass kill
+/// too: the owner's count in Redis tells whether the lost call ran.
+#[test]
+fn a_reentry_gets_through_after_every_pooled_connection_is_killed() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let lock = client.lock("reentered").unwrap();
+    let outer = lock.lock().unwrap();
+    for depth in 2..=4 {
+        fill_pool(&server, &client, 8);
+        kill_command_connections(&mut con);
+        let _inner = lock.lock().unwrap_or_else(|e| panic!("re-entry {depth} failed: {e:?}"));
+        std::mem::forget(_inner);
+        assert_eq!(lock.hold_count().unwrap(), depth, "the count went astray");
+    }
+    assert!(!outer.is_lost());
+}
+
+/// After Redis restarts empty, a re-entry of the vanished hold takes a new
+/// hold instead of failing on the dead pooled connection.
+#[test]
+fn a_reentry_after_a_restart_takes_a_new_hold() {
+    let mut server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("restarted-reentry").unwrap();
+    let old = lock.lock().unwrap();
+    server.restart();
+    let new = lock.lock().expect("a re-entry after the restart failed");
+    assert!(old.is_lost(), "the vanished hold was not reported lost");
+    assert!(!new.is_lost());
+    assert_eq!(lock.hold_count().unwrap(), 1);
+    assert!(old.unlock().unwrap_err().is_lock_lost());
+    new.unlock().unwrap();
+    assert!(!exists(&mut server.conn(), "restarted-reentry"));
+}
+
 /// `CLIENT LIST` tells keyholder's connections apart, and whose they are:
 /// `keyholder:<client id>` for commands, `...:pubsub` for the subscriber.
 #[test]

@@ -51,12 +51,16 @@ impl RedisServer {
             }
         }
         panic!(
-            "redis-server did not start; log:\n{}",
-            std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default()
+            "redis-server did not start; log:\n{}\nstderr:\n{}",
+            std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default(),
+            std::fs::read_to_string(dir.join("redis.err")).unwrap_or_default()
         );
     }
 
     fn spawn(&mut self) -> bool {
+        // A failed attempt (its port taken meanwhile) is dropped, and its drop
+        // removes the directory that the next attempt reuses.
+        std::fs::create_dir_all(&self.dir).unwrap();
         let mut cmd = Command::new(server_bin());
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -70,7 +74,10 @@ impl RedisServer {
             .args(["--unixsocketperm", "700"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            // What a server says before it opens its log (a bad argument).
+            .stderr(
+                std::fs::File::create(self.dir.join("redis.err")).map_or_else(|_| Stdio::null(), Stdio::from),
+            );
         if server_major_version() >= 7 {
             cmd.args(["--enable-debug-command", "yes"]);
         }
