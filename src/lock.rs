@@ -447,7 +447,14 @@ impl Lock {
         // Send time of the last refused attempt that queued this client: a
         // grant is measured from there (see `granted`).
         let mut queued_at: Option<Instant> = None;
-        entry.take_grant();
+        if let Some(stale) = entry.take_grant()
+            && stale.owner != owner
+        {
+            // The lock was handed to a thread of this client that has since
+            // given up (without leaving the queue, since this thread took
+            // over its place): give it back, which passes it on.
+            let _ = inner.release_orphan(entry, &stale.owner, lease_ms);
+        }
         let outcome = loop {
             let sent = Instant::now();
             let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
