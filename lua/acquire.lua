@@ -155,7 +155,7 @@ local function enqueue(wait, front)
     else
         redis.call('hdel', grants, client)
     end
-    if redis.call('type', recent).ok == 'zset' then
+    if recent and redis.call('type', recent).ok == 'zset' then
         redis.call('zrem', recent, client)
     end
     local ttl = math.max(wait, lease) + tonumber(ARGV[6])

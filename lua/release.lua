@@ -99,7 +99,7 @@ end
 -- Keyholder clients that listen on the unlock channel without being queued:
 -- recent releasers (expired ones dropped), the releasing client aside.
 local function lingering(now)
-    local kind = redis.call('type', recent).ok
+    local kind = recent and redis.call('type', recent).ok
     if kind ~= 'zset' then
         return 0
     end
