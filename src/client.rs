@@ -23,6 +23,7 @@ use crate::gate::entry::Entry;
 use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Subscriber, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
+use crate::store::eval::Wait;
 use crate::store::scripts::{Scripts, Turns};
 use crate::watchdog::{self, Registry, Renewals, Signals};
 
@@ -176,6 +177,9 @@ impl Client {
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
+        let wait = config
+            .replica_acks
+            .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) });
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
         let inner = Arc::new(Inner {
@@ -185,7 +189,7 @@ impl Client {
             pool: RwLock::new(Some(pool)),
             connector,
             generation,
-            scripts: Scripts::new(),
+            scripts: Scripts::new(wait),
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
@@ -269,9 +273,12 @@ impl Renewals for Inner {
         self.config.watchdog_timeout
     }
 
-    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>> {
+    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
         // Renewing is safe to repeat: a dead pooled connection costs no period.
-        self.with_live_conn(|conn| self.scripts.renew(conn, pairs, lease_ms))
+        self.with_live_conn(|conn| {
+            let held = self.scripts.renew(conn, pairs, lease_ms)?;
+            Ok((held, conn.replicated() != Some(false)))
+        })
     }
 }
 

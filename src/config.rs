@@ -14,6 +14,10 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) fairness_window: Duration,
+    /// Replicas to wait for after each write, and for how long.
+    pub(crate) replica_acks: Option<(u32, Duration)>,
+    /// Missing acknowledgements of an acquisition or release are errors.
+    pub(crate) replica_acks_required: bool,
 }
 
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
@@ -51,6 +55,8 @@ impl ClientBuilder {
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
                 fairness_window: Duration::from_millis(10),
+                replica_acks: None,
+                replica_acks_required: false,
             },
         }
     }
@@ -112,6 +118,36 @@ impl ClientBuilder {
         self
     }
 
+    /// Waits, after every acquisition, release, hand-off and renewal, until
+    /// `replicas` replicas have the write or `timeout` passes (`WAIT`, in the
+    /// same round trip as the script, as Redisson's `syncSlaves`), so that a
+    /// lock survives a failover to an acknowledged replica.
+    ///
+    /// Not reaching them is never silent: the guard's
+    /// [`is_replicated`](crate::LockGuard::is_replicated) turns false (and a
+    /// warning is logged), or, with
+    /// [`replica_acks_required`](ClientBuilder::replica_acks_required), a new
+    /// hold is given back and the acquisition fails with
+    /// [`ErrorKind::ReplicaAcks`](crate::ErrorKind::ReplicaAcks), as does a
+    /// release. The timeout must be shorter than the command timeout.
+    ///
+    /// Off by default.
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_acks = Some((replicas, timeout));
+        self
+    }
+
+    /// Makes missing replica acknowledgements of acquisitions and releases
+    /// errors instead of a flag on the guard (see
+    /// [`replica_acks`](ClientBuilder::replica_acks)). Re-entries and
+    /// renewals only ever clear the flag.
+    ///
+    /// Defaults to false.
+    pub fn replica_acks_required(mut self, required: bool) -> Self {
+        self.config.replica_acks_required = required;
+        self
+    }
+
     /// The settings, validated (before any I/O).
     pub(crate) fn into_config(self) -> Result<Config> {
         self.config.validate()?;
@@ -131,6 +167,14 @@ impl Config {
             if value.is_zero() || value > Duration::from_secs(3600) {
                 return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
             }
+        }
+        if let Some((replicas, timeout)) = self.replica_acks
+            && (replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout)
+        {
+            return invalid(format!(
+                "replica_acks({replicas}, {timeout:?}) needs at least one replica and a timeout in (0, \
+                 command_timeout)"
+            ));
         }
         if self.fairness_window > Duration::from_secs(3600) {
             return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));

@@ -83,6 +83,10 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A script replied outside its documented contract.
     UnexpectedReply,
+    /// Fewer replicas than asked for acknowledged a write within the wait
+    /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
+    /// reported only when the client requires them.
+    ReplicaAcks,
     /// A background thread (pub/sub reader, watchdog) could not be started.
     Spawn,
     /// The client was shut down; no new acquisitions are made.
@@ -212,6 +216,11 @@ impl Error {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
     }
 
+    /// True for [`ErrorKind::ReplicaAcks`].
+    pub fn is_replica_acks(&self) -> bool {
+        self.kind() == ErrorKind::ReplicaAcks
+    }
+
     /// True for [`ErrorKind::Shutdown`].
     pub fn is_shutdown(&self) -> bool {
         self.kind() == ErrorKind::Shutdown
@@ -285,6 +294,10 @@ impl Error {
         error
     }
 
+    pub(crate) fn replica_acks(name: &str) -> Error {
+        Error::new(ErrorKind::ReplicaAcks).with_name(name)
+    }
+
     pub(crate) fn shutdown() -> Error {
         Error::new(ErrorKind::Shutdown)
     }
@@ -356,6 +369,9 @@ impl fmt::Display for Error {
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),
             ErrorKind::Spawn => write!(f, "cannot start the {detail} thread"),
+            ErrorKind::ReplicaAcks => {
+                write!(f, "lock '{name}': fewer replicas than required acknowledged the write in time")
+            }
             ErrorKind::Shutdown => f.write_str("the keyholder client was shut down"),
         }
     }

@@ -123,6 +123,15 @@ impl LockGuard {
         self.hold.is_lost()
     }
 
+    /// False once a write of this hold (its acquisition, a re-entry, a
+    /// renewal) was not acknowledged by the replicas the client asks for
+    /// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)):
+    /// a failover to a replica could then lose the lock. Always true when
+    /// the client asks for none. No I/O.
+    pub fn is_replicated(&self) -> bool {
+        self.hold.is_replicated()
+    }
+
     /// Why this hold is known lost, if it is. No I/O.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.hold.lost_reason()

@@ -335,11 +335,25 @@ impl Lock {
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block) {
-            Ok(Some(Won { sent, token })) => {
+            Ok(Some(Won { replicated: Some(false), .. })) if inner.config.replica_acks_required => {
+                // Not on the replicas: a failover could lose it. Give it
+                // back rather than hand out a hold the caller refused.
+                let _ = inner.release_orphan(entry, &successor.owner, lease_ms);
+                entry.leave_gate(thread);
+                Err(Error::replica_acks(&self.name))
+            }
+            Ok(Some(Won { sent, token, replicated })) => {
                 let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
                 let hold =
                     Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
+                if replicated == Some(false) {
+                    log::warn!(
+                        "keyholder: lock '{}' acquired, but not acknowledged by the replicas",
+                        self.name
+                    );
+                    hold.mark_unreplicated();
+                }
                 entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(Arc::clone(&hold), Arc::clone(entry));
@@ -390,7 +404,7 @@ impl Lock {
             let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(owner))?;
             let guards = hold.guards();
             outcome = match count {
-                Some(c) if c == guards + 1 => Ok(Acquire::Acquired { token: None }),
+                Some(c) if c == guards + 1 => Ok(Acquire::Acquired { token: None, replicated: None }),
                 Some(c) if c == guards => {
                     sent = Instant::now();
                     self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint })
@@ -400,9 +414,12 @@ impl Lock {
             };
         }
         match outcome? {
-            Acquire::Acquired { token } => {
+            Acquire::Acquired { token, replicated } => {
                 if let Some(token) = token {
                     hold.set_token(token);
+                }
+                if replicated == Some(false) {
+                    hold.mark_unreplicated();
                 }
                 hold.add_guard();
                 // The script never shortens the key's TTL on a re-entry.
@@ -459,10 +476,10 @@ impl Lock {
             let sent = Instant::now();
             let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
             let remaining = match self.try_acquire(entry, owner, lease_ms, attempt) {
-                Ok(Acquire::Acquired { token }) => {
+                Ok(Acquire::Acquired { token, replicated }) => {
                     // A grant that raced this attempt is the same hold.
                     entry.take_grant();
-                    return Ok(Some(Won { sent, token }));
+                    return Ok(Some(Won { sent, token, replicated }));
                 }
                 Ok(Acquire::Held { remaining }) => remaining,
                 // Only a re-entry is told the lock is free; retry at once.
@@ -499,7 +516,8 @@ impl Lock {
             if let Some(grant) = entry.take_grant() {
                 match queued_at.filter(|_| grant.owner == owner) {
                     Some(queued_at) => {
-                        return Ok(Some(Won { sent: granted(&grant, queued_at), token: None }));
+                        let sent = granted(&grant, queued_at);
+                        return Ok(Some(Won { sent, token: None, replicated: None }));
                     }
                     // Handed to a thread of this client that gave up since:
                     // give it back, which passes it on.
@@ -582,6 +600,9 @@ struct Won {
     sent: Instant,
     /// The fencing token, for a fenced handle.
     token: Option<u64>,
+    /// Whether the replicas asked for acknowledged it (`None`: none asked,
+    /// or handed over by another client's release).
+    replicated: Option<bool>,
 }
 
 /// Where a granted hold's lease runs from, on this client's clock: the grant

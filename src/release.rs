@@ -50,7 +50,9 @@ impl Inner {
     /// `entry`'s lock, latched and retried once.
     fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
         self.run_latched(entry, thread, true, |conn, latch| {
-            self.scripts.release(conn, &self.release_args(entry, owner, lease_ms, Some(latch)))
+            let outcome =
+                self.scripts.release(conn, &self.release_args(entry, owner, lease_ms, Some(latch)))?;
+            self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         })
     }
 
@@ -61,8 +63,12 @@ impl Inner {
     /// means the first attempt released the lock).
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
         let args = self.release_args(entry, owner, lease_ms, None);
-        match self.with_conn(|conn| self.scripts.release(conn, &args)) {
-            Err(e) if e.is_transport() => (self.with_conn(|conn| self.scripts.release(conn, &args)), true),
+        let release = |conn: &mut Conn| {
+            let outcome = self.scripts.release(conn, &args)?;
+            self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
+        };
+        match self.with_conn(release) {
+            Err(e) if e.is_transport() => (self.with_conn(release), true),
             outcome => (outcome, false),
         }
     }
@@ -92,6 +98,20 @@ impl Inner {
             latch,
             listening: self.subscriber.listening_for(&entry.keys.channel),
         }
+    }
+
+    /// A release's replica acknowledgement (`None`: none asked for): an error
+    /// when the client requires it, a warning otherwise. The release itself
+    /// happened on the primary either way.
+    fn check_replicated(&self, name: &str, replicated: Option<bool>) -> Result<()> {
+        if replicated != Some(false) {
+            return Ok(());
+        }
+        if self.config.replica_acks_required {
+            return Err(Error::replica_acks(name));
+        }
+        log::warn!("keyholder: lock '{name}' released, but not acknowledged by the replicas");
+        Ok(())
     }
 
     /// How long an unlock latch must outlive its first use: a command
@@ -187,7 +207,8 @@ impl Inner {
                 to: &successor.owner,
                 latch,
             };
-            self.scripts.handoff(conn, &args)
+            let outcome = self.scripts.handoff(conn, &args)?;
+            self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         });
         hold.drop_guard();
         let result = match outcome {

@@ -112,8 +112,9 @@ pub(crate) trait Renewals: Send + Sync {
     /// The lease a renewal re-applies.
     fn watchdog_timeout(&self) -> Duration;
     /// Renews the `(key, owner)` pairs in one script call, on a live
-    /// connection; `true` = still held.
-    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>>;
+    /// connection; `true` = still held. The flag is false when the replicas
+    /// asked for did not acknowledge the renewal.
+    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)>;
 }
 
 /// What wakes the watchdog thread besides its own timer.
@@ -182,8 +183,17 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
         // Renewing is safe to repeat: a dead pooled connection costs no period.
         let replies = inner.renew(&pairs, lease_ms);
         match replies {
-            Ok(replies) => {
+            Ok((replies, replicated)) => {
+                if !replicated {
+                    log::warn!(
+                        "keyholder watchdog: a renewal of {} locks was not acknowledged by the replicas",
+                        batch.len()
+                    );
+                }
                 for ((hold, entry), held) in batch.iter().zip(replies) {
+                    if !replicated {
+                        hold.mark_unreplicated();
+                    }
                     if held {
                         hold.extend_deadline(sent + timeout);
                     } else if !hold.is_releasing() {

@@ -36,6 +36,8 @@ pub(crate) struct Hold {
     lost_listeners: Mutex<Vec<Sender<LostReason>>>,
     lost: AtomicU8,
     finished: AtomicBool,
+    /// Every write of the hold so far reached the replicas asked for.
+    replicated: AtomicBool,
     /// The local lease deadline, in nanoseconds after `base`.
     deadline_ns: AtomicU64,
     base: Instant,
@@ -102,6 +104,7 @@ impl Hold {
             lost_listeners: Mutex::new(Vec::new()),
             lost: AtomicU8::new(NOT_LOST),
             finished: AtomicBool::new(false),
+            replicated: AtomicBool::new(true),
             deadline_ns: AtomicU64::new(0),
             base: sent,
         };
@@ -213,6 +216,17 @@ impl Hold {
     /// True once the last guard's release has run.
     pub(crate) fn is_finished(&self) -> bool {
         self.finished.load(Ordering::Acquire)
+    }
+
+    /// Records that a write of the hold (its acquisition, a re-entry, a
+    /// renewal) did not reach the replicas asked for.
+    pub(crate) fn mark_unreplicated(&self) {
+        self.replicated.store(false, Ordering::Release);
+    }
+
+    /// False once a write of the hold did not reach the replicas.
+    pub(crate) fn is_replicated(&self) -> bool {
+        self.replicated.load(Ordering::Acquire)
     }
 
     /// Marks the hold finished; true only for the first caller.

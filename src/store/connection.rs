@@ -32,6 +32,9 @@ pub(crate) struct Conn {
     dead: bool,
     /// The generation the connection was opened in.
     generation: u64,
+    /// Whether the last script call's write reached the replicas asked for
+    /// (`None` when no acknowledgement was asked).
+    replicated: Option<bool>,
 }
 
 impl Conn {
@@ -54,6 +57,17 @@ impl Conn {
     /// slow): the others opened with it are most likely dead too.
     pub(crate) fn is_dead(&self) -> bool {
         self.dead
+    }
+
+    /// Records whether the last call's write reached the replicas.
+    pub(crate) fn note_replicated(&mut self, replicated: Option<bool>) {
+        self.replicated = replicated;
+    }
+
+    /// Whether the last script call's write reached the replicas asked for;
+    /// `None` when none were asked for.
+    pub(crate) fn replicated(&self) -> Option<bool> {
+        self.replicated
     }
 
     /// Retires the connection: the pool closes it when it comes back.
@@ -154,7 +168,7 @@ impl r2d2::ManageConnection for Connector {
         {
             return Err(e);
         }
-        Ok(Conn { inner, broken: false, dead: false, generation })
+        Ok(Conn { inner, broken: false, dead: false, generation, replicated: None })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> redis::RedisResult<()> {

@@ -7,7 +7,16 @@
 //! NOSCRIPT and caches the script for the next EVALSHA: one extra round trip
 //! after a flush, and no caller ever sees NOSCRIPT.
 
-use redis::{FromRedisValue, RedisResult, ToRedisArgs};
+use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
+
+/// A replica acknowledgement to wait for after a call, as Redisson's
+/// `syncSlaves`: `WAIT replicas timeout` on the same connection, in the same
+/// round trip.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
 
 /// A bundled script: its source and SHA1 digest.
 #[derive(Debug)]
@@ -55,6 +64,36 @@ impl Call<'_> {
             Err(e) if e.code() == Some("NOSCRIPT") => self.command("EVAL", self.script.source).query(con),
             outcome => outcome,
         }
+    }
+
+    /// Runs the script as [`invoke`](Call::invoke) does and, with `wait`,
+    /// `WAIT` right behind it in one pipeline; returns the script's reply
+    /// and, with `wait`, whether enough replicas acknowledged.
+    pub(crate) fn invoke_waiting(
+        &self,
+        con: &mut redis::Connection,
+        wait: Option<Wait>,
+    ) -> RedisResult<(Value, Option<bool>)> {
+        let Some(wait) = wait else { return Ok((self.invoke(con)?, None)) };
+        let mut replies = self.pipeline("EVALSHA", &self.script.hash, wait).query::<Vec<Value>>(con)?;
+        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+            replies = self.pipeline("EVAL", self.script.source, wait).query::<Vec<Value>>(con)?;
+        }
+        let mut replies = replies.into_iter();
+        let reply = replies.next().unwrap_or(Value::Nil).extract_error()?;
+        let acked = match replies.next() {
+            Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0) >= u64::from(wait.replicas),
+            _ => false,
+        };
+        Ok((reply, Some(acked)))
+    }
+
+    fn pipeline(&self, verb: &str, body: &str, wait: Wait) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(self.command(verb, body));
+        pipe.cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms);
+        pipe
     }
 
     fn command(&self, verb: &str, body: &str) -> redis::Cmd {

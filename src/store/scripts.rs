@@ -12,13 +12,15 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::store::connection::Conn;
-use crate::store::eval::LuaScript;
+use crate::store::eval::{LuaScript, Wait};
 
 /// Outcome of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
     /// Acquired or re-entered; with the fencing token minted, when asked.
-    Acquired { token: Option<u64> },
+    /// `replicated`: whether the replicas asked for acknowledged it (`None`
+    /// when none were asked for).
+    Acquired { token: Option<u64>, replicated: Option<bool> },
     /// Held by another owner, with that holder's remaining lease (`None` when
     /// the key has no TTL).
     Held { remaining: Option<Duration> },
@@ -59,6 +61,9 @@ pub(crate) struct Scripts {
     renew: LuaScript,
     force_unlock: LuaScript,
     dequeue: LuaScript,
+    /// The replica acknowledgement awaited after acquire, release, hand-off
+    /// and renewal calls, if any.
+    wait: Option<Wait>,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
@@ -153,8 +158,9 @@ pub(crate) struct Latch<'a> {
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(wait: Option<Wait>) -> Self {
         Scripts {
+            wait,
             acquire: LuaScript::new(include_str!("../../lua/acquire.lua")),
             release: LuaScript::new(include_str!("../../lua/release.lua")),
             handoff: LuaScript::new(include_str!("../../lua/handoff.lua")),
@@ -167,7 +173,7 @@ impl Scripts {
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
         let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable } = *args;
-        let reply: Value = conn
+        let (reply, acked) = conn
             .run(|c| {
                 let mut invocation = self.acquire.call();
                 invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
@@ -176,19 +182,22 @@ impl Scripts {
                 if let Some(token_key) = token_key {
                     invocation.key(token_key);
                 }
-                invocation.invoke(c)
+                invocation.invoke_waiting(c, self.wait)
             })
             .map_err(|e| acquire_error(name, token_key, e))?;
+        conn.note_replicated(acked);
         let refused = |ms: i64| match ms {
             -2 if !fresh => Some(Acquire::Free),
             -1.. => Some(Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) }),
             _ => None,
         };
         let outcome = match (&reply, token_key) {
-            (Value::Nil, None) => Some(Acquire::Acquired { token: None }),
+            (Value::Nil, None) => Some(Acquire::Acquired { token: None, replicated: acked }),
             (Value::Int(ms), None) => refused(*ms),
             (Value::Array(items), Some(_)) => match items.as_slice() {
-                [Value::Int(-1), token] => parse_token(token).map(|t| Acquire::Acquired { token: Some(t) }),
+                [Value::Int(-1), token] => {
+                    parse_token(token).map(|t| Acquire::Acquired { token: Some(t), replicated: acked })
+                }
                 [Value::Int(ms), Value::Int(-1)] => refused(*ms),
                 _ => None,
             },
@@ -201,7 +210,7 @@ impl Scripts {
     /// returns the first outcome instead of releasing twice.
     pub(crate) fn release(&self, conn: &mut Conn, args: &ReleaseArgs<'_>) -> Result<Release> {
         let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening } = *args;
-        let reply: Value = conn
+        let (reply, acked) = conn
             .run(|c| {
                 let mut invocation = self.release.call();
                 invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
@@ -217,9 +226,10 @@ impl Scripts {
                 };
                 let listening_ms = crate::lease::millis_ceil(listening);
                 invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
-                invocation.invoke(c)
+                invocation.invoke_waiting(c, self.wait)
             })
             .map_err(|e| Error::from_redis(name, e))?;
+        conn.note_replicated(acked);
         match reply {
             Value::Nil => Ok(Release::NotOwner),
             Value::Int(0) => Ok(Release::StillHeld),
@@ -232,15 +242,16 @@ impl Scripts {
     /// client in one call, unless another client was woken for its turn.
     pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
         let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
-        let reply: Value = conn
+        let (reply, acked) = conn
             .run(|c| {
                 let mut invocation = self.handoff.call();
                 invocation.key(name).key(channel).key(turns.marker).key(latch.key);
                 invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
                 invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
-                invocation.invoke(c)
+                invocation.invoke_waiting(c, self.wait)
             })
             .map_err(|e| Error::from_redis(name, e))?;
+        conn.note_replicated(acked);
         match reply {
             Value::Nil => Ok(Handoff::NotOwner),
             Value::Int(0) => Ok(Handoff::StillHeld),
@@ -276,7 +287,8 @@ impl Scripts {
         for (key, owner) in holds {
             invocation.key(*key).arg(*owner);
         }
-        let reply: Value = conn.run(|c| invocation.invoke(c)).map_err(Error::redis)?;
+        let (reply, acked) = conn.run(|c| invocation.invoke_waiting(c, self.wait)).map_err(Error::redis)?;
+        conn.note_replicated(acked);
         match reply {
             Value::Array(items) if items.len() == holds.len() => items
                 .iter()

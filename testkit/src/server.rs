@@ -17,6 +17,8 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Arguments beyond the defaults (a replica's `--replicaof`).
+    extra: Vec<String>,
 }
 
 fn server_bin() -> String {
@@ -38,6 +40,38 @@ pub fn free_port() -> u16 {
 impl RedisServer {
     /// Starts a server; retries on a port race.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(Vec::new())
+    }
+
+    /// Starts a replica of `primary` and waits (bounded) until the primary
+    /// counts it as a connected replica.
+    pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
+        let mut con = primary.conn();
+        // Start the full sync at once, not after the default 5 s delay.
+        let _: () =
+            redis::cmd("CONFIG").arg("SET").arg("repl-diskless-sync-delay").arg(0).query(&mut con).unwrap();
+        let args = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
+        let replica = RedisServer::start_with(args);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // Online on the primary, and acknowledging writes: a replica that
+            // still loads the snapshot is online but answers no GETACK.
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut con).unwrap();
+            if info.contains(&format!("port={},state=online", replica.port)) {
+                // WAIT counts replicas past this connection's last write.
+                let _: () = redis::cmd("SET").arg("keyholder-testkit:probe").arg(1).query(&mut con).unwrap();
+                let acked: i64 = redis::cmd("WAIT").arg(1).arg(100).query(&mut con).unwrap();
+                let _: i64 = redis::cmd("DEL").arg("keyholder-testkit:probe").query(&mut con).unwrap();
+                if acked >= 1 {
+                    return replica;
+                }
+            }
+            assert!(Instant::now() < deadline, "the replica never came online:\n{info}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start_with(extra: Vec<String>) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "keyholder-test-{}-{}",
             std::process::id(),
@@ -45,7 +79,8 @@ impl RedisServer {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         for _ in 0..5 {
-            let mut server = RedisServer { child: None, port: free_port(), dir: dir.clone() };
+            let mut server =
+                RedisServer { child: None, port: free_port(), dir: dir.clone(), extra: extra.clone() };
             if server.spawn() {
                 return server;
             }
@@ -72,6 +107,7 @@ impl RedisServer {
             .arg("--unixsocket")
             .arg(self.socket())
             .args(["--unixsocketperm", "700"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             // What a server says before it opens its log (a bad argument).
