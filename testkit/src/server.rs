@@ -132,12 +132,26 @@ impl RedisServer {
             if let Ok(mut con) = self.try_conn()
                 && redis::cmd("PING").query::<String>(&mut con).is_ok()
             {
-                return true;
+                // Another test's server may have taken the port between
+                // free_port() and our bind, answering while ours is about
+                // to exit: only a server with our child's PID is ours.
+                if self.answers_as_our_child(&mut con) {
+                    return true;
+                }
+                self.stop();
+                return false;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         self.stop();
         false
+    }
+
+    /// True if the server answering on our port is our own child process.
+    fn answers_as_our_child(&self, con: &mut redis::Connection) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else { return false };
+        let info: String = redis::cmd("INFO").arg("server").query(con).unwrap_or_default();
+        info.lines().filter_map(|l| l.strip_prefix("process_id:")).any(|v| v.trim() == pid.to_string())
     }
 
     pub fn port(&self) -> u16 {
