@@ -1,5 +1,5 @@
 //! The harness shared by keyholder's tests (`tests/`), its demo and its
-//! benchmark (`examples/`): a private `redis-server` per test on a free
+//! benchmark (`bench/`): a private `redis-server` per test on a free
 //! loopback port, a TCP fault proxy, child processes that run a test binary
 //! again, and a store that checks fencing tokens. It does not depend on
 //! keyholder itself, so the tests' `keyholder` is the one under test.

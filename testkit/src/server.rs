@@ -1,6 +1,6 @@
 //! A private `redis-server` on a free loopback port, in its own temp dir,
 //! killed when dropped. Used by the tests (`tests/common`), the demo and the
-//! benchmark (`examples/`).
+//! benchmark (`bench/`).
 //!
 //! `REDIS_SERVER_BIN` overrides the binary. A missing binary fails loudly.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -1,0 +1,126 @@
+//! The floor: keyholder's own acquire and release scripts, raw, on a plain
+//! connection per session: two round trips per pair and no library logic.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use super::{LEASE_MS, LIBRARY_SCRIPT_COMMANDS, LockImpl, Session};
+use crate::env::{Env, channel_of};
+use crate::error::{Res, err};
+
+/// The raw-script floor.
+pub(crate) struct Floor<'e> {
+    env: &'e Env,
+}
+
+impl<'e> Floor<'e> {
+    pub(crate) fn new(env: &'e Env) -> Floor<'e> {
+        Floor { env }
+    }
+
+    /// The owner id (hash field) of session `index`.
+    pub(crate) fn owner(index: usize) -> String {
+        format!("bench-floor:{index}")
+    }
+
+    /// One `renew.lua` call over `keys`, all held by `owner`, to `lease_ms`;
+    /// an error when one was not held.
+    pub(crate) fn renew(
+        &self,
+        con: &mut redis::Connection,
+        keys: &[String],
+        owner: &str,
+        lease_ms: u64,
+    ) -> Res<()> {
+        let mut invocation = self.env.scripts.renew.prepare_invoke();
+        invocation.arg(lease_ms);
+        for key in keys {
+            invocation.key(key.as_str()).arg(owner);
+        }
+        let renewed: Vec<i64> = invocation.invoke(con)?;
+        if renewed.iter().any(|r| *r != 1) {
+            return Err(err("floor: a renewal was refused"));
+        }
+        Ok(())
+    }
+}
+
+impl<'e> LockImpl for Floor<'e> {
+    type Session = FloorSession<'e>;
+
+    fn session(&self, index: usize) -> Res<Self::Session> {
+        Ok(FloorSession {
+            env: self.env,
+            con: self.env.connect()?,
+            owner: Floor::owner(index),
+            depth: HashMap::new(),
+        })
+    }
+
+    fn attempt_command(&self) -> &'static str {
+        "exists"
+    }
+
+    fn script_commands(&self) -> &'static [&'static str] {
+        LIBRARY_SCRIPT_COMMANDS
+    }
+}
+
+/// A floor connection and owner id, with the hold count of each key it
+/// holds (release.lua replies 0 until the last release, then 1).
+pub(crate) struct FloorSession<'e> {
+    env: &'e Env,
+    con: redis::Connection,
+    owner: String,
+    depth: HashMap<String, u32>,
+}
+
+impl Session for FloorSession<'_> {
+    /// The key.
+    type Held = String;
+
+    fn acquire(&mut self, name: &str) -> Res<String> {
+        let reply: Value =
+            self.env.scripts.acquire.key(name).arg(LEASE_MS).arg(&self.owner).invoke(&mut self.con)?;
+        match reply {
+            Value::Nil => {}
+            Value::Int(_) => return Err(err(format!("floor: {name} is unexpectedly held"))),
+            other => return Err(err(format!("acquire.lua replied {other:?}"))),
+        }
+        match self.depth.get_mut(name) {
+            Some(depth) => *depth += 1,
+            None => {
+                self.depth.insert(name.to_owned(), 1);
+            }
+        }
+        Ok(name.to_owned())
+    }
+
+    fn release(&mut self, key: String) -> Res<()> {
+        let Some(depth) = self.depth.get_mut(&key) else {
+            return Err(err(format!("floor: {key} released but not held")));
+        };
+        *depth -= 1;
+        let expected = if *depth == 0 {
+            self.depth.remove(&key);
+            1
+        } else {
+            0
+        };
+        let reply: Value = self
+            .env
+            .scripts
+            .release
+            .key(&key)
+            .key(channel_of(&key))
+            .arg("0")
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .invoke(&mut self.con)?;
+        match reply {
+            Value::Int(n) if n == expected => Ok(()),
+            other => Err(err(format!("floor: release.lua replied {other:?}, expected {expected}"))),
+        }
+    }
+}

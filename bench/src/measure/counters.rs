@@ -1,0 +1,159 @@
+//! The server's counters (`INFO commandstats`, `INFO cpu`) and the
+//! process's CPU, snapshotted at both ends of a measured window; their
+//! difference is the window's [`Delta`]. Redis counts round trips for us:
+//! every top-level command is one, and the commands scripts run inside
+//! Redis are left out by name (or, when the window was audited, by the slow
+//! log's peer).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::process::process_cpu;
+use crate::error::{Res, err};
+
+/// The bench's own inspection commands: never a round trip of an
+/// implementation.
+const BENCH_OWN: &[&str] = &[
+    "info",
+    "client|list",
+    "pubsub|numsub",
+    "dbsize",
+    "slowlog|reset",
+    "slowlog|get",
+    "slowlog|len",
+    "config|set",
+];
+
+/// One `INFO` section's text.
+pub(crate) fn info(stats: &mut redis::Connection, section: &str) -> Res<String> {
+    Ok(redis::cmd("INFO").arg(section).query::<String>(stats)?)
+}
+
+/// A `field:value` line's value in `INFO`-like text.
+pub(crate) fn info_field(text: &str, field: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+        .map(|v| v.trim().to_owned())
+}
+
+/// The server's `connected_clients`.
+pub(crate) fn connected_clients(stats: &mut redis::Connection) -> Res<f64> {
+    let clients = info(stats, "clients")?;
+    info_field(&clients, "connected_clients")
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| err("no connected_clients in INFO clients"))
+}
+
+/// A snapshot of the server's counters and the process's CPU.
+pub(crate) struct Snap {
+    calls: HashMap<String, u64>,
+    server_cpu: f64,
+    client_cpu: f64,
+    at: Instant,
+}
+
+/// Takes a [`Snap`] over the `stats` connection.
+pub(crate) fn snap(stats: &mut redis::Connection) -> Res<Snap> {
+    let client_cpu = process_cpu();
+    let at = Instant::now();
+    let text = info(stats, "commandstats")?;
+    let mut calls = HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
+        let Some((name, fields)) = rest.split_once(':') else { continue };
+        let n = fields
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        calls.insert(name.to_owned(), n);
+    }
+    let cpu = info(stats, "cpu")?;
+    let secs = |f: &str| info_field(&cpu, f).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let server_cpu = secs("used_cpu_user") + secs("used_cpu_sys");
+    Ok(Snap { calls, server_cpu, client_cpu, at })
+}
+
+/// What happened between two snapshots.
+pub(crate) struct Delta {
+    calls: HashMap<String, u64>,
+    /// Top-level commands by name, when the window was audited.
+    top: Option<HashMap<String, u64>>,
+    /// Redis CPU, seconds.
+    pub(crate) server_cpu: f64,
+    /// This process's CPU, seconds.
+    pub(crate) client_cpu: f64,
+    /// Wall time, seconds.
+    pub(crate) wall: f64,
+}
+
+impl Delta {
+    /// The window from `a` to `b`, not audited.
+    pub(crate) fn between(a: &Snap, b: &Snap) -> Delta {
+        let calls = b
+            .calls
+            .iter()
+            .map(|(name, n)| (name.clone(), n.saturating_sub(a.calls.get(name).copied().unwrap_or(0))))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        Delta {
+            calls,
+            top: None,
+            server_cpu: b.server_cpu - a.server_cpu,
+            client_cpu: b.client_cpu - a.client_cpu,
+            wall: b.at.duration_since(a.at).as_secs_f64(),
+        }
+    }
+
+    /// The same window with the top-level commands its audit counted.
+    pub(crate) fn with_audit(self, top: Option<HashMap<String, u64>>) -> Delta {
+        Delta { top, ..self }
+    }
+
+    /// Calls of `name` (`INFO commandstats` naming), inside scripts or not.
+    pub(crate) fn calls(&self, name: &str) -> f64 {
+        self.calls.get(name).copied().unwrap_or(0) as f64
+    }
+
+    /// Calls of an implementation's attempt command (see
+    /// `LockImpl::attempt_command`), less the counter's `counter_ops` when it
+    /// is the GET or SET the counter also sends.
+    pub(crate) fn attempts(&self, command: &str, counter_ops: u64) -> f64 {
+        let n = self.calls.get(command).copied().unwrap_or(0);
+        let own = if command == "get" || command == "set" { counter_ops } else { 0 };
+        n.saturating_sub(own) as f64
+    }
+
+    /// Top-level commands but the bench's own and the counter's
+    /// `counter_ops` GETs and SETs: from the audit when there is one, else all
+    /// calls but those that ran inside the scripts (`nested`).
+    pub(crate) fn round_trips(&self, nested: &[&str], counter_ops: u64) -> f64 {
+        let own_or_counter = |name: &str, n: u64| {
+            if BENCH_OWN.contains(&name) {
+                0
+            } else if name == "get" || name == "set" {
+                n.saturating_sub(counter_ops)
+            } else {
+                n
+            }
+        };
+        if let Some(top) = &self.top {
+            return top.iter().map(|(name, n)| own_or_counter(name, *n)).sum::<u64>() as f64;
+        }
+        self.calls
+            .iter()
+            .filter(|(name, _)| !nested.contains(&name.as_str()))
+            .map(|(name, n)| own_or_counter(name, *n))
+            .sum::<u64>() as f64
+    }
+
+    /// SUBSCRIBE and UNSUBSCRIBE calls.
+    pub(crate) fn subscribes(&self) -> f64 {
+        self.calls("subscribe") + self.calls("unsubscribe")
+    }
+
+    /// Top-level calls of `name`, from the audit; NaN without one.
+    pub(crate) fn top_calls(&self, name: &str) -> f64 {
+        self.top.as_ref().map_or(f64::NAN, |top| top.get(name).copied().unwrap_or(0) as f64)
+    }
+}

@@ -1,0 +1,396 @@
+//! One lock, many threads, back to back: the runner of W2 (threads in one
+//! or a few clients) and W6 (many single-thread clients). Every thread takes
+//! the lock, runs a deliberately non-atomic GET-then-SET of a counter padded
+//! to the hold, and releases: a lost update means two holders at once.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+
+use crate::env::Env;
+use crate::error::{Res, err};
+use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::measure::{
+    Delta, audit_end, audit_start, longest_streak, max_of, med, median, pct, snap, sorted, sum_of,
+};
+use crate::report::{fmt, fmt_ratio, print_table};
+
+use super::handoff::handoff;
+use super::threads::join;
+
+/// How many threads contend, and how often each acquires.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    pub(crate) threads: usize,
+    pub(crate) per_thread: usize,
+}
+
+/// One contended window's figures (NaN where they do not apply).
+struct Contended {
+    rate: f64,
+    /// Mean time per acquisition not spent holding the lock, µs.
+    handoff_us: f64,
+    /// Longest run of consecutive acquisitions by one thread.
+    thread_streak: f64,
+    /// Longest run of consecutive acquisitions by one keyholder client.
+    client_streak: f64,
+    /// Acquisitions by other threads during the longest wait.
+    worst_others: f64,
+    /// The runs of one client (one thread with one client) they formed.
+    worst_runs: f64,
+    ideal: f64,
+    vs_ideal: f64,
+    hold_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    lost: f64,
+    rt: f64,
+    attempts: f64,
+    evalsha: f64,
+    subs: f64,
+    /// Top-level HEXISTS per acquisition (a queued thread checking a local
+    /// holder after an unlock message), from the audit.
+    hexists: f64,
+    handoffs: f64,
+    cpu_us: f64,
+    server_us: f64,
+}
+
+impl Contended {
+    /// The floor's ideal row of a run: `1 / (hold + handoff)` at the hold
+    /// keyholder measured, with the floor's known costs (two script calls,
+    /// one attempt) per acquisition.
+    fn ideal(keyholder: &Contended, handoff_s: f64) -> Contended {
+        Contended {
+            rate: keyholder.ideal,
+            handoff_us: handoff_s * 1e6,
+            thread_streak: f64::NAN,
+            client_streak: f64::NAN,
+            worst_others: f64::NAN,
+            worst_runs: f64::NAN,
+            ideal: keyholder.ideal,
+            vs_ideal: 1.0,
+            hold_ms: keyholder.hold_ms,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            max_ms: f64::NAN,
+            lost: f64::NAN,
+            rt: 2.0,
+            attempts: 1.0,
+            evalsha: 2.0,
+            subs: 0.0,
+            hexists: 0.0,
+            handoffs: 0.0,
+            cpu_us: f64::NAN,
+            server_us: f64::NAN,
+        }
+    }
+}
+
+/// Runs one contended configuration (`shape` spread over `clients`
+/// keyholder clients) as the floor, the baseline and keyholder, and prints
+/// its table.
+pub(crate) fn contended(
+    env: &Env,
+    stats: &mut redis::Connection,
+    workload: &str,
+    shape: Shape,
+    clients: usize,
+    title: &str,
+) -> Res<()> {
+    let c = &env.cfg;
+    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let (mut ideal, mut handoffs, mut floor_loop, mut base, mut kh) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 1..=c.runs {
+        eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
+        let h = handoff(env)?;
+        handoffs.push(h * 1e6);
+        // The floor never waits: one thread runs the raw scripts around the
+        // same critical section. Nobody waits, so wait and streak figures
+        // would only restate its pair latency.
+        let alone = Shape { threads: 1, per_thread: (shape.per_thread * 2).max(10) };
+        let f = run_contended(env, stats, &floor, alone, h, None)?;
+        floor_loop.push(Contended {
+            thread_streak: f64::NAN,
+            worst_others: f64::NAN,
+            worst_runs: f64::NAN,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            max_ms: f64::NAN,
+            ..f
+        });
+        base.push(run_contended(env, stats, &baseline, shape, h, None)?);
+        let keyholder = Keyholder::new(env, clients, None)?;
+        let k = run_contended(env, stats, &keyholder, shape, h, (clients > 1).then_some(clients))?;
+        drop(keyholder);
+        ideal.push(Contended::ideal(&k, h));
+        kh.push(k);
+    }
+    print_table(
+        title,
+        &[
+            "impl",
+            "acq/s",
+            "vs ideal",
+            "hold ms",
+            "handoff µs",
+            "p50 wait ms",
+            "p99 wait ms",
+            "max wait ms (worst run)",
+            "during worst wait: others' acqs / runs",
+            "longest streak thread / client",
+            "lost updates",
+            "round trips/acq",
+            "acquire attempts/acq",
+            "EVALSHA/acq",
+            "(UN)SUBSCRIBE/acq",
+            "HEXISTS/acq",
+            "hand-offs/acq",
+            "client CPU µs/acq",
+            "Redis CPU µs/acq",
+        ],
+        &[
+            contended_row("floor (ideal)", &ideal),
+            contended_row("floor loop, 1 thread, same hold", &floor_loop),
+            contended_row("baseline", &base),
+            contended_row("keyholder", &kh),
+        ],
+        &[
+            format!(
+                "ideal = 1 / (measured mean hold + one handoff); handoff = floor acquire+release pair, \
+                 median {} µs; an implementation's handoff = 1/(acq/s) - mean hold. vs ideal is each \
+                 run's own ratio. Longest streak: most consecutive acquisitions by one thread / one \
+                 keyholder client, worst run (a streak is barging). During worst wait: in the worst run, the \
+                 acquisitions other threads made while the longest-waiting thread waited, and the runs \
+                 of consecutive acquisitions by one client (by one thread, with one client or the \
+                 baseline) they formed. Lost updates: summed over runs. \
+                 Round trips are top-level commands{}, excluding the counter's GET/SET; \
+                 HEXISTS: keyholder's own top-level HEXISTS (a queued thread checking a local holder \
+                 after an unlock message), counted by the audit. Acquire attempts: keyholder's acquire.lua \
+                 calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
+                 count: handoff.lua calls that passed the lock straight to a local thread, and grant \
+                 entries taken off the queue when clients queue (about one per acquisition then). Client CPU includes the \
+                 counter's GET/SET, and has a 10 ms tick resolution. The floor loop is measured: one \
+                 thread runs the raw acquire.lua, the same critical section and release.lua, with no \
+                 second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
+                fmt(median(handoffs), 0),
+                if c.audit {
+                    " counted by the server's slow log (every command logged, script-internal ones \
+                     told apart by their peer)"
+                } else {
+                    " (INFO commandstats less script-internal commands; --no-audit: top-level HEXISTS \
+                     uncounted)"
+                }
+            ),
+            if clients == 1 {
+                String::new()
+            } else {
+                "The baseline has no client object: each of its threads has its own connection in both \
+                 configurations."
+                    .to_owned()
+            },
+        ],
+    );
+    Ok(())
+}
+
+/// A contended worker's start line: it reports ready, then waits for go.
+struct StartLine {
+    ready: crossbeam_channel::Sender<()>,
+    go: crossbeam_channel::Receiver<()>,
+}
+
+/// What one worker did.
+struct Worker {
+    index: usize,
+    waits_ms: Vec<f64>,
+    acquired_at: Vec<Instant>,
+    held: Duration,
+}
+
+/// One thread of a contended window: `shape.per_thread` acquisitions of
+/// `key`, each holding it for the critical section.
+fn worker<I: LockImpl>(
+    env: &Env,
+    imp: &I,
+    shape: Shape,
+    index: usize,
+    key: &str,
+    counter: &str,
+    start: StartLine,
+) -> Res<Worker> {
+    let StartLine { ready, go } = start;
+    let setup = env.connect().and_then(|counter_con| Ok((counter_con, imp.session(index)?)));
+    let _ = ready.send(());
+    // The start signal is the sender's drop; a timeout means the bench gave up.
+    if let Err(RecvTimeoutError::Timeout) = go.recv_timeout(Duration::from_secs(120)) {
+        return Err(err("contended worker was never started"));
+    }
+    let (mut counter_con, mut session) = setup?;
+    let n = shape.per_thread;
+    let mut out = Worker {
+        index,
+        waits_ms: Vec::with_capacity(n),
+        acquired_at: Vec::with_capacity(n),
+        held: Duration::ZERO,
+    };
+    for _ in 0..n {
+        let t = Instant::now();
+        let held = session.acquire(key)?;
+        out.acquired_at.push(Instant::now());
+        out.waits_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        out.held += critical_section(&mut counter_con, counter, env.cfg.hold)?;
+        session.release(held)?;
+    }
+    Ok(out)
+}
+
+/// The critical section: a deliberately non-atomic GET-then-SET of the
+/// counter, padded to `hold`. Returns how long the lock was held for it.
+fn critical_section(con: &mut redis::Connection, counter: &str, hold: Duration) -> Res<Duration> {
+    let start = Instant::now();
+    let value: Option<i64> = redis::cmd("GET").arg(counter).query(con)?;
+    redis::cmd("SET").arg(counter).arg(value.unwrap_or(0) + 1).query::<()>(con)?;
+    if let Some(rest) = hold.checked_sub(start.elapsed()) {
+        thread::sleep(rest);
+    }
+    Ok(start.elapsed())
+}
+
+/// One contended window of `imp`. `clients`: thread `i` belongs to client
+/// `i % clients`, for the per-client streaks (`None`: each thread is its
+/// own).
+fn run_contended<I: LockImpl>(
+    env: &Env,
+    stats: &mut redis::Connection,
+    imp: &I,
+    shape: Shape,
+    handoff: f64,
+    clients: Option<usize>,
+) -> Res<Contended> {
+    let threads = shape.threads;
+    let key = env.key("w2");
+    let counter = env.key("w2:counter");
+    redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
+    let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<()>();
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(0);
+    let (workers, d) = thread::scope(|scope| -> Res<(Vec<Worker>, Delta)> {
+        let mut handles = Vec::new();
+        for i in 0..threads {
+            let (ready, go, key, counter) = (ready_tx.clone(), go_rx.clone(), &key, &counter);
+            let start = StartLine { ready, go };
+            handles.push(scope.spawn(move || worker(env, imp, shape, i, key, counter, start)));
+        }
+        for _ in 0..threads {
+            ready_rx
+                .recv_timeout(Duration::from_secs(60))
+                .map_err(|_| err("contended workers did not start"))?;
+        }
+        let audited = audit_start(env, stats)?;
+        let a = snap(stats)?;
+        drop(go_tx);
+        let mut workers = Vec::new();
+        let mut failure = None;
+        for h in handles {
+            match join(h) {
+                Ok(w) => workers.push(w),
+                Err(e) => failure = Some(e),
+            }
+        }
+        let b = snap(stats)?;
+        let top = audit_end(env, stats, audited)?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok((workers, Delta::between(&a, &b).with_audit(top))),
+        }
+    })?;
+    let acquisitions = workers.iter().map(|w| w.waits_ms.len()).sum::<usize>();
+    let counted: Option<i64> = redis::cmd("GET").arg(&counter).query(stats)?;
+    redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
+    let n = acquisitions as f64;
+    let held: Duration = workers.iter().map(|w| w.held).sum();
+    let hold = held.as_secs_f64() / n;
+    let mut order: Vec<(Instant, usize)> =
+        workers.iter().flat_map(|w| w.acquired_at.iter().map(move |at| (*at, w.index))).collect();
+    order.sort();
+    let thread_streak = longest_streak(order.iter().map(|(_, i)| *i));
+    // The longest wait, and what happened during it: acquisitions by other
+    // threads, and the runs of consecutive acquisitions by one client (or,
+    // with one client or the baseline, by one thread) they formed.
+    let worst = workers
+        .iter()
+        .flat_map(|w| w.acquired_at.iter().zip(&w.waits_ms).map(move |(at, ms)| (*at, *ms, w.index)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let (worst_others, worst_runs) = worst.map_or((f64::NAN, f64::NAN), |(at, ms, me)| {
+        let asked = at.checked_sub(Duration::from_secs_f64(ms / 1e3)).unwrap_or(at);
+        let during: Vec<usize> =
+            order.iter().filter(|(t, i)| *t > asked && *t < at && *i != me).map(|(_, i)| *i).collect();
+        let owner = |i: usize| clients.map_or(i, |c| i % c);
+        let runs = during.windows(2).filter(|w| owner(w[0]) != owner(w[1])).count()
+            + usize::from(!during.is_empty());
+        (during.len() as f64, runs as f64)
+    });
+    let client_streak = clients.map_or(f64::NAN, |c| longest_streak(order.iter().map(|(_, i)| i % c)));
+    let waits = sorted(workers.into_iter().flat_map(|w| w.waits_ms).collect());
+    let rate = n / d.wall;
+    let ideal = 1.0 / (hold + handoff);
+    let counter_ops = acquisitions as u64;
+    Ok(Contended {
+        rate,
+        handoff_us: (1.0 / rate - hold) * 1e6,
+        thread_streak,
+        client_streak,
+        worst_others,
+        worst_runs,
+        ideal,
+        vs_ideal: rate / ideal,
+        hold_ms: hold * 1e3,
+        p50_ms: pct(&waits, 50.0),
+        p99_ms: pct(&waits, 99.0),
+        max_ms: pct(&waits, 100.0),
+        lost: n - counted.unwrap_or(0) as f64,
+        rt: d.round_trips(imp.script_commands(), counter_ops) / n,
+        attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
+        evalsha: d.calls("evalsha") / n,
+        subs: d.subscribes() / n,
+        hexists: d.top_calls("hexists") / n,
+        handoffs: d.calls("hdel") / n,
+        cpu_us: d.client_cpu / n * 1e6,
+        server_us: d.server_cpu / n * 1e6,
+    })
+}
+
+/// A table row: medians over runs, the worst run's extremes, sums of lost
+/// updates.
+fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
+    // The run whose wait was the longest.
+    let worst = runs.iter().filter(|r| !r.max_ms.is_nan()).max_by(|a, b| a.max_ms.total_cmp(&b.max_ms));
+    vec![
+        name.to_owned(),
+        fmt(med(runs, |r| r.rate), 0),
+        fmt_ratio(med(runs, |r| r.vs_ideal)),
+        fmt(med(runs, |r| r.hold_ms), 3),
+        fmt(med(runs, |r| r.handoff_us), 0),
+        fmt(med(runs, |r| r.p50_ms), 2),
+        fmt(med(runs, |r| r.p99_ms), 2),
+        format!("{} ({})", fmt(med(runs, |r| r.max_ms), 1), fmt(max_of(runs, |r| r.max_ms), 1)),
+        worst.map_or("n/a".to_owned(), |r| format!("{} / {}", fmt(r.worst_others, 0), fmt(r.worst_runs, 0))),
+        format!(
+            "{} / {}",
+            fmt(max_of(runs, |r| r.thread_streak), 0),
+            fmt(max_of(runs, |r| r.client_streak), 0)
+        ),
+        fmt(sum_of(runs, |r| r.lost), 0),
+        fmt(med(runs, |r| r.rt), 2),
+        fmt(med(runs, |r| r.attempts), 2),
+        fmt(med(runs, |r| r.evalsha), 2),
+        fmt(med(runs, |r| r.subs), 2),
+        fmt(med(runs, |r| r.hexists), 2),
+        fmt(med(runs, |r| r.handoffs), 2),
+        fmt(med(runs, |r| r.cpu_us), 0),
+        fmt(med(runs, |r| r.server_us), 0),
+    ]
+}

@@ -1,0 +1,140 @@
+//! W7: thread-per-request. One process's threads each take and release
+//! their own lock names, with no contention: the floor and the baseline
+//! with a connection per thread, keyholder with one client and its
+//! defaults (a pool of 16 connections).
+
+use std::sync::Barrier;
+use std::thread;
+
+use crate::env::Env;
+use crate::error::Res;
+use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::measure::{Delta, connected_clients, median, snap};
+use crate::report::{fmt, fmt_ratio, print_table};
+
+use super::threads::join;
+
+/// One W7 window: pairs per second, Redis connections in use, round trips
+/// per pair.
+struct PerRequest {
+    rate: f64,
+    connections: f64,
+    rt: f64,
+}
+
+pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
+    let c = &env.cfg;
+    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let mut rows = Vec::new();
+    for &threads in &c.w7_threads {
+        let (mut floor_runs, mut base_runs, mut kh_runs) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 1..=c.runs {
+            eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
+            floor_runs.push(per_request(env, stats, &floor, threads)?);
+            base_runs.push(per_request(env, stats, &baseline, threads)?);
+            let keyholder = Keyholder::new(env, 1, None)?;
+            kh_runs.push(per_request(env, stats, &keyholder, threads)?);
+        }
+        let rate = |runs: &[PerRequest]| median(runs.iter().map(|r| r.rate).collect());
+        let conns = |runs: &[PerRequest]| median(runs.iter().map(|r| r.connections).collect());
+        let ratio =
+            |over: &[PerRequest]| median(kh_runs.iter().zip(over).map(|(k, o)| k.rate / o.rate).collect());
+        rows.push(vec![
+            threads.to_string(),
+            fmt(rate(&floor_runs), 0),
+            fmt(rate(&base_runs), 0),
+            fmt(rate(&kh_runs), 0),
+            fmt_ratio(ratio(&floor_runs)),
+            fmt_ratio(ratio(&base_runs)),
+            format!(
+                "{} / {} / {}",
+                fmt(conns(&floor_runs), 0),
+                fmt(conns(&base_runs), 0),
+                fmt(conns(&kh_runs), 0)
+            ),
+            fmt(median(kh_runs.iter().map(|r| r.rt).collect()), 2),
+        ]);
+    }
+    print_table(
+        &format!(
+            "W7: thread-per-request, 1 client, each thread on its own lock names, {} acquire+release pairs in \
+             all (targets: keyholder >= 0.9x the floor at every thread count with default settings and at \
+             most 16 connections per client; stretch: >= the baseline from 32 threads)",
+            c.w7_pairs
+        ),
+        &[
+            "threads",
+            "floor pairs/s",
+            "baseline pairs/s",
+            "keyholder pairs/s",
+            "keyholder vs floor",
+            "keyholder vs baseline",
+            "Redis connections floor / baseline / keyholder",
+            "keyholder round trips/pair",
+        ],
+        &rows,
+        &["The floor runs the raw acquire.lua and release.lua and the baseline SET NX PX and its \
+           compare-and-delete, each thread on a connection of its own; keyholder is one client with \
+           default settings (a pool of 16 connections). Connections: connected_clients added while every \
+           thread still holds what it opened, counting keyholder's pub/sub connection. Rates are medians \
+           over runs, ratios medians of per-run ratios; round trips from INFO commandstats."
+            .to_owned()],
+    );
+    Ok(())
+}
+
+/// W7 once: `threads` threads of `imp`, each taking and releasing its own
+/// four lock names (`--w7-pairs` pairs in all), as request threads of a
+/// server do.
+fn per_request<I: LockImpl>(
+    env: &Env,
+    stats: &mut redis::Connection,
+    imp: &I,
+    threads: usize,
+) -> Res<PerRequest> {
+    let per_thread = (env.cfg.w7_pairs / threads).max(5);
+    let before = connected_clients(stats)?;
+    // Four meeting points: all set up; go (the window starts); all done (the
+    // window ends, their connections still open and counted); counted (they
+    // may close).
+    let ready = Barrier::new(threads + 1);
+    let go = Barrier::new(threads + 1);
+    let finished = Barrier::new(threads + 1);
+    let counted = Barrier::new(threads + 1);
+    let (d, connections) = thread::scope(|scope| -> Res<(Delta, f64)> {
+        let mut handles = Vec::new();
+        for t in 0..threads {
+            let (ready, go, finished, counted) = (&ready, &go, &finished, &counted);
+            let builder = thread::Builder::new().stack_size(env.cfg.w3_stack);
+            let handle = builder.spawn_scoped(scope, move || -> Res<()> {
+                let keys: Vec<String> = (0..4).map(|i| env.key(&format!("w7:{t}:{i}"))).collect();
+                let session = imp.session(t);
+                ready.wait();
+                go.wait();
+                let outcome = session.and_then(|mut session| {
+                    for i in 0..per_thread {
+                        session.pair(&keys[i % keys.len()])?;
+                    }
+                    Ok(session)
+                });
+                finished.wait();
+                counted.wait();
+                outcome.map(drop)
+            })?;
+            handles.push(handle);
+        }
+        ready.wait();
+        let a = snap(stats)?;
+        go.wait();
+        finished.wait();
+        let b = snap(stats)?;
+        let connections = connected_clients(stats)? - before;
+        counted.wait();
+        for h in handles {
+            join(h)?;
+        }
+        Ok((Delta::between(&a, &b), connections))
+    })?;
+    let n = (per_thread * threads) as f64;
+    Ok(PerRequest { rate: n / d.wall, connections, rt: d.round_trips(imp.script_commands(), 0) / n })
+}

@@ -1,0 +1,42 @@
+//! The benchmark runs its tiny configuration (`--quick`) to completion
+//! against the private redis-server it starts itself, and prints every
+//! workload's table. A smoke test, not a measurement: figures of this debug
+//! build mean nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longer than `--quick` takes in a debug build on a busy 2-core machine.
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn the_benchmark_runs_its_tiny_configuration() {
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_keyholder-bench"))
+        .arg("--quick")
+        .env_remove("REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output =
+        rx.recv_timeout(LIMIT).unwrap_or_else(|_| panic!("did not finish within {LIMIT:?}")).unwrap();
+    eprintln!("finished in {:?}", started.elapsed());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    for workload in ["### W1", "### W2", "### W3", "### W4", "### W5", "### W6", "### W7"] {
+        assert!(stdout.contains(workload), "no {workload} table in:\n{stdout}");
+    }
+}
+
+#[test]
+fn a_bad_flag_is_refused_with_the_usage() {
+    let output = Command::new(env!("CARGO_BIN_EXE_keyholder-bench")).arg("--fast").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("usage: keyholder-bench"));
+}
