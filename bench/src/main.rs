@@ -5,7 +5,7 @@
 //! workload measures, and `docs/performance.md` for the figures.
 //!
 //! ```text
-//! cargo run --release -p keyholder-bench                     # full run, ~3 min on 2 cores
+//! cargo run --release -p keyholder-bench                     # full run, about 140 s on 2 cores
 //! cargo run --release -p keyholder-bench -- --quick          # tiny run, a few seconds
 //! cargo run --release -p keyholder-bench -- --runs 5 --only W1,W2
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release -p keyholder-bench
