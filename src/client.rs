@@ -152,18 +152,23 @@ impl Client {
     }
 
     pub(crate) fn start(config: Config) -> Result<Client> {
-        let redis_client = redis::Client::open(config.url.as_str())
-            .map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
+        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let target =
-            Target::from_info(redis_client.get_connection_info(), format!("{connection_name}:pubsub"))?;
         let info = redis_client
             .get_connection_info()
             .clone()
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let redis_client =
-            redis::Client::open(info).map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
+        #[cfg(feature = "tls")]
+        let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
+        #[cfg(not(feature = "tls"))]
+        let (redis_client, pubsub_tls) =
+            (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
+        let target = Target::from_info(
+            redis_client.get_connection_info(),
+            format!("{connection_name}:pubsub"),
+            pubsub_tls,
+        )?;
         let generation = Arc::new(Generation::default());
         let connector = Connector::new(
             redis_client,
@@ -172,7 +177,16 @@ impl Client {
             Arc::clone(&generation),
             Arc::clone(&connection_name),
         );
-        connector.check_access()?;
+        if let Err(e) = connector.check_access() {
+            // redis-rs hides why a TLS handshake failed: ask one of our own.
+            #[cfg(feature = "tls")]
+            if e.is_transport()
+                && let Some(refused) = target.tls_refusal(config.connect_timeout)
+            {
+                return Err(refused);
+            }
+            return Err(e);
+        }
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
@@ -280,6 +294,15 @@ impl Renewals for Inner {
             Ok((held, conn.replicated() != Some(false)))
         })
     }
+}
+
+/// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.
+fn bad_url(url: &str, e: redis::RedisError) -> Error {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str()) {
+        return Error::invalid_config(format!("{scheme}:// URLs need keyholder's `tls` cargo feature"));
+    }
+    Error::invalid_config(format!("bad redis url: {e}"))
 }
 
 /// A background thread, and a channel that disconnects when it exits.

@@ -102,6 +102,8 @@ mod gate;
 // Connections: pub/sub, and the Redis layer (pool, scripts).
 mod pubsub;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 // Vocabulary every layer shares.
 mod error;
 mod lease;
