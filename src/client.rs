@@ -177,16 +177,10 @@ impl Client {
             Arc::clone(&generation),
             Arc::clone(&connection_name),
         );
-        if let Err(e) = connector.check_access() {
-            // redis-rs hides why a TLS handshake failed: ask one of our own.
-            #[cfg(feature = "tls")]
-            if e.is_transport()
-                && let Some(refused) = target.tls_refusal(config.connect_timeout)
-            {
-                return Err(refused);
-            }
-            return Err(e);
-        }
+        let access = connector.check_access();
+        #[cfg(feature = "tls")]
+        let access = access.map_err(|e| explain_tls(e, &target, config.connect_timeout));
+        access?;
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
@@ -294,6 +288,16 @@ impl Renewals for Inner {
             Ok((held, conn.replicated() != Some(false)))
         })
     }
+}
+
+/// redis-rs hides why a TLS handshake failed: when the pool's first
+/// connection fails in transit, one handshake of our own tells.
+#[cfg(feature = "tls")]
+fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
+    if !e.is_transport() {
+        return e;
+    }
+    target.tls_refusal(timeout).unwrap_or(e)
 }
 
 /// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.

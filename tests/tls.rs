@@ -99,6 +99,33 @@ fn mutual_tls_with_a_client_certificate() {
     assert_woken_by_unlock_message(&holder, &waiter, "over-mtls");
 }
 
+/// A pub/sub connection killed while a thread waits reconnects over TLS
+/// (with its client certificate), resubscribes, and the next unlock message
+/// wakes the waiter.
+#[test]
+fn the_pubsub_connection_reconnects_over_tls() {
+    let server = RedisServer::start_tls(ClientAuth::Required);
+    let holder = trusting(&server).build().unwrap();
+    let waiter = trusting(&server).build().unwrap();
+    let held = holder.lock("reconnected").unwrap().lock().unwrap();
+    let lock = waiter.lock("reconnected").unwrap();
+    let waiting =
+        spawn(move || lock.try_lock_for(20 * SECOND).unwrap().map(|g| g.unlock().unwrap()).is_some());
+    let mut con = server.conn();
+    let channel = common::channel_of("reconnected");
+    common::wait_numsub(&mut con, &channel, 1);
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut con).unwrap();
+    assert_eq!(killed, 1, "the waiter's pub/sub connection was not killed");
+    common::wait_numsub(&mut con, &channel, 1);
+    let released = Instant::now();
+    held.unlock().unwrap();
+    assert!(
+        recv_within(&waiting, 25 * SECOND, "the waiter after a reconnect"),
+        "the waiter never got the lock"
+    );
+    assert!(released.elapsed() < SECOND, "woken {:?} after the release: no wake-up", released.elapsed());
+}
+
 /// A server certificate that the given CA did not sign is refused at
 /// `build()`, saying so.
 #[test]
