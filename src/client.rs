@@ -116,15 +116,20 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidConfig`] for a malformed URL or a setting out of
-    /// range, before any I/O, or a database index the server does not have;
+    /// [`ErrorKind::InvalidConfig`] for a malformed URL, a setting out of
+    /// range or unusable TLS settings, before any I/O, or a database index
+    /// the server does not have;
     /// [`ErrorKind::AccessDenied`] when the server refuses the credentials
-    /// (or their absence); [`ErrorKind::Connection`] when Redis cannot be
-    /// reached within the connect timeout; [`ErrorKind::Spawn`] when a
-    /// background thread cannot be started.
+    /// (or their absence); [`ErrorKind::Tls`] when a TLS handshake is
+    /// refused, by the server (a client certificate missing or not trusted)
+    /// or by this client (a server certificate it does not trust);
+    /// [`ErrorKind::Connection`] when Redis cannot be reached within the
+    /// connect timeout; [`ErrorKind::Spawn`] when a background thread cannot
+    /// be started.
     ///
     /// [`ErrorKind::InvalidConfig`]: crate::ErrorKind::InvalidConfig
     /// [`ErrorKind::AccessDenied`]: crate::ErrorKind::AccessDenied
+    /// [`ErrorKind::Tls`]: crate::ErrorKind::Tls
     /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
     /// [`ErrorKind::Spawn`]: crate::ErrorKind::Spawn
     pub fn build(self) -> Result<Client> {
@@ -134,9 +139,9 @@ impl ClientBuilder {
 
 impl Client {
     /// A builder for a client of the Redis server at `url`
-    /// (`redis://[[user]:password@]host[:port][/db]`, or
-    /// `redis+unix:///path/to/redis.sock`). No I/O happens until
-    /// [`ClientBuilder::build`].
+    /// (`redis://[[user]:password@]host[:port][/db]`, with the `tls` feature
+    /// `rediss://` of the same form, or `redis+unix:///path/to/redis.sock`).
+    /// No I/O happens until [`ClientBuilder::build`].
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
     }
@@ -291,10 +296,14 @@ impl Renewals for Inner {
 }
 
 /// redis-rs hides why a TLS handshake failed: when the pool's first
-/// connection fails in transit, one handshake of our own tells.
+/// connection fails in transit, one handshake of our own tells. Not after a
+/// timeout: no refusal is one, and the bounds of `build()` stay as they were.
 #[cfg(feature = "tls")]
 fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
-    if !e.is_transport() {
+    let timed_out = std::error::Error::source(&e)
+        .and_then(|source| source.downcast_ref::<redis::RedisError>())
+        .is_some_and(redis::RedisError::is_timeout);
+    if !e.is_transport() || timed_out {
         return e;
     }
     target.tls_refusal(timeout).unwrap_or(e)

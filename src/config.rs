@@ -76,8 +76,8 @@ impl ClientBuilder {
         self
     }
 
-    /// How long to wait for a TCP connection to Redis, and for a free pooled
-    /// connection.
+    /// How long to wait for a connection to Redis (with `rediss://`, its
+    /// TLS handshake included), and for a free pooled connection.
     ///
     /// Defaults to 3 s (Redisson's `connectTimeout` is 10 s; `timeout` 3 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {

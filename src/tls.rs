@@ -257,3 +257,19 @@ impl ServerCertVerifier for AnyServerCertificate {
         self.algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_private_key() {
+        let options = TlsOptions {
+            client_pem: Some((b"CERT".to_vec(), b"SECRET KEY".to_vec())),
+            ..TlsOptions::default()
+        };
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("SECRET") && !shown.contains("83, 69, 67"), "{shown}");
+        assert!(shown.contains("client_certificate: true"), "{shown}");
+    }
+}

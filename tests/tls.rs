@@ -79,10 +79,10 @@ fn locks_and_wake_ups_work_over_tls() {
 #[test]
 fn the_watchdog_renews_over_tls() {
     let server = RedisServer::start_tls(ClientAuth::Off);
-    let client = trusting(&server).watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let client = trusting(&server).watchdog_timeout(Duration::from_millis(600)).build().unwrap();
     let guard = client.lock("renewed-over-tls").unwrap().lock().unwrap();
-    // Time must pass here: four watchdog timeouts, renewed every 100 ms.
-    std::thread::sleep(Duration::from_millis(1200));
+    // Time must pass here: three watchdog timeouts, renewed every 200 ms.
+    std::thread::sleep(Duration::from_millis(1800));
     assert!(!guard.is_lost(), "the hold was lost: {:?}", guard.lost_reason());
     assert!(pttl(&mut server.conn(), "renewed-over-tls") > 0, "the lock expired: no renewal");
     guard.unlock().unwrap();
@@ -178,19 +178,19 @@ fn tls_settings_wrong_by_themselves_are_invalid_config() {
     let ca = TestCa::new("a CA");
     let client = ca.client();
     let other = ca.client();
+    let trusting = || Client::builder(&nowhere).tls_ca_certificate(ca.cert_pem());
     let cases = [
-        ("a CA PEM without a certificate", Client::builder(&nowhere).tls_ca_certificate("not a certificate")),
+        ("holds no certificate", Client::builder(&nowhere).tls_ca_certificate("not a certificate")),
         (
-            "a client key that does not parse",
-            Client::builder(&nowhere)
-                .tls_client_certificate(client.cert.as_str(), "-----BEGIN PRIVATE KEY-----"),
+            "no usable private key",
+            trusting().tls_client_certificate(client.cert.as_str(), "-----BEGIN PRIVATE KEY-----"),
         ),
         (
-            "a client key of another certificate",
-            Client::builder(&nowhere).tls_client_certificate(client.cert.as_str(), other.key.as_str()),
+            "cannot be used together",
+            trusting().tls_client_certificate(client.cert.as_str(), other.key.as_str()),
         ),
         (
-            "TLS settings for a redis:// URL",
+            "without TLS",
             Client::builder(nowhere.replace("rediss", "redis")).tls_ca_certificate(ca.cert_pem()),
         ),
     ];
@@ -198,6 +198,7 @@ fn tls_settings_wrong_by_themselves_are_invalid_config() {
         let (result, took) = common::timed(|| builder.build());
         let err = result.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err:?}");
+        assert!(err.to_string().contains(what), "expected {what:?} in: {err}");
         assert!(took < SECOND, "{what}: took {took:?}");
     }
 }
