@@ -272,4 +272,36 @@ mod tests {
         assert!(!shown.contains("SECRET") && !shown.contains("83, 69, 67"), "{shown}");
         assert!(shown.contains("client_certificate: true"), "{shown}");
     }
+
+    fn explained(error: rustls::Error) -> String {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidData, error);
+        let refused = refusal(e).unwrap();
+        assert!(refused.is_tls(), "{refused:?}");
+        assert!(std::error::Error::source(&refused).is_some(), "the rustls error is the source");
+        refused.to_string()
+    }
+
+    #[test]
+    fn refusals_say_which_side_refused_and_what_to_check() {
+        use rustls::{AlertDescription, CertificateError};
+        let untrusted = explained(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer));
+        assert!(
+            untrusted.contains("does not trust redis's certificate")
+                && untrusted.contains("tls_ca_certificate")
+        );
+        let misnamed = explained(rustls::Error::InvalidCertificate(CertificateError::NotValidForName));
+        assert!(misnamed.contains("does not name the URL's host"), "{misnamed}");
+        let required = explained(rustls::Error::AlertReceived(AlertDescription::CertificateRequired));
+        assert!(required.contains("requires a client certificate"), "{required}");
+        let unknown_ca = explained(rustls::Error::AlertReceived(AlertDescription::UnknownCA));
+        assert!(unknown_ca.contains("UnknownCA"), "{unknown_ca}");
+    }
+
+    #[test]
+    fn other_io_errors_are_not_tls_refusals() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(refusal(reset).unwrap_err().kind(), std::io::ErrorKind::ConnectionReset);
+        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "the TLS handshake timed out");
+        assert!(refusal(timeout).is_err());
+    }
 }
