@@ -116,15 +116,20 @@ impl ClientBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidConfig`] for a malformed URL or a setting out of
-    /// range, before any I/O, or a database index the server does not have;
+    /// [`ErrorKind::InvalidConfig`] for a malformed URL, a setting out of
+    /// range or unusable TLS settings, before any I/O, or a database index
+    /// the server does not have;
     /// [`ErrorKind::AccessDenied`] when the server refuses the credentials
-    /// (or their absence); [`ErrorKind::Connection`] when Redis cannot be
-    /// reached within the connect timeout; [`ErrorKind::Spawn`] when a
-    /// background thread cannot be started.
+    /// (or their absence); [`ErrorKind::Tls`] when a TLS handshake is
+    /// refused, by the server (a client certificate missing or not trusted)
+    /// or by this client (a server certificate it does not trust);
+    /// [`ErrorKind::Connection`] when Redis cannot be reached within the
+    /// connect timeout; [`ErrorKind::Spawn`] when a background thread cannot
+    /// be started.
     ///
     /// [`ErrorKind::InvalidConfig`]: crate::ErrorKind::InvalidConfig
     /// [`ErrorKind::AccessDenied`]: crate::ErrorKind::AccessDenied
+    /// [`ErrorKind::Tls`]: crate::ErrorKind::Tls
     /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
     /// [`ErrorKind::Spawn`]: crate::ErrorKind::Spawn
     pub fn build(self) -> Result<Client> {
@@ -134,9 +139,9 @@ impl ClientBuilder {
 
 impl Client {
     /// A builder for a client of the Redis server at `url`
-    /// (`redis://[[user]:password@]host[:port][/db]`, or
-    /// `redis+unix:///path/to/redis.sock`). No I/O happens until
-    /// [`ClientBuilder::build`].
+    /// (`redis://[[user]:password@]host[:port][/db]`, with the `tls` feature
+    /// `rediss://` of the same form, or `redis+unix:///path/to/redis.sock`).
+    /// No I/O happens until [`ClientBuilder::build`].
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
     }
@@ -152,18 +157,23 @@ impl Client {
     }
 
     pub(crate) fn start(config: Config) -> Result<Client> {
-        let redis_client = redis::Client::open(config.url.as_str())
-            .map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
+        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let target =
-            Target::from_info(redis_client.get_connection_info(), format!("{connection_name}:pubsub"))?;
         let info = redis_client
             .get_connection_info()
             .clone()
             .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let redis_client =
-            redis::Client::open(info).map_err(|e| Error::invalid_config(format!("bad redis url: {e}")))?;
+        #[cfg(feature = "tls")]
+        let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
+        #[cfg(not(feature = "tls"))]
+        let (redis_client, pubsub_tls) =
+            (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
+        let target = Target::from_info(
+            redis_client.get_connection_info(),
+            format!("{connection_name}:pubsub"),
+            pubsub_tls,
+        )?;
         let generation = Arc::new(Generation::default());
         let connector = Connector::new(
             redis_client,
@@ -172,7 +182,10 @@ impl Client {
             Arc::clone(&generation),
             Arc::clone(&connection_name),
         );
-        connector.check_access()?;
+        let access = connector.check_access();
+        #[cfg(feature = "tls")]
+        let access = access.map_err(|e| explain_tls(e, &target, config.connect_timeout));
+        access?;
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
@@ -280,6 +293,29 @@ impl Renewals for Inner {
             Ok((held, conn.replicated() != Some(false)))
         })
     }
+}
+
+/// redis-rs hides why a TLS handshake failed: when the pool's first
+/// connection fails in transit, one handshake of our own tells. Not after a
+/// timeout: no refusal is one, and the bounds of `build()` stay as they were.
+#[cfg(feature = "tls")]
+fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
+    let timed_out = std::error::Error::source(&e)
+        .and_then(|source| source.downcast_ref::<redis::RedisError>())
+        .is_some_and(redis::RedisError::is_timeout);
+    if !e.is_transport() || timed_out {
+        return e;
+    }
+    target.tls_refusal(timeout).unwrap_or(e)
+}
+
+/// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.
+fn bad_url(url: &str, e: redis::RedisError) -> Error {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str()) {
+        return Error::invalid_config(format!("{scheme}:// URLs need keyholder's `tls` cargo feature"));
+    }
+    Error::invalid_config(format!("bad redis url: {e}"))
 }
 
 /// A background thread, and a channel that disconnects when it exits.

@@ -18,6 +18,9 @@ pub(crate) struct Config {
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// Missing acknowledgements of an acquisition or release are errors.
     pub(crate) replica_acks_required: bool,
+    /// Root CA, client certificate and the tests-only opt-out.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: crate::tls::TlsOptions,
 }
 
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
@@ -57,6 +60,8 @@ impl ClientBuilder {
                 fairness_window: Duration::from_millis(10),
                 replica_acks: None,
                 replica_acks_required: false,
+                #[cfg(feature = "tls")]
+                tls: crate::tls::TlsOptions::default(),
             },
         }
     }
@@ -71,8 +76,8 @@ impl ClientBuilder {
         self
     }
 
-    /// How long to wait for a TCP connection to Redis, and for a free pooled
-    /// connection.
+    /// How long to wait for a connection to Redis (with `rediss://`, its
+    /// TLS handshake included), and for a free pooled connection.
     ///
     /// Defaults to 3 s (Redisson's `connectTimeout` is 10 s; `timeout` 3 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -145,6 +150,71 @@ impl ClientBuilder {
     /// Defaults to false.
     pub fn replica_acks_required(mut self, required: bool) -> Self {
         self.config.replica_acks_required = required;
+        self
+    }
+
+    /// Trusts the certificates in `pem` (one or more PEM `CERTIFICATE`
+    /// blocks, the contents of a `ca.crt`) as the roots for the server's
+    /// certificate, instead of the system's. For a Redis whose certificate
+    /// a private CA signed. Needs a `rediss://` URL; the server's
+    /// certificate must name the URL's host (a DNS name or an IP address).
+    ///
+    /// Defaults to the system's roots. A PEM that holds no certificate fails
+    /// [`build`](ClientBuilder::build) with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig); a
+    /// server certificate these roots do not vouch for, with
+    /// [`ErrorKind::Tls`](crate::ErrorKind::Tls). Requires the `tls` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = keyholder::Client::builder("rediss://redis.internal:6380/")
+    ///     .tls_ca_certificate(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/redis/tls/client.crt")?,
+    ///         std::fs::read("/etc/redis/tls/client.key")?,
+    ///     )
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate for mutual TLS: `cert_pem`, its chain
+    /// (the client's certificate first), and `key_pem`, its private key
+    /// (PKCS#8, PKCS#1 or SEC1 PEM), for a server that checks clients'
+    /// certificates (`tls-auth-clients yes`). Needs a `rediss://` URL.
+    ///
+    /// Defaults to none. A key that does not parse or does not match the
+    /// certificate fails [`build`](ClientBuilder::build) with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig); a
+    /// server that refuses the certificate (or its absence), with
+    /// [`ErrorKind::Tls`](crate::ErrorKind::Tls). Requires the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.config.tls.client_pem = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// **Turns off the checks of the server's certificate: for tests
+    /// only.** With `true`, the client accepts any certificate for any
+    /// name, so anyone on the network path can pose as Redis, read the
+    /// client's traffic and forge its locks. Encryption stays on. A warning
+    /// is logged when the client is built. redis-rs's `#insecure` URL
+    /// fragment (`rediss://host:port/#insecure`) does the same.
+    ///
+    /// Defaults to false. Requires the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn danger_accept_invalid_certs(mut self, accept: bool) -> Self {
+        self.config.tls.accept_invalid_certs = accept;
         self
     }
 

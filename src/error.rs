@@ -74,6 +74,15 @@ pub enum ErrorKind {
     /// missing or wrong password, an unknown ACL user, or an ACL that denies
     /// PING. Reported by [`ClientBuilder::build`](crate::ClientBuilder::build).
     AccessDenied,
+    /// A TLS handshake with Redis was refused: this client did not trust
+    /// the server's certificate (wrong or missing CA, a name that does not
+    /// match the URL's host), the server did not accept this client (a
+    /// client certificate missing or not trusted), or the port does not
+    /// speak TLS. Reported by [`ClientBuilder::build`](crate::ClientBuilder::build);
+    /// TLS settings that are wrong by themselves (a PEM without a
+    /// certificate, a key that does not match) are
+    /// [`ErrorKind::InvalidConfig`].
+    Tls,
     /// An argument was refused before any I/O (an empty or oversized lock
     /// name, a reserved one, a lease out of range).
     InvalidArgument,
@@ -211,6 +220,11 @@ impl Error {
         self.kind() == ErrorKind::AccessDenied
     }
 
+    /// True for [`ErrorKind::Tls`].
+    pub fn is_tls(&self) -> bool {
+        self.kind() == ErrorKind::Tls
+    }
+
     /// True for [`ErrorKind::InvalidArgument`] and [`ErrorKind::InvalidConfig`].
     pub fn is_invalid(&self) -> bool {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
@@ -272,6 +286,13 @@ impl Error {
 
     pub(crate) fn access_denied(e: redis::RedisError) -> Error {
         let mut error = Error::new(ErrorKind::AccessDenied).with_detail(e.to_string());
+        error.inner.source = Some(Box::new(e));
+        error
+    }
+
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls(detail: String, e: std::io::Error) -> Error {
+        let mut error = Error::new(ErrorKind::Tls).with_detail(detail);
         error.inner.source = Some(Box::new(e));
         error
     }
@@ -365,6 +386,7 @@ impl fmt::Display for Error {
                  non-negative integer below 2^63 - 1"
             ),
             ErrorKind::AccessDenied => write!(f, "redis refused access: {detail}"),
+            ErrorKind::Tls => write!(f, "TLS with redis failed: {detail}"),
             ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),

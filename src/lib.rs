@@ -85,7 +85,28 @@
 //! Mutual exclusion holds while leases hold: against one Redis primary,
 //! between holders whose pauses stay shorter than their lease. A failover
 //! with asynchronous replication can lose a lock. Redis 5 or newer; TCP
-//! (`redis://`) and Unix-socket (`redis+unix://`) connections.
+//! (`redis://`), TLS (`rediss://`, with the `tls` feature) and Unix-socket
+//! (`redis+unix://`) connections.
+//!
+//! # TLS
+//!
+//! With the `tls` cargo feature, `rediss://` URLs carry every connection of
+//! a client (the command pool and the pub/sub connection) over TLS
+//! (rustls, with the *ring* provider). A private CA and a client
+//! certificate for mutual TLS are set on the builder; a certificate either
+//! side refuses fails [`ClientBuilder::build`] with [`ErrorKind::Tls`]:
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = keyholder::Client::builder("rediss://redis.internal:6380/")
+//!     .tls_ca_certificate(std::fs::read("ca.crt")?)
+//!     .tls_client_certificate(std::fs::read("client.crt")?, std::fs::read("client.key")?)
+//!     .build()?;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "tls"))]
+//! # fn main() {}
+//! ```
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
@@ -107,6 +128,8 @@ mod error;
 mod lease;
 mod names;
 mod owner;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};

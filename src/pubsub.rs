@@ -5,3 +5,5 @@
 mod resp;
 mod stream;
 pub(crate) mod subscriber;
+#[cfg(feature = "tls")]
+mod tls_stream;

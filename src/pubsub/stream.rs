@@ -1,4 +1,5 @@
-//! The pub/sub connection's socket: TCP, or a Unix domain socket for
+//! The pub/sub connection's socket: TCP, TLS over TCP for `rediss://` URLs
+//! (the `tls` feature; see `tls_stream.rs`), or a Unix domain socket for
 //! `redis+unix://` and `unix://` URLs. The subscriber needs a little more
 //! than `Read` and `Write` of it: a clone for the writing half, timeouts,
 //! and a shutdown that wakes the reader.
@@ -8,7 +9,12 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::Duration;
+#[cfg(feature = "tls")]
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "tls")]
+use crate::pubsub::tls_stream::TlsStream;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -16,6 +22,12 @@ pub(crate) enum Address {
     Tcp {
         host: String,
         port: u16,
+    },
+    #[cfg(feature = "tls")]
+    Tls {
+        host: String,
+        port: u16,
+        config: Arc<rustls::ClientConfig>,
     },
     #[cfg(unix)]
     Unix(PathBuf),
@@ -25,27 +37,25 @@ pub(crate) enum Address {
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
+    #[cfg(feature = "tls")]
+    Tls(TlsStream),
     #[cfg(unix)]
     Unix(UnixStream),
 }
 
 impl Address {
-    /// Connects, trying each resolved address of a host name in turn, each
-    /// within `timeout` (a Unix socket connects at once or not at all).
+    /// Connects, trying each resolved address of a host name in turn, all
+    /// within `timeout` (a TLS handshake included; a Unix socket connects at
+    /// once or not at all).
     pub(crate) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+        let deadline = Instant::now() + timeout;
         match self {
-            Address::Tcp { host, port } => {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
-                for addr in (host.as_str(), *port).to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&addr, timeout) {
-                        Ok(stream) => {
-                            stream.set_nodelay(true)?;
-                            return Ok(Stream::Tcp(stream));
-                        }
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+            Address::Tcp { host, port } => connect_tcp(host, *port, deadline).map(Stream::Tcp),
+            #[cfg(feature = "tls")]
+            Address::Tls { host, port, config } => {
+                let tcp = connect_tcp(host, *port, deadline)?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                TlsStream::handshake(tcp, host, Arc::clone(config), left).map(Stream::Tls)
             }
             #[cfg(unix)]
             Address::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
@@ -56,16 +66,40 @@ impl Address {
     pub(crate) fn describe(&self) -> String {
         match self {
             Address::Tcp { host, port } => format!("{host}:{port}"),
+            #[cfg(feature = "tls")]
+            Address::Tls { host, port, .. } => format!("{host}:{port} (TLS)"),
             #[cfg(unix)]
             Address::Unix(path) => path.display().to_string(),
         }
     }
 }
 
+/// A TCP connection to `host:port` by `deadline`, trying each of its
+/// addresses in turn.
+fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
+    for addr in (host, port).to_socket_addrs()? {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to redis timed out"));
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 impl Stream {
     pub(crate) fn try_clone(&self) -> io::Result<Stream> {
         match self {
             Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.try_clone().map(Stream::Tls),
             #[cfg(unix)]
             Stream::Unix(s) => s.try_clone().map(Stream::Unix),
         }
@@ -74,6 +108,8 @@ impl Stream {
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(timeout),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.socket().set_read_timeout(timeout),
             #[cfg(unix)]
             Stream::Unix(s) => s.set_read_timeout(timeout),
         }
@@ -82,6 +118,8 @@ impl Stream {
     pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(timeout),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.socket().set_write_timeout(timeout),
             #[cfg(unix)]
             Stream::Unix(s) => s.set_write_timeout(timeout),
         }
@@ -91,6 +129,11 @@ impl Stream {
     pub(crate) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => {
+                s.shutdown();
+                Ok(())
+            }
             #[cfg(unix)]
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
         };
@@ -101,6 +144,8 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.read(buf),
             #[cfg(unix)]
             Stream::Unix(s) => s.read(buf),
         }
@@ -111,6 +156,8 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
             #[cfg(unix)]
             Stream::Unix(s) => s.write(buf),
         }
@@ -119,6 +166,8 @@ impl Write for Stream {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.flush(),
             #[cfg(unix)]
             Stream::Unix(s) => s.flush(),
         }

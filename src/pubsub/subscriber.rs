@@ -27,6 +27,15 @@ use crate::error::{Error, Result};
 use crate::pubsub::resp::{self, Resp};
 use crate::pubsub::stream::{Address, Stream};
 
+/// What the pub/sub connection needs for TLS: the rustls configuration
+/// (nothing can be given without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
+/// What the pub/sub connection needs for TLS: the rustls configuration
+/// (nothing can be given without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(crate) type PubsubTls = std::convert::Infallible;
+
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
 /// nothing else of it).
@@ -72,16 +81,26 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// The pub/sub target of a redis-rs connection description: TCP or a
-    /// Unix socket (TLS is not supported yet).
-    pub(crate) fn from_info(info: &redis::ConnectionInfo, name: String) -> Result<Target> {
-        let address = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Address::Tcp { host: host.clone(), port: *port },
+    /// The pub/sub target of a redis-rs connection description: TCP, a Unix
+    /// socket, or, with the `tls` feature, TLS over TCP with `tls` (the
+    /// configuration made from the client's TLS settings).
+    pub(crate) fn from_info(
+        info: &redis::ConnectionInfo,
+        name: String,
+        tls: Option<PubsubTls>,
+    ) -> Result<Target> {
+        let address = match (info.addr(), tls) {
+            (redis::ConnectionAddr::Tcp(host, port), _) => Address::Tcp { host: host.clone(), port: *port },
+            #[cfg(feature = "tls")]
+            (redis::ConnectionAddr::TcpTls { host, port, .. }, Some(config)) => {
+                Address::Tls { host: host.clone(), port: *port, config }
+            }
             #[cfg(unix)]
-            redis::ConnectionAddr::Unix(path) => Address::Unix(path.clone()),
-            other => {
+            (redis::ConnectionAddr::Unix(path), _) => Address::Unix(path.clone()),
+            (other, _) => {
                 return Err(Error::invalid_config(format!(
-                    "keyholder supports redis:// TCP and redis+unix:// connections; got {other}"
+                    "keyholder connects to redis:// (TCP), rediss:// (TLS, with the `tls` feature) and \
+                     redis+unix:// URLs; got {other}"
                 )));
             }
         };
@@ -91,6 +110,29 @@ impl Target {
             password: info.redis_settings().password().map(str::to_owned),
             name,
         })
+    }
+}
+
+impl Target {
+    /// Why a TLS handshake with the server fails, if it does: one
+    /// connection and a PING, for `build()` to explain a refused pool
+    /// connection (see `tls.rs`). `None` when it succeeds, or fails for
+    /// another reason than TLS.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<Error> {
+        if !matches!(self.address, Address::Tls { .. }) {
+            return None;
+        }
+        let probe = || -> io::Result<()> {
+            let mut stream = self.address.connect(timeout)?;
+            stream.set_read_timeout(Some(timeout))?;
+            stream.set_write_timeout(Some(timeout))?;
+            // A server that refuses this client's certificate says so after
+            // the handshake (TLS 1.3): read one reply.
+            resp::write_command(&mut stream, &[b"PING"])?;
+            resp::read_value(&mut BufReader::new(stream)).map(drop)
+        };
+        crate::tls::refusal(probe().err()?).ok()
     }
 }
 

@@ -9,5 +9,9 @@ pub mod child;
 pub mod proxy;
 pub mod server;
 pub mod store;
+#[cfg(feature = "tls")]
+pub mod tls;
 
+#[cfg(feature = "tls")]
+pub use server::ClientAuth;
 pub use server::{RedisServer, free_port};

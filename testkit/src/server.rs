@@ -3,11 +3,17 @@
 //! benchmark (`bench/`).
 //!
 //! `REDIS_SERVER_BIN` overrides the binary. A missing binary fails loudly.
+//!
+//! With the `tls` feature, [`RedisServer::start_tls`] starts one that listens
+//! for TLS only (`--port 0 --tls-port`), with certificates made for it in its
+//! temp dir; the harness itself talks to it over its Unix socket.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+#[cfg(feature = "tls")]
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +25,30 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Arguments beyond the defaults (a replica's `--replicaof`).
     extra: Vec<String>,
+    /// Listens for TLS only, with these certificates.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<TlsSetup>>,
+}
+
+/// Whether a TLS test server asks clients for a certificate
+/// (`--tls-auth-clients`).
+#[cfg(feature = "tls")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// A client must present a certificate the server's CA signed.
+    Required,
+    /// Clients present none.
+    Off,
+}
+
+/// A TLS test server's certificates: its CA, its own, and one for a client.
+#[cfg(feature = "tls")]
+#[derive(Debug)]
+pub struct TlsSetup {
+    pub ca: crate::tls::TestCa,
+    pub server: crate::tls::Pem,
+    pub client: crate::tls::Pem,
+    pub auth: ClientAuth,
 }
 
 fn server_bin() -> String {
@@ -71,7 +101,32 @@ impl RedisServer {
         }
     }
 
+    /// Starts a server that listens for TLS only, on a free port, with a
+    /// fresh CA and certificates (see [`RedisServer::tls`]).
+    #[cfg(feature = "tls")]
+    pub fn start_tls(auth: ClientAuth) -> RedisServer {
+        let ca = crate::tls::TestCa::new("keyholder test CA");
+        let setup = TlsSetup { server: ca.server(), client: ca.client(), ca, auth };
+        RedisServer::start_configured(Vec::new(), Some(Arc::new(setup)))
+    }
+
+    /// A TLS server's certificates.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> &TlsSetup {
+        self.tls.as_deref().expect("not a TLS server")
+    }
+
     fn start_with(extra: Vec<String>) -> RedisServer {
+        #[cfg(feature = "tls")]
+        return RedisServer::start_configured(extra, None);
+        #[cfg(not(feature = "tls"))]
+        RedisServer::start_configured(extra)
+    }
+
+    fn start_configured(
+        extra: Vec<String>,
+        #[cfg(feature = "tls")] tls: Option<Arc<TlsSetup>>,
+    ) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "keyholder-test-{}-{}",
             std::process::id(),
@@ -79,8 +134,14 @@ impl RedisServer {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         for _ in 0..5 {
-            let mut server =
-                RedisServer { child: None, port: free_port(), dir: dir.clone(), extra: extra.clone() };
+            let mut server = RedisServer {
+                child: None,
+                port: free_port(),
+                dir: dir.clone(),
+                extra: extra.clone(),
+                #[cfg(feature = "tls")]
+                tls: tls.clone(),
+            };
             if server.spawn() {
                 return server;
             }
@@ -97,8 +158,7 @@ impl RedisServer {
         // removes the directory that the next attempt reuses.
         std::fs::create_dir_all(&self.dir).unwrap();
         let mut cmd = Command::new(server_bin());
-        cmd.arg("--port")
-            .arg(self.port.to_string())
+        cmd.args(self.listen_args())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -147,6 +207,37 @@ impl RedisServer {
         false
     }
 
+    /// Where the server listens: `--port`, or TLS only with its files.
+    fn listen_args(&self) -> Vec<String> {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let write = |name: &str, pem: &str| {
+                let path = self.dir.join(name);
+                std::fs::write(&path, pem).unwrap();
+                path.display().to_string()
+            };
+            let auth = match tls.auth {
+                ClientAuth::Required => "yes",
+                ClientAuth::Off => "no",
+            };
+            return vec![
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                self.port.to_string(),
+                "--tls-cert-file".into(),
+                write("server.crt", &tls.server.cert),
+                "--tls-key-file".into(),
+                write("server.key", &tls.server.key),
+                "--tls-ca-cert-file".into(),
+                write("ca.crt", tls.ca.cert_pem()),
+                "--tls-auth-clients".into(),
+                auth.into(),
+            ];
+        }
+        vec!["--port".into(), self.port.to_string()]
+    }
+
     /// True if the server answering on our port is our own child process.
     fn answers_as_our_child(&self, con: &mut redis::Connection) -> bool {
         let Some(pid) = self.child.as_ref().map(Child::id) else { return false };
@@ -168,12 +259,24 @@ impl RedisServer {
         format!("redis+unix://{}", self.socket().display())
     }
 
+    /// The URL clients use: `redis://`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return format!("rediss://127.0.0.1:{}/", self.port);
+        }
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// The harness's own connections: over TCP, or over the Unix socket to
+    /// a TLS server (which binds its port before it opens the socket, so an
+    /// answer there also means the port is ours).
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
+        #[cfg(feature = "tls")]
+        let url = if self.tls.is_some() { self.unix_url() } else { self.url() };
+        #[cfg(not(feature = "tls"))]
+        let url = self.url();
+        let client = redis::Client::open(url)?;
         let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
         con.set_read_timeout(Some(Duration::from_secs(5)))?;
         Ok(con)
