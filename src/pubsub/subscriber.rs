@@ -16,6 +16,7 @@
 //! depend on a message alone: every wait is bounded by the holder's lease.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::io::{self, BufReader};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -71,13 +72,25 @@ pub(crate) struct Interest<'a> {
 }
 
 /// Where and how to connect.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Target {
     address: Address,
     username: Option<String>,
     password: Option<String>,
     /// The connection's `CLIENT SETNAME`.
     name: String,
+}
+
+/// Never prints the password, so a `{:?}` in a log line cannot leak it.
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("address", &self.address)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("name", &self.name)
+            .finish()
+    }
 }
 
 impl Target {
