@@ -261,10 +261,10 @@ impl Lock {
     ///
     /// As [`is_locked`](Lock::is_locked).
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let mut pipeline = redis::pipe();
-        pipeline.cmd("TYPE").arg(&*self.name).cmd("PTTL").arg(&*self.name);
         let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(|conn| {
-            conn.run(|c| pipeline.query(c)).map_err(|e| Error::from_redis(&self.name, e))
+            let reply =
+                conn.query_all(&[redis::cmd("TYPE").arg(&*self.name), redis::cmd("PTTL").arg(&*self.name)])?;
+            reply.map_err(|e| Error::from_redis(&self.name, e))
         })?;
         match kind.as_str() {
             "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
@@ -299,7 +299,7 @@ impl Lock {
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
         self.client
             .inner()
-            .with_live_conn(|conn| conn.run(|c| cmd.query(c)).map_err(|e| Error::from_redis(&self.name, e)))
+            .with_live_conn(|conn| conn.query(cmd)?.map_err(|e| Error::from_redis(&self.name, e)))
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {

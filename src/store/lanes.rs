@@ -1,0 +1,201 @@
+//! The client's command connections: a few shared lanes (see
+//! `store/lane.rs`), and the [`Session`] through which one call uses them.
+//!
+//! A call goes to an idle lane if there is one (one with a connection
+//! first), else to the least loaded: with fewer threads at once than lanes
+//! every thread has a connection to itself, as with a pool, and only as
+//! many connections are opened as threads ever called at once; with more,
+//! their commands share the lanes, batched. A thread starts looking at a
+//! lane of its own (by its thread id), which spreads threads over lanes.
+//!
+//! Lanes open their connections on first use and keep them while the
+//! client lives; a connection that failed, or that belongs to an earlier
+//! generation (one of its siblings was found dead), is replaced before its
+//! next use. When a connection could not be opened within the connect
+//! timeout, Redis is taken to be unreachable for one connect timeout, and
+//! calls fail at once instead of each waiting it out (dropping 500 guards
+//! would otherwise take 500 timeouts). After shutdown, each call opens a connection of its own.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, RedisResult, Value};
+
+use crate::error::{Error, Result};
+use crate::owner;
+use crate::store::batch::{Replies, Request, Wait};
+use crate::store::connection::{Conn, Connector};
+use crate::store::lane::{Failure, Lane, Wiring};
+
+/// The client's shared command connections.
+pub(crate) struct Lanes {
+    lanes: Box<[Lane]>,
+    connector: Connector,
+    wait: Option<Wait>,
+    /// How long a queued call waits at most: a connect and a command.
+    call_timeout: Duration,
+    connect_timeout: Duration,
+    /// The origin of `unreachable_until`.
+    started: Instant,
+    /// Until when (nanoseconds after `started`) calls fail at once because
+    /// no connection could be opened.
+    unreachable_until: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl Lanes {
+    /// `count` lanes, the first on `first`, the others connecting on first
+    /// use; batches that ask for acknowledgement end with `wait`.
+    pub(crate) fn new(
+        connector: Connector,
+        first: Conn,
+        count: u32,
+        wait: Option<Wait>,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Lanes {
+        let mut first = Some(first);
+        let lanes = (0..count.max(1)).map(|_| Lane::new(first.take())).collect();
+        Lanes {
+            lanes,
+            connector,
+            wait,
+            call_timeout: connect_timeout + command_timeout,
+            connect_timeout,
+            started: Instant::now(),
+            unreachable_until: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// A session for one call.
+    ///
+    /// # Errors
+    ///
+    /// `ErrorKind::Connection` at once while Redis is taken to be
+    /// unreachable.
+    pub(crate) fn session(&self) -> Result<Session<'_>> {
+        if self.nanos_since_start(Instant::now()) < self.unreachable_until.load(Ordering::Acquire) {
+            return Err(Error::unreachable());
+        }
+        let own = self.closed.load(Ordering::Acquire).then(|| Lane::new(None));
+        Ok(Session { lanes: self, own, dead: false, replicated: None })
+    }
+
+    /// The lane for the calling thread: the first idle lane with a
+    /// connection, else the first idle one, else the least loaded, looking
+    /// from the thread's own lane on.
+    fn choose(&self) -> &Lane {
+        let count = self.lanes.len();
+        let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
+        let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
+        if let Some(lane) = order().find(|lane| lane.load() == 0 && lane.is_connected()) {
+            return lane;
+        }
+        if let Some(lane) = order().find(|lane| lane.load() == 0) {
+            return lane;
+        }
+        order().min_by_key(|lane| lane.load()).unwrap_or(&self.lanes[home])
+    }
+
+    /// Closes every connection (those in use once their batch is done);
+    /// later calls open their own.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for lane in &self.lanes {
+            lane.close();
+        }
+    }
+
+    fn mark_unreachable(&self) {
+        let until = self.nanos_since_start(Instant::now() + self.connect_timeout);
+        self.unreachable_until.store(until, Ordering::Release);
+    }
+
+    fn nanos_since_start(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One call's use of the shared connections: what it sends, whether a
+/// connection it used was found dead (so that a call safe to repeat runs
+/// once more on a new one), and whether its last write reached the
+/// replicas.
+pub(crate) struct Session<'a> {
+    lanes: &'a Lanes,
+    /// After shutdown: a lane of the call's own, closed with the session.
+    own: Option<Lane>,
+    dead: bool,
+    replicated: Option<bool>,
+}
+
+impl Session<'_> {
+    /// Sends `request` and waits for its replies (error replies included).
+    ///
+    /// # Errors
+    ///
+    /// `ErrorKind::Connection`: a transport failure (the request may have
+    /// run; [`Error::is_transport`]), no connection, or the call's time
+    /// ran out before a shared connection could send it (it never ran).
+    pub(crate) fn send(&mut self, request: Request) -> Result<Replies> {
+        let lanes = self.lanes;
+        let lane = match &self.own {
+            Some(own) => own,
+            None => lanes.choose(),
+        };
+        let deadline = Instant::now() + lanes.call_timeout;
+        let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };
+        match lane.call(request, deadline, wiring) {
+            Ok(replies) => Ok(replies),
+            Err(Failure::Transport { error, dead }) => {
+                self.dead |= dead;
+                Err(Error::redis(error))
+            }
+            Err(Failure::Connect(error)) => {
+                // A refused connection fails fast by itself; one that timed
+                // out would cost every caller a connect timeout.
+                if error.is_timeout() {
+                    lanes.mark_unreachable();
+                }
+                Err(Error::connect(error))
+            }
+            Err(Failure::Unsent) => Err(Error::unsent()),
+        }
+    }
+
+    /// Sends one command and decodes its reply; an error reply is the
+    /// inner error.
+    pub(crate) fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<RedisResult<T>> {
+        let replies = self.send(Request::command(cmd))?;
+        Ok(decode(replies.values.into_iter().next().unwrap_or(Value::Nil)))
+    }
+
+    /// Sends commands in one request and decodes their replies as one
+    /// array (a tuple, say); the first error reply is the inner error.
+    pub(crate) fn query_all<T: FromRedisValue>(&mut self, cmds: &[&redis::Cmd]) -> Result<RedisResult<T>> {
+        let replies = self.send(Request::commands(cmds))?;
+        let values: RedisResult<Vec<Value>> = replies.values.into_iter().map(Value::extract_error).collect();
+        Ok(values.and_then(|values| decode(Value::Array(values))))
+    }
+
+    /// True once a connection this session used was found dropped or reset
+    /// (not merely slow).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Records whether the last call's write reached the replicas.
+    pub(crate) fn note_replicated(&mut self, replicated: Option<bool>) {
+        self.replicated = replicated;
+    }
+
+    /// Whether the last script call's write reached the replicas asked for;
+    /// `None` when none were asked for.
+    pub(crate) fn replicated(&self) -> Option<bool> {
+        self.replicated
+    }
+}
+
+fn decode<T: FromRedisValue>(value: Value) -> RedisResult<T> {
+    Ok(T::from_redis_value(value.extract_error()?)?)
+}
