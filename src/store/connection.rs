@@ -35,29 +35,37 @@ pub(crate) struct Conn {
     /// The generation the connection was opened in.
     generation: u64,
     /// `CLIENT SETNAME`, packed, still to go out in front of the first
-    /// exchange.
+    /// commands.
     naming: Option<Vec<u8>>,
+    /// The name's reply is still to be read, before the first replies.
+    naming_reply: bool,
 }
 
 impl Conn {
-    /// Writes `bytes` and reads `replies` replies, stopping at the first
-    /// failure, which retires the connection: after it, the replies still
-    /// on their way would be taken for the next caller's.
-    pub(crate) fn exchange(&mut self, bytes: &[u8], replies: usize) -> (Vec<Value>, Option<RedisError>) {
-        let mut values = Vec::with_capacity(replies);
-        let naming = self.naming.take();
-        let mut sent = match &naming {
-            Some(naming) => self.inner.send_packed_command(&[naming.as_slice(), bytes].concat()),
+    /// Writes `bytes` (packed commands). A failure retires the connection.
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+        let sent = match self.naming.take() {
+            Some(naming) => {
+                self.naming_reply = true;
+                self.inner.send_packed_command(&[naming.as_slice(), bytes].concat())
+            }
             None => self.inner.send_packed_command(bytes),
         };
-        if sent.is_ok() && naming.is_some() {
+        sent.inspect_err(|e| self.fail(e))
+    }
+
+    /// Reads `replies` replies, stopping at the first failure, which
+    /// retires the connection: after it, the replies still on their way
+    /// would be taken for the next caller's.
+    pub(crate) fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
+        let mut values = Vec::with_capacity(replies);
+        if std::mem::take(&mut self.naming_reply) {
             // The name is best effort: an error reply (an ACL that denies
             // it) costs nothing else.
-            sent = self.inner.recv_response().map(drop);
-        }
-        if let Err(e) = sent {
-            self.fail(&e);
-            return (values, Some(e));
+            if let Err(e) = self.inner.recv_response() {
+                self.fail(&e);
+                return (values, Some(e));
+            }
         }
         while values.len() < replies {
             match self.inner.recv_response() {
@@ -155,7 +163,8 @@ impl Connector {
     /// connection, the client's first.
     pub(crate) fn check_access(&self) -> Result<Conn> {
         let mut conn = self.connect().map_err(access_error)?;
-        let (mut replies, failure) = conn.exchange(&redis::cmd("PING").get_packed_command(), 1);
+        conn.send(&redis::cmd("PING").get_packed_command()).map_err(access_error)?;
+        let (mut replies, failure) = conn.receive(1);
         if let Some(e) = failure {
             return Err(access_error(e));
         }
@@ -189,6 +198,6 @@ impl Connector {
         // So that CLIENT LIST tells keyholder's connections, and whose they
         // are.
         let naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
-        Ok(Conn { inner, broken: false, dead: false, generation, naming })
+        Ok(Conn { inner, broken: false, dead: false, generation, naming, naming_reply: false })
     }
 }

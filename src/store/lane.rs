@@ -31,7 +31,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
 
 use crate::store::batch::{Batch, Replies, Request, Wait};
-use crate::store::connection::{Conn, Connector};
+use crate::store::connection::{Conn, Connector, Generation};
 
 /// Why a request got no replies.
 #[derive(Debug, Clone)]
@@ -64,6 +64,9 @@ pub(crate) struct Lane {
     /// The lane has a connection (idle or in use), read without the lock
     /// to choose a lane.
     connected: AtomicBool,
+    /// Requests queued for the lane's next batch, read without the lock to
+    /// choose a lane.
+    queued: AtomicUsize,
 }
 
 struct LaneState {
@@ -74,6 +77,9 @@ struct LaneState {
     leading: bool,
     /// The connection, while no leader holds it.
     conn: Option<Conn>,
+    /// A batch written on `conn` whose replies are still to be read, by the
+    /// member of it handed the lead.
+    in_flight: Option<InFlight>,
     /// The client shut down: the connection is closed once done with.
     closed: bool,
 }
@@ -81,6 +87,12 @@ struct LaneState {
 struct Queued {
     request: Request,
     ticket: Arc<Ticket>,
+}
+
+/// A written batch and its members, in order.
+struct InFlight {
+    batch: Batch,
+    members: Vec<Queued>,
 }
 
 /// One request's progress, shared by its caller and the leader.
@@ -92,8 +104,11 @@ struct Ticket {
 enum Stage {
     /// In the lane's queue, not written.
     Queued,
-    /// Its caller is to lead the lane.
-    Lead,
+    /// Its caller is to lead the lane: to write the queue, or (`sent`) to
+    /// read the replies of the batch its request went out in.
+    Lead {
+        sent: bool,
+    },
     /// Taken into a batch.
     Sent,
     Done(Result<Replies, Failure>),
@@ -106,7 +121,7 @@ enum Turn {
     Done(Result<Replies, Failure>),
     Lead,
     /// The deadline passed; `sent`: the request was taken into a batch;
-    /// `led`: the caller had been handed the lead, which it must pass on.
+    /// `led`: the caller had been handed the lead, which it must give up.
     TimedOut {
         sent: bool,
         led: bool,
@@ -117,8 +132,9 @@ impl Lane {
     /// A lane; its connection is `conn`, or opened on first use.
     pub(crate) fn new(conn: Option<Conn>) -> Lane {
         let connected = AtomicBool::new(conn.is_some());
-        let state = LaneState { queue: VecDeque::new(), leading: false, conn, closed: false };
-        Lane { state: Mutex::new(state), load: AtomicUsize::new(0), connected }
+        let state =
+            LaneState { queue: VecDeque::new(), leading: false, conn, in_flight: None, closed: false };
+        Lane { state: Mutex::new(state), load: AtomicUsize::new(0), connected, queued: AtomicUsize::new(0) }
     }
 
     /// True when the lane has a connection: a call on it need not connect
@@ -132,19 +148,38 @@ impl Lane {
         self.load.load(Ordering::Relaxed)
     }
 
+    /// Requests queued for the lane's next batch: joining them costs no
+    /// extra round trip, and no extra wake-up to send them.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Counts a caller in if the lane is idle: two threads never both take
+    /// an idle lane for their own.
+    pub(crate) fn claim_idle(&self) -> bool {
+        self.load.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// Counts a caller in, idle or not.
+    pub(crate) fn claim(&self) {
+        self.load.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Sends `request` and waits for its replies, at most until `deadline`
-    /// unless it leads (then the socket timeouts bound it).
+    /// unless it leads (then the socket timeouts bound it). The caller has
+    /// claimed the lane ([`claim`](Lane::claim) or
+    /// [`claim_idle`](Lane::claim_idle)); the claim ends here.
     pub(crate) fn call(
         &self,
         request: Request,
         deadline: Instant,
         wiring: Wiring<'_>,
     ) -> Result<Replies, Failure> {
-        self.load.fetch_add(1, Ordering::Relaxed);
         let ticket = Arc::new(Ticket { stage: Mutex::new(Stage::Queued), changed: Condvar::new() });
         let lead = {
             let mut state = self.state.lock();
             state.queue.push_back(Queued { request, ticket: Arc::clone(&ticket) });
+            self.queued.store(state.queue.len(), Ordering::Relaxed);
             !std::mem::replace(&mut state.leading, true)
         };
         if lead {
@@ -156,7 +191,7 @@ impl Lane {
                 Turn::Lead => self.lead(wiring),
                 Turn::TimedOut { sent, led } => {
                     if led {
-                        Self::hand_on(&mut self.state.lock());
+                        self.give_up_lead();
                     }
                     break Err(if sent {
                         Failure::Transport { error: timed_out(), dead: false }
@@ -170,37 +205,85 @@ impl Lane {
         outcome
     }
 
-    /// Writes every queued request in one batch, reads the replies, deals
-    /// them out, and hands the lead to the first caller queued meanwhile.
+    /// Leads the lane: writes the queue as one batch (unless a batch is
+    /// already in flight), reads its replies, writes what queued meanwhile
+    /// as the next batch, hands the reading of that one to one of its
+    /// members, and deals out the replies read. The connection never waits
+    /// for a woken thread to write what is queued.
     fn lead(&self, wiring: Wiring<'_>) {
-        let (conn, members) = {
+        let generation = wiring.connector.generation();
+        let (mut conn, mut in_flight) = {
             let mut state = self.state.lock();
-            let members: Vec<Queued> = state.queue.drain(..).filter(|q| q.ticket.take_into_batch()).collect();
-            (state.conn.take(), members)
+            (state.conn.take(), state.in_flight.take())
         };
-        let (kept, outcomes) =
-            if members.is_empty() { (conn, Vec::new()) } else { exchange(conn, &members, wiring) };
-        {
-            let mut state = self.state.lock();
-            if !state.closed {
-                state.conn = kept;
-            }
-            self.connected.store(state.conn.is_some(), Ordering::Relaxed);
-            Self::hand_on(&mut state);
+        if in_flight.is_none() {
+            in_flight = write(&mut conn, self.take_queue(), wiring);
         }
-        for (member, outcome) in members.into_iter().zip(outcomes) {
-            member.ticket.finish(outcome);
+        while let Some(InFlight { batch, members }) = in_flight.take() {
+            let outcomes = read(&mut conn, batch, generation);
+            let next = if conn.is_some() { write(&mut conn, self.take_queue(), wiring) } else { None };
+            let mut reading_handed = false;
+            if let Some(next) = next {
+                let mut state = self.state.lock();
+                reading_handed = next.members.iter().any(|m| m.ticket.offer_lead());
+                if reading_handed {
+                    state.conn = conn.take();
+                    state.in_flight = Some(next);
+                } else {
+                    // Every member gave up: read it here.
+                    in_flight = Some(next);
+                }
+            }
+            for (member, outcome) in members.into_iter().zip(outcomes) {
+                member.ticket.finish(outcome);
+            }
+            if reading_handed {
+                return;
+            }
+        }
+        let mut state = self.state.lock();
+        if !state.closed {
+            state.conn = conn;
+        }
+        self.connected.store(state.conn.is_some(), Ordering::Relaxed);
+        self.hand_on(&mut state);
+    }
+
+    /// The queued requests whose callers still wait, taken into a batch.
+    fn take_queue(&self) -> Vec<Queued> {
+        let mut state = self.state.lock();
+        self.queued.store(0, Ordering::Relaxed);
+        state.queue.drain(..).filter(|q| q.ticket.take_into_batch()).collect()
+    }
+
+    /// Gives up a lead handed to a caller whose deadline passed: a batch it
+    /// was to read fails, its connection retired (its replies are still on
+    /// their way), and the lead passes to the queue.
+    fn give_up_lead(&self) {
+        let abandoned = {
+            let mut state = self.state.lock();
+            let abandoned = state.in_flight.take();
+            if abandoned.is_some() {
+                state.conn = None;
+                self.connected.store(false, Ordering::Relaxed);
+            }
+            self.hand_on(&mut state);
+            abandoned
+        };
+        for member in abandoned.into_iter().flat_map(|f| f.members) {
+            member.ticket.finish(Err(Failure::Transport { error: timed_out(), dead: false }));
         }
     }
 
     /// Passes the lead to the first caller still queued, or leaves the lane
     /// without a leader.
-    fn hand_on(state: &mut LaneState) {
+    fn hand_on(&self, state: &mut LaneState) {
         while let Some(front) = state.queue.front() {
             if front.ticket.offer_lead() {
                 return;
             }
             state.queue.pop_front();
+            self.queued.store(state.queue.len(), Ordering::Relaxed);
         }
         state.leading = false;
     }
@@ -209,40 +292,75 @@ impl Lane {
     pub(crate) fn close(&self) {
         let mut state = self.state.lock();
         state.closed = true;
-        state.conn = None;
-        self.connected.store(false, Ordering::Relaxed);
+        if state.in_flight.is_none() {
+            state.conn = None;
+            self.connected.store(false, Ordering::Relaxed);
+        }
     }
 }
 
-/// One batch's round trip on `conn`, or on a new connection if it is unfit
-/// for use; returns the connection if it is still fit, and each member's
-/// outcome.
-fn exchange(
-    conn: Option<Conn>,
-    members: &[Queued],
-    wiring: Wiring<'_>,
-) -> (Option<Conn>, Vec<Result<Replies, Failure>>) {
+/// Writes `members`' requests as one batch on `conn`, or on a new
+/// connection if it has none fit for use. On failure the members get it,
+/// and a connection that failed is dropped.
+fn write(conn: &mut Option<Conn>, members: Vec<Queued>, wiring: Wiring<'_>) -> Option<InFlight> {
+    if members.is_empty() {
+        return None;
+    }
     let generation = wiring.connector.generation();
-    let conn = match conn {
-        Some(conn) if conn.is_usable(generation) => Ok(conn),
-        _ => wiring.connector.connect(),
-    };
-    let mut conn = match conn {
-        Ok(conn) => conn,
-        Err(e) => return (None, members.iter().map(|_| Err(Failure::Connect(e.clone()))).collect()),
+    let mut fit = match conn.take() {
+        Some(open) if open.is_usable(generation) => open,
+        _ => match wiring.connector.connect() {
+            Ok(opened) => opened,
+            Err(e) => {
+                for member in members {
+                    member.ticket.finish(Err(Failure::Connect(e.clone())));
+                }
+                return None;
+            }
+        },
     };
     let batch = Batch::new(members.iter().map(|m| &m.request), wiring.wait);
-    let (values, failure) = conn.exchange(batch.bytes(), batch.replies());
-    let dead = conn.is_dead();
-    if dead {
-        generation.advance_past(conn.generation());
+    if let Err(error) = fit.send(batch.bytes()) {
+        let dead = fit.is_dead();
+        if dead {
+            generation.advance_past(fit.generation());
+        }
+        for member in members {
+            member.ticket.finish(Err(Failure::Transport { error: error.clone(), dead }));
+        }
+        return None;
     }
-    let outcomes = batch
+    *conn = Some(fit);
+    Some(InFlight { batch, members })
+}
+
+/// Reads the replies of `batch`, written on `conn`, and deals them out; a
+/// connection that failed is dropped, and a dead one starts a new
+/// generation.
+fn read(conn: &mut Option<Conn>, batch: Batch, generation: &Generation) -> Vec<Result<Replies, Failure>> {
+    let (values, failure, dead) = match conn.as_mut() {
+        Some(open) => {
+            let (values, failure) = open.receive(batch.replies());
+            let dead = open.is_dead();
+            if dead {
+                generation.advance_past(open.generation());
+            }
+            (values, failure, dead)
+        }
+        None => (Vec::new(), Some(closed()), false),
+    };
+    if failure.is_some() {
+        *conn = None;
+    }
+    batch
         .split(values, failure.as_ref())
         .into_iter()
         .map(|outcome| outcome.map_err(|error| Failure::Transport { error, dead }))
-        .collect();
-    (failure.is_none().then_some(conn), outcomes)
+        .collect()
+}
+
+fn closed() -> RedisError {
+    RedisError::from((redis::ErrorKind::Io, "the shared connection was closed"))
 }
 
 fn timed_out() -> RedisError {
@@ -260,9 +378,9 @@ impl Ticket {
         loop {
             match std::mem::replace(&mut *stage, Stage::Abandoned) {
                 Stage::Done(outcome) => return Turn::Done(outcome),
-                Stage::Lead if timed_out => return Turn::TimedOut { sent: false, led: true },
-                Stage::Lead => {
-                    *stage = Stage::Queued;
+                Stage::Lead { sent } if timed_out => return Turn::TimedOut { sent, led: true },
+                Stage::Lead { sent } => {
+                    *stage = if sent { Stage::Sent } else { Stage::Queued };
                     return Turn::Lead;
                 }
                 Stage::Queued if timed_out => return Turn::TimedOut { sent: false, led: false },
@@ -278,7 +396,7 @@ impl Ticket {
     fn take_into_batch(&self) -> bool {
         let mut stage = self.stage.lock();
         match *stage {
-            Stage::Queued | Stage::Lead => {
+            Stage::Queued | Stage::Lead { sent: false } => {
                 *stage = Stage::Sent;
                 true
             }
@@ -286,16 +404,17 @@ impl Ticket {
         }
     }
 
-    /// Hands the lead to the caller unless it gave up.
+    /// Hands the lead to the caller unless it gave up or is done.
     fn offer_lead(&self) -> bool {
         let mut stage = self.stage.lock();
-        if matches!(*stage, Stage::Queued) {
-            *stage = Stage::Lead;
-            self.changed.notify_one();
-            true
-        } else {
-            false
-        }
+        let sent = match *stage {
+            Stage::Queued => false,
+            Stage::Sent => true,
+            _ => return false,
+        };
+        *stage = Stage::Lead { sent };
+        self.changed.notify_one();
+        true
     }
 
     /// Delivers the outcome unless the caller gave up.

@@ -1,12 +1,18 @@
 //! The client's command connections: a few shared lanes (see
 //! `store/lane.rs`), and the [`Session`] through which one call uses them.
 //!
-//! A call goes to an idle lane if there is one (one with a connection
-//! first), else to the least loaded: with fewer threads at once than lanes
-//! every thread has a connection to itself, as with a pool, and only as
-//! many connections are opened as threads ever called at once; with more,
-//! their commands share the lanes, batched. A thread starts looking at a
-//! lane of its own (by its thread id), which spreads threads over lanes.
+//! **Which lane.** A caller joins the batch being formed on a busy lane,
+//! if there is one; else it takes an idle lane (one with a connection
+//! first); else it starts a batch on the least loaded lane. So with fewer
+//! threads calling at once than lanes, every thread has a connection to
+//! itself, as with a pool, and only as many connections are opened as
+//! threads ever called at once; with more, the overflow gathers in as few
+//! batches as possible. That matters on a busy machine: each batch costs a
+//! round trip, a hand-off and, in Redis, a read and a write, however many
+//! requests it carries, while a request alone on a shared lane costs one
+//! wake-up more than on a connection of its own (see `docs/design.md`,
+//! "Command connections"). A thread starts looking at a lane of its own
+//! (by its thread id), which spreads threads over lanes.
 //!
 //! Lanes open their connections on first use and keep them while the
 //! client lives; a connection that failed, or that belongs to an earlier
@@ -82,20 +88,28 @@ impl Lanes {
         Ok(Session { lanes: self, own, dead: false, replicated: None })
     }
 
-    /// The lane for the calling thread: the first idle lane with a
-    /// connection, else the first idle one, else the least loaded, looking
-    /// from the thread's own lane on.
-    fn choose(&self) -> &Lane {
+    /// Claims a lane for the calling thread: the lane with the largest
+    /// batch being formed, if any; else an idle lane (one with a
+    /// connection first); else the least loaded, where a batch starts to
+    /// form. Looks from the thread's own lane on.
+    fn claim(&self) -> &Lane {
         let count = self.lanes.len();
         let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
         let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
-        if let Some(lane) = order().find(|lane| lane.load() == 0 && lane.is_connected()) {
+        let forming = order().max_by_key(|lane| lane.queued()).filter(|lane| lane.queued() > 0);
+        if let Some(lane) = forming {
+            lane.claim();
             return lane;
         }
-        if let Some(lane) = order().find(|lane| lane.load() == 0) {
+        if let Some(lane) = order().find(|lane| lane.is_connected() && lane.claim_idle()) {
             return lane;
         }
-        order().min_by_key(|lane| lane.load()).unwrap_or(&self.lanes[home])
+        if let Some(lane) = order().find(|lane| lane.claim_idle()) {
+            return lane;
+        }
+        let lane = order().min_by_key(|lane| lane.load()).unwrap_or(&self.lanes[home]);
+        lane.claim();
+        lane
     }
 
     /// Closes every connection (those in use once their batch is done);
@@ -140,8 +154,11 @@ impl Session<'_> {
     pub(crate) fn send(&mut self, request: Request) -> Result<Replies> {
         let lanes = self.lanes;
         let lane = match &self.own {
-            Some(own) => own,
-            None => lanes.choose(),
+            Some(own) => {
+                own.claim();
+                own
+            }
+            None => lanes.claim(),
         };
         let deadline = Instant::now() + lanes.call_timeout;
         let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };

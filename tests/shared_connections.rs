@@ -1,0 +1,225 @@
+//! Many threads on few command connections (issue 12): every thread's
+//! commands share the client's lanes, batched, and each caller still gets
+//! its own replies; a black-holed or slow reply fails or delays only for
+//! the command timeout; connections killed under load cost one retry.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::proxy::{Fault, FaultProxy};
+use common::{RedisServer, ServerExt, info_field, recv_within, spawn};
+use keyholder::{Client, Lock};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The command connections `client` has open (its pub/sub connection not
+/// counted), from `CLIENT LIST`.
+fn command_connections(con: &mut redis::Connection, client: &Client) -> usize {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    let name = format!("name=keyholder:{} ", client.id());
+    list.lines().filter(|line| line.contains(&name)).count()
+}
+
+/// Runs `body(thread index)` on `threads` threads that start together, and
+/// waits for all of them (at most `limit`).
+fn on_threads<T: Send + 'static>(
+    threads: usize,
+    limit: Duration,
+    body: impl Fn(usize) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let body = Arc::new(body);
+    let start = Arc::new(Barrier::new(threads));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (body, start) = (Arc::clone(&body), Arc::clone(&start));
+            spawn(move || {
+                start.wait();
+                body(t)
+            })
+        })
+        .collect();
+    workers.iter().map(|w| recv_within(w, limit, "worker")).collect()
+}
+
+#[test]
+fn one_thread_uses_one_connection() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let lock = client.lock("alone").unwrap();
+    for _ in 0..200 {
+        let guard = lock.lock().unwrap();
+        assert!(lock.is_locked().unwrap());
+        guard.unlock().unwrap();
+    }
+    assert_eq!(command_connections(&mut con, &client), 1);
+}
+
+/// 64 threads on 4 connections, each on its own names at its own depth of
+/// re-entry: every reply reaches the thread that asked.
+#[test]
+fn many_threads_on_few_connections_each_get_their_own_replies() {
+    const THREADS: usize = 64;
+    let server = RedisServer::start();
+    let client = server.builder().pool_max_size(4).build().unwrap();
+    let mut con = server.conn();
+    let shared = client.clone();
+    let counts = on_threads(THREADS, 60 * SECOND, move |t| {
+        let lock = shared.lock(&format!("own:{t}")).unwrap();
+        let depth = t % 3 + 1;
+        for _ in 0..30 {
+            let guards: Vec<_> = (0..depth).map(|_| lock.lock().unwrap()).collect();
+            assert_eq!(lock.hold_count().unwrap() as usize, depth, "thread {t} read another's count");
+            assert!(lock.is_held_by_current_thread().unwrap());
+            assert!(lock.remaining_lease().unwrap().is_some());
+            drop(guards);
+            assert!(!lock.is_locked().unwrap(), "thread {t}'s lock outlived its guards");
+        }
+        depth
+    });
+    assert_eq!(counts.len(), THREADS);
+    let open = command_connections(&mut con, &client);
+    assert!((1..=4).contains(&open), "{open} command connections for a client of 4");
+}
+
+/// Threads on a lock each: the names in `locks`, one per thread.
+fn locks(client: &Client, prefix: &str, n: usize) -> Vec<Lock> {
+    (0..n).map(|t| client.lock(&format!("{prefix}:{t}")).unwrap()).collect()
+}
+
+/// With every reply black-holed, each of 24 threads sharing 2 connections
+/// gets an error within a connect and a command timeout, those queued
+/// behind the stuck batch included; once replies flow again, every thread
+/// gets through.
+#[test]
+fn a_black_holed_reply_fails_the_callers_behind_it_within_the_timeouts() {
+    const THREADS: usize = 24;
+    const COMMAND: Duration = Duration::from_millis(300);
+    const CONNECT: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let proxy = Arc::new(FaultProxy::start(server.port()));
+    let client = Client::builder(proxy.url())
+        .pool_max_size(2)
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .build()
+        .unwrap();
+    let locks = Arc::new(locks(&client, "holed", THREADS));
+    for lock in locks.iter() {
+        lock.is_locked().unwrap();
+    }
+
+    proxy.set(Fault::BlackholeReplies);
+    let holed = Arc::clone(&locks);
+    let outcomes = on_threads(THREADS, 30 * SECOND, move |t| {
+        let started = Instant::now();
+        let outcome = holed[t].is_locked();
+        (outcome.is_err(), started.elapsed())
+    });
+    for (t, (failed, took)) in outcomes.iter().enumerate() {
+        assert!(failed, "thread {t} got a reply through a black hole");
+        assert!(*took < CONNECT + COMMAND + 500 * MILLI, "thread {t} waited {took:?}");
+    }
+
+    proxy.set(Fault::None);
+    let recovered = Arc::clone(&locks);
+    let outcomes = on_threads(THREADS, 30 * SECOND, move |t| {
+        let until = Instant::now() + 5 * SECOND;
+        // The first call may still meet the fail-fast window of an
+        // unreachable Redis (one connect timeout).
+        loop {
+            match recovered[t].try_lock() {
+                Ok(guard) => return guard.map(|g| g.unlock().is_ok()).unwrap_or(false),
+                Err(e) if Instant::now() < until => assert!(e.is_connection_error(), "{e:?}"),
+                Err(e) => panic!("thread {t} never got through: {e:?}"),
+            }
+            std::thread::sleep(20 * MILLI);
+        }
+    });
+    assert!(outcomes.iter().all(|ok| *ok), "{outcomes:?}");
+}
+
+const MILLI: Duration = Duration::from_millis(1);
+
+/// Replies slowed to a third of the command timeout: 32 threads sharing 2
+/// connections wait behind each other's batches, and none of them is
+/// failed for it.
+#[test]
+fn slow_replies_delay_the_callers_behind_them_without_failing_them() {
+    const THREADS: usize = 32;
+    let server = RedisServer::start();
+    let proxy = Arc::new(FaultProxy::start(server.port()));
+    let client = Client::builder(proxy.url()).pool_max_size(2).command_timeout(SECOND).build().unwrap();
+    let locks = Arc::new(locks(&client, "slow", THREADS));
+    for lock in locks.iter() {
+        lock.is_locked().unwrap();
+    }
+    proxy.set(Fault::DelayReplies(Duration::from_millis(300)));
+    let slowed = Arc::clone(&locks);
+    let outcomes = on_threads(THREADS, 60 * SECOND, move |t| {
+        let started = Instant::now();
+        let held = slowed[t].is_locked();
+        (held.map_err(|e| format!("{e:?}")), started.elapsed())
+    });
+    proxy.set(Fault::None);
+    for (t, (held, took)) in outcomes.iter().enumerate() {
+        assert_eq!(held, &Ok(false), "thread {t}");
+        assert!(*took < SECOND, "thread {t} waited {took:?}");
+    }
+}
+
+/// 16 threads on 4 connections lock, check and unlock their own names
+/// while every command connection is killed, five times: no call fails
+/// (each that met a dead connection ran once more on a new one), and each
+/// kill costs a new connection or two per lane, not one per call.
+#[test]
+fn killed_shared_connections_cost_one_retry_and_no_call() {
+    const THREADS: usize = 16;
+    const LANES: u32 = 4;
+    const KILLS: i64 = 5;
+    let server = RedisServer::start();
+    let client = server.builder().pool_max_size(LANES).build().unwrap();
+    let mut con = server.conn();
+    let locks = Arc::new(locks(&client, "killed", THREADS));
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let (working, halt, counted) = (Arc::clone(&locks), Arc::clone(&stop), Arc::clone(&rounds));
+    let workers = spawn(move || {
+        on_threads(THREADS, 60 * SECOND, move |t| {
+            let lock = &working[t];
+            let until = Instant::now() + 30 * SECOND;
+            while !halt.load(Ordering::Acquire) && Instant::now() < until {
+                let guard = lock.lock().map_err(|e| format!("lock: {e:?}"))?;
+                lock.is_locked().map_err(|e| format!("is_locked: {e:?}"))?;
+                guard.unlock().map_err(|e| format!("unlock: {e:?}"))?;
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), String>(())
+        })
+    });
+    let opened_before = info_field(&mut con, "stats", "total_connections_received");
+    for _ in 0..KILLS {
+        let before = rounds.load(Ordering::Relaxed);
+        assert!(common::eventually(10 * SECOND, || rounds.load(Ordering::Relaxed) > before + 200));
+        let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").query(&mut con).unwrap();
+        assert!(killed >= 1);
+    }
+    let before = rounds.load(Ordering::Relaxed);
+    assert!(common::eventually(10 * SECOND, || rounds.load(Ordering::Relaxed) > before + 200));
+    stop.store(true, Ordering::Release);
+    let outcomes = recv_within(&workers, 60 * SECOND, "workers");
+    for (t, outcome) in outcomes.iter().enumerate() {
+        assert!(outcome.is_ok(), "thread {t}: {outcome:?}");
+    }
+    // Each kill takes the lanes and the idle pub/sub connection (a normal
+    // one until it subscribes). A lane may reconnect twice for one kill: a
+    // connection opened while the kill was being discovered is replaced
+    // too. Reconnecting per call would cost thousands.
+    let opened = info_field(&mut con, "stats", "total_connections_received") - opened_before;
+    let bound = i64::from(LANES) + KILLS * 2 * (i64::from(LANES) + 1);
+    assert!(opened <= bound, "{opened} connections opened for {KILLS} kills of {LANES} lanes");
+}
