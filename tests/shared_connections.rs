@@ -223,3 +223,75 @@ fn killed_shared_connections_cost_one_retry_and_no_call() {
     let bound = i64::from(LANES) + KILLS * 2 * (i64::from(LANES) + 1);
     assert!(opened <= bound, "{opened} connections opened for {KILLS} kills of {LANES} lanes");
 }
+
+/// With replica acknowledgement, 16 threads on 2 connections: each batch
+/// ends with one `WAIT`, and every caller's guard says its write reached
+/// the replica, which has the hold when `lock()` returns.
+#[test]
+fn batched_writes_are_acknowledged_to_each_caller() {
+    const THREADS: usize = 16;
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let client =
+        primary.builder().pool_max_size(2).replica_acks(1, Duration::from_millis(500)).build().unwrap();
+    let locks = Arc::new(locks(&client, "acked", THREADS));
+    let url = replica.url();
+    let acked = Arc::clone(&locks);
+    let outcomes = on_threads(THREADS, 60 * SECOND, move |t| {
+        let mut on_replica = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        for _ in 0..20 {
+            let guard = acked[t].lock().unwrap();
+            assert!(guard.is_replicated(), "thread {t}: not acknowledged");
+            let count: Option<String> =
+                redis::cmd("HGET").arg(acked[t].name()).arg(guard.owner_id()).query(&mut on_replica).unwrap();
+            assert_eq!(count.as_deref(), Some("1"), "thread {t}: the replica lacks the hold");
+            guard.unlock().unwrap();
+        }
+        t
+    });
+    assert_eq!(outcomes.len(), THREADS);
+}
+
+/// `SCRIPT FLUSH` in a loop while 16 threads share 2 connections: a
+/// request answered NOSCRIPT is sent again with EVAL on its own, and no
+/// call fails.
+#[test]
+fn a_flushed_script_cache_fails_no_batched_call() {
+    const THREADS: usize = 16;
+    let server = RedisServer::start();
+    let client = server.builder().pool_max_size(2).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (stop, mut con) = (Arc::clone(&stop), server.conn());
+        spawn(move || {
+            let until = Instant::now() + 20 * SECOND;
+            let mut flushes = 0u64;
+            while !stop.load(Ordering::Acquire) && Instant::now() < until {
+                if redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut con).is_err() {
+                    break;
+                }
+                flushes += 1;
+            }
+            flushes
+        })
+    };
+    let locks = Arc::new(locks(&client, "flushed", THREADS));
+    let flushed = Arc::clone(&locks);
+    let rounds = on_threads(THREADS, 60 * SECOND, move |t| {
+        let lock = &flushed[t];
+        let started = Instant::now();
+        let mut rounds = 0;
+        while rounds < 100 && started.elapsed() < 10 * SECOND {
+            let outer = lock.lock().unwrap();
+            let inner = lock.lock().unwrap();
+            inner.unlock().unwrap();
+            outer.unlock().unwrap();
+            rounds += 1;
+        }
+        rounds
+    });
+    stop.store(true, Ordering::Release);
+    let flushes = recv_within(&flusher, 30 * SECOND, "flusher");
+    assert!(rounds.iter().all(|r| *r >= 10), "{rounds:?}");
+    assert!(flushes >= 100, "only {flushes} flushes: the test did not exercise the race");
+}
