@@ -270,7 +270,7 @@ impl Renewals for Inner {
     }
 
     fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
-        // Renewing is safe to repeat: a dead pooled connection costs no period.
+        // Renewing is safe to repeat: a dead connection costs no period.
         self.with_live_conn(|conn| {
             let held = self.scripts.renew(conn, pairs, lease_ms)?;
             Ok((held, conn.replicated() != Some(false)))

@@ -10,8 +10,8 @@
 //!    lock, subscribe to its unlock channel, try again (a release between the
 //!    first try and the subscription would otherwise go unnoticed), then
 //!    sleep until an unlock message, the holder's remaining lease, or the
-//!    caller's deadline, whichever is first, and repeat. No pooled connection
-//!    is held while sleeping.
+//!    caller's deadline, whichever is first, and repeat. No connection is
+//!    held while sleeping.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -384,8 +384,8 @@ impl Lock {
     /// A re-entry increments a count, so a call lost in transit is not simply
     /// repeated: the owner's count in Redis says whether it ran (the hold's
     /// guards plus one) or not (the guards), and only then is it sent again,
-    /// on a new connection. So a pool of connections that all died (a
-    /// restart, a proxy) does not fail the re-entry either.
+    /// on a new connection. So connections that all died at once (a
+    /// restart, a proxy) do not fail the re-entry either.
     fn reenter(
         &self,
         entry: &Arc<Entry>,

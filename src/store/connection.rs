@@ -103,8 +103,8 @@ impl Conn {
     }
 }
 
-/// The pool's current connection generation, shared by the connector and
-/// the client.
+/// The current connection generation, shared by the connector and the
+/// lanes.
 #[derive(Debug, Default)]
 pub(crate) struct Generation(AtomicU64);
 
