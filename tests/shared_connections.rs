@@ -295,3 +295,45 @@ fn a_flushed_script_cache_fails_no_batched_call() {
     assert!(rounds.iter().all(|r| *r >= 10), "{rounds:?}");
     assert!(flushes >= 100, "only {flushes} flushes: the test did not exercise the race");
 }
+
+/// One connection stuck for a second (a `WAIT` for a replica that does not
+/// exist) while 8 threads query through the other: the stuck batch has
+/// waited over 50 ms, so nobody joins its connection, and their calls do
+/// not wait for it.
+#[test]
+fn a_stalled_connection_is_left_alone_while_another_moves() {
+    const THREADS: usize = 8;
+    let server = RedisServer::start();
+    // Scripts cached first: a NOSCRIPT would cost a second WAIT.
+    server.client().lock("warm-up").unwrap().lock().unwrap().unlock().unwrap();
+    let client = server.builder().pool_max_size(2).replica_acks(1, SECOND).build().unwrap();
+    let stuck = client.lock("stuck").unwrap();
+    let locks = Arc::new(locks(&client, "moving", THREADS));
+    let started = Instant::now();
+    let stalled = spawn(move || {
+        // No replica: the WAIT behind this acquire runs its whole second.
+        let guard = stuck.lock().unwrap();
+        assert!(!guard.is_replicated());
+        std::mem::forget(guard);
+        started.elapsed()
+    });
+    // The acquire ran and its WAIT has been waiting for a while.
+    let mut con = server.conn();
+    assert!(common::eventually(5 * SECOND, || common::exists(&mut con, "stuck")));
+    std::thread::sleep(100 * MILLI);
+    let querying = Arc::clone(&locks);
+    let calls = on_threads(THREADS, 30 * SECOND, move |t| {
+        let mut calls = Vec::new();
+        while started.elapsed() < 700 * MILLI {
+            let at = started.elapsed();
+            querying[t].is_locked().unwrap();
+            calls.push((at, started.elapsed() - at));
+        }
+        calls
+    });
+    let held_after = recv_within(&stalled, 10 * SECOND, "stalled acquire");
+    assert!(held_after >= 900 * MILLI, "the WAIT did not stall its connection ({held_after:?})");
+    let late: Vec<_> = calls.iter().flatten().filter(|(_, took)| *took > 300 * MILLI).collect();
+    assert!(late.is_empty(), "calls that waited for the stalled connection: {late:?}");
+    assert!(calls.iter().flatten().count() > THREADS * 10, "too few calls to tell");
+}

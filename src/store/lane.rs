@@ -5,11 +5,13 @@
 //! Why: with a connection per call (a pool), a thread-per-request server
 //! either opens a connection per thread or queues its threads for a few
 //! connections, one command each per round trip. Here a thread that finds
-//! the connection busy queues its request; when the leader's round trip
-//! ends, the next queued caller leads and sends everything queued by then
-//! in one write. Redis reads the batch in one system call and answers it
-//! in one, so a few connections carry many threads' commands, and do so
-//! with fewer system calls than a connection per thread. An uncontended
+//! the connection busy queues its request; when the leader's replies are
+//! in, it writes everything queued by then as the next batch, at once, and
+//! hands the reading of that batch to one of its members before returning
+//! with its own reply. Redis reads a batch in one system call and answers
+//! it in one, so a few connections carry many threads' commands, with
+//! fewer system calls than a connection per thread, and the connection
+//! never waits for a woken thread to send what is queued. An uncontended
 //! caller leads its own one-request batch on its own thread: no hand-off
 //! to another thread, one round trip.
 //!
@@ -17,15 +19,17 @@
 //! (connect, and the command timeout per write and read). A queued caller
 //! waits at most until its deadline: if its request was not written by
 //! then, it is withdrawn and fails as never sent; if it was, it fails as a
-//! timeout that may have run, and the leader drops its late reply. A
-//! failed exchange retires the connection, and fails only the requests it
+//! timeout that may have run, and whoever reads its batch drops the late
+//! reply. A caller handed the reading of a batch after its deadline fails
+//! that batch and retires the connection rather than wait longer. A failed
+//! write or read retires the connection, and fails only the requests it
 //! left without replies; the callers queued behind it are sent by the next
 //! leader on a new connection.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
@@ -67,6 +71,10 @@ pub(crate) struct Lane {
     /// Requests queued for the lane's next batch, read without the lock to
     /// choose a lane.
     queued: AtomicUsize,
+    /// When the batch in flight was written (nanoseconds after `origin`,
+    /// plus one); 0 when none is.
+    written_at: AtomicU64,
+    origin: Instant,
 }
 
 struct LaneState {
@@ -134,7 +142,14 @@ impl Lane {
         let connected = AtomicBool::new(conn.is_some());
         let state =
             LaneState { queue: VecDeque::new(), leading: false, conn, in_flight: None, closed: false };
-        Lane { state: Mutex::new(state), load: AtomicUsize::new(0), connected, queued: AtomicUsize::new(0) }
+        Lane {
+            state: Mutex::new(state),
+            load: AtomicUsize::new(0),
+            connected,
+            queued: AtomicUsize::new(0),
+            written_at: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
     }
 
     /// True when the lane has a connection: a call on it need not connect
@@ -152,6 +167,23 @@ impl Lane {
     /// extra round trip, and no extra wake-up to send them.
     pub(crate) fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// True when the batch in flight has waited for its replies for longer
+    /// than `patience`: joining the lane would wait at least as long.
+    pub(crate) fn is_stalled(&self, now: Instant, patience: Duration) -> bool {
+        let written_at = self.written_at.load(Ordering::Relaxed);
+        let patience = u64::try_from(patience.as_nanos()).unwrap_or(u64::MAX);
+        written_at != 0 && self.nanos(now).saturating_sub(written_at - 1) > patience
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn note_written(&self, in_flight: &Option<InFlight>) {
+        let at = if in_flight.is_some() { self.nanos(Instant::now()).saturating_add(1) } else { 0 };
+        self.written_at.store(at, Ordering::Relaxed);
     }
 
     /// Counts a caller in if the lane is idle: two threads never both take
@@ -218,10 +250,12 @@ impl Lane {
         };
         if in_flight.is_none() {
             in_flight = write(&mut conn, self.take_queue(), wiring);
+            self.note_written(&in_flight);
         }
         while let Some(InFlight { batch, members }) = in_flight.take() {
             let outcomes = read(&mut conn, batch, generation);
             let next = if conn.is_some() { write(&mut conn, self.take_queue(), wiring) } else { None };
+            self.note_written(&next);
             let mut reading_handed = false;
             if let Some(next) = next {
                 let mut state = self.state.lock();
@@ -263,6 +297,7 @@ impl Lane {
         let abandoned = {
             let mut state = self.state.lock();
             let abandoned = state.in_flight.take();
+            self.note_written(&None);
             if abandoned.is_some() {
                 state.conn = None;
                 self.connected.store(false, Ordering::Relaxed);

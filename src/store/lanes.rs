@@ -11,8 +11,11 @@
 //! round trip, a hand-off and, in Redis, a read and a write, however many
 //! requests it carries, while a request alone on a shared lane costs one
 //! wake-up more than on a connection of its own (see `docs/design.md`,
-//! "Command connections"). A thread starts looking at a lane of its own
-//! (by its thread id), which spreads threads over lanes.
+//! "Command connections"). A lane whose batch has waited for its replies
+//! for over 50 ms is joined only when every lane is in that state, so a
+//! stuck reply holds up the callers already queued behind it (for less
+//! than the command timeout), not the client. A thread starts looking at a
+//! lane of its own (by its thread id), which spreads threads over lanes.
 //!
 //! Lanes open their connections on first use and keep them while the
 //! client lives; a connection that failed, or that belongs to an earlier
@@ -20,7 +23,8 @@
 //! next use. When a connection could not be opened within the connect
 //! timeout, Redis is taken to be unreachable for one connect timeout, and
 //! calls fail at once instead of each waiting it out (dropping 500 guards
-//! would otherwise take 500 timeouts). After shutdown, each call opens a connection of its own.
+//! would otherwise take 500 timeouts); a refused connection fails at once
+//! by itself. After shutdown, each call opens a connection of its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +36,12 @@ use crate::owner;
 use crate::store::batch::{Replies, Request, Wait};
 use crate::store::connection::{Conn, Connector};
 use crate::store::lane::{Failure, Lane, Wiring};
+
+/// How long a batch may wait for its replies before callers stop joining
+/// its lane while another will do: far above a round trip, even on a
+/// loaded machine or behind a replica acknowledgement, far below a command
+/// timeout.
+const STALLED: Duration = Duration::from_millis(50);
 
 /// The client's shared command connections.
 pub(crate) struct Lanes {
@@ -91,12 +101,15 @@ impl Lanes {
     /// Claims a lane for the calling thread: the lane with the largest
     /// batch being formed, if any; else an idle lane (one with a
     /// connection first); else the least loaded, where a batch starts to
-    /// form. Looks from the thread's own lane on.
+    /// form. Lanes whose batch in flight is stalled are joined only when
+    /// all are. Looks from the thread's own lane on.
     fn claim(&self) -> &Lane {
         let count = self.lanes.len();
         let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
         let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
-        let forming = order().max_by_key(|lane| lane.queued()).filter(|lane| lane.queued() > 0);
+        let now = Instant::now();
+        let moving = || order().filter(|lane| !lane.is_stalled(now, STALLED));
+        let forming = moving().max_by_key(|lane| lane.queued()).filter(|lane| lane.queued() > 0);
         if let Some(lane) = forming {
             lane.claim();
             return lane;
@@ -107,7 +120,8 @@ impl Lanes {
         if let Some(lane) = order().find(|lane| lane.claim_idle()) {
             return lane;
         }
-        let lane = order().min_by_key(|lane| lane.load()).unwrap_or(&self.lanes[home]);
+        let lane = moving().min_by_key(|lane| lane.load());
+        let lane = lane.or_else(|| order().min_by_key(|lane| lane.load())).unwrap_or(&self.lanes[home]);
         lane.claim();
         lane
     }
