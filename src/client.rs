@@ -33,8 +33,8 @@ use crate::watchdog::{self, Registry, Renewals, Signals};
 ///
 /// Cheap to clone and safe to share across threads; all clones share one
 /// client id, its command connections, one pub/sub connection and one
-/// watchdog thread. Two `Client`s built separately are two owners to each other, like
-/// two Redisson instances.
+/// watchdog thread. Two `Client`s built separately are two owners to each
+/// other, like two Redisson instances.
 ///
 /// # Examples
 ///
@@ -105,8 +105,8 @@ impl std::fmt::Debug for Client {
 
 impl ClientBuilder {
     /// Validates the settings, opens the first command connection (at most
-    /// the connect timeout) and starts the
-    /// client's pub/sub and watchdog threads.
+    /// the connect timeout and a command timeout) and starts the client's
+    /// pub/sub and watchdog threads.
     ///
     /// # Errors
     ///
