@@ -145,15 +145,15 @@ fn a_black_holed_reply_fails_the_callers_behind_it_within_the_timeouts() {
 
 const MILLI: Duration = Duration::from_millis(1);
 
-/// Replies slowed to a third of the command timeout: 32 threads sharing 2
-/// connections wait behind each other's batches, and none of them is
-/// failed for it.
+/// Replies slowed to 300 ms: 32 threads sharing 2 connections wait behind
+/// each other's batches (a batch in flight, then their own), and none of
+/// them is failed for it, within the command timeout of 2 s.
 #[test]
 fn slow_replies_delay_the_callers_behind_them_without_failing_them() {
     const THREADS: usize = 32;
     let server = RedisServer::start();
     let proxy = Arc::new(FaultProxy::start(server.port()));
-    let client = Client::builder(proxy.url()).pool_max_size(2).command_timeout(SECOND).build().unwrap();
+    let client = Client::builder(proxy.url()).pool_max_size(2).command_timeout(2 * SECOND).build().unwrap();
     let locks = Arc::new(locks(&client, "slow", THREADS));
     for lock in locks.iter() {
         lock.is_locked().unwrap();
@@ -168,7 +168,7 @@ fn slow_replies_delay_the_callers_behind_them_without_failing_them() {
     proxy.set(Fault::None);
     for (t, (held, took)) in outcomes.iter().enumerate() {
         assert_eq!(held, &Ok(false), "thread {t}");
-        assert!(*took < SECOND, "thread {t} waited {took:?}");
+        assert!(*took < 2 * SECOND, "thread {t} waited {took:?}");
     }
 }
 
