@@ -40,6 +40,25 @@ impl Request {
         Request { packed: cmd.get_packed_command(), commands: 1, acked: false }
     }
 
+    /// One command from its parts (the name first), packed straight into
+    /// RESP: no `redis::Cmd` in between, for the script calls on every
+    /// lock operation.
+    pub(crate) fn parts(parts: &[&[u8]]) -> Request {
+        let size: usize = parts.iter().map(|part| part.len() + 16).sum();
+        let mut packed = Vec::with_capacity(size + 16);
+        packed.push(b'*');
+        push_decimal(&mut packed, parts.len());
+        packed.extend_from_slice(b"\r\n");
+        for part in parts.iter().copied() {
+            packed.push(b'$');
+            push_decimal(&mut packed, part.len());
+            packed.extend_from_slice(b"\r\n");
+            packed.extend_from_slice(part);
+            packed.extend_from_slice(b"\r\n");
+        }
+        Request { packed, commands: 1, acked: false }
+    }
+
     /// Several commands, replied to in order.
     pub(crate) fn commands(cmds: &[&redis::Cmd]) -> Request {
         let mut packed = Vec::new();
@@ -55,6 +74,22 @@ impl Request {
         self.acked = true;
         self
     }
+}
+
+/// Appends `n` in decimal ASCII.
+fn push_decimal(buf: &mut Vec<u8>, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
 }
 
 /// What a request gets back.
@@ -81,11 +116,18 @@ pub(crate) struct Batch {
 impl Batch {
     /// Lays `requests` out in order, with one `WAIT` behind them when one
     /// asked for the acknowledgement and the client waits for replicas.
-    pub(crate) fn new<'r>(requests: impl IntoIterator<Item = &'r Request>, wait: Option<Wait>) -> Batch {
+    /// The requests' bytes move into the batch (a batch of one is written
+    /// without a copy).
+    pub(crate) fn new<'r>(requests: impl IntoIterator<Item = &'r mut Request>, wait: Option<Wait>) -> Batch {
         let mut bytes = Vec::new();
         let mut shape = Vec::new();
         for request in requests {
-            bytes.extend_from_slice(&request.packed);
+            let packed = std::mem::take(&mut request.packed);
+            if bytes.is_empty() {
+                bytes = packed;
+            } else {
+                bytes.extend_from_slice(&packed);
+            }
             shape.push((request.commands, request.acked && wait.is_some()));
         }
         let wait = wait.filter(|_| shape.iter().any(|&(_, acked)| acked));
@@ -163,8 +205,8 @@ mod tests {
 
     #[test]
     fn a_batch_is_its_requests_back_to_back() {
-        let (a, b) = (get("a"), get("b"));
-        let batch = Batch::new([&a, &b], None);
+        let (mut a, mut b) = (get("a"), get("b"));
+        let batch = Batch::new([&mut a, &mut b], None);
         let expected: Vec<u8> = [redis::cmd("GET").arg("a"), redis::cmd("GET").arg("b")]
             .iter()
             .flat_map(|c| c.get_packed_command())
@@ -174,10 +216,19 @@ mod tests {
     }
 
     #[test]
+    fn a_command_packed_from_parts_is_what_redis_rs_packs() {
+        let parts: [&[u8]; 5] = [b"EVALSHA", b"abc", b"1", b"", &[0u8; 300]];
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("abc").arg(1).arg("").arg(&[0u8; 300][..]);
+        let mut packed = Request::parts(&parts);
+        assert_eq!(Batch::new([&mut packed], None).bytes(), cmd.get_packed_command().as_slice());
+    }
+
+    #[test]
     fn each_request_gets_its_own_replies_in_order() {
-        let pair = Request::commands(&[redis::cmd("TYPE").arg("x"), redis::cmd("PTTL").arg("x")]);
-        let one = get("y");
-        let batch = Batch::new([&pair, &one], None);
+        let mut pair = Request::commands(&[redis::cmd("TYPE").arg("x"), redis::cmd("PTTL").arg("x")]);
+        let mut one = get("y");
+        let batch = Batch::new([&mut pair, &mut one], None);
         assert_eq!(batch.replies(), 3);
         let split = batch.split(vec![Value::Int(1), Value::Int(2), Value::Int(3)], None);
         assert_eq!(split[0].as_ref().unwrap().values, vec![Value::Int(1), Value::Int(2)]);
@@ -187,17 +238,17 @@ mod tests {
 
     #[test]
     fn an_error_reply_fails_only_its_own_command() {
-        let (a, b) = (get("a"), get("b"));
+        let (mut a, mut b) = (get("a"), get("b"));
         let error = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
-        let split = Batch::new([&a, &b], None).split(vec![error.clone(), Value::Nil], None);
+        let split = Batch::new([&mut a, &mut b], None).split(vec![error.clone(), Value::Nil], None);
         assert_eq!(split[0].as_ref().unwrap().values, vec![error]);
         assert_eq!(split[1].as_ref().unwrap().values, vec![Value::Nil]);
     }
 
     #[test]
     fn a_failure_fails_the_requests_it_cut_short_and_not_those_before() {
-        let (a, b, c) = (get("a"), get("b"), get("c"));
-        let split = Batch::new([&a, &b, &c], None).split(vec![Value::Nil], Some(&timeout()));
+        let (mut a, mut b, mut c) = (get("a"), get("b"), get("c"));
+        let split = Batch::new([&mut a, &mut b, &mut c], None).split(vec![Value::Nil], Some(&timeout()));
         assert!(split[0].is_ok());
         assert!(split[1].as_ref().unwrap_err().is_timeout());
         assert!(split[2].as_ref().unwrap_err().is_timeout());
@@ -205,8 +256,8 @@ mod tests {
 
     #[test]
     fn one_wait_answers_for_every_request_that_asked() {
-        let (a, b, c) = (get("a").acknowledged(), get("b"), get("c").acknowledged());
-        let batch = Batch::new([&a, &b, &c], Some(WAIT));
+        let (mut a, mut b, mut c) = (get("a").acknowledged(), get("b"), get("c").acknowledged());
+        let batch = Batch::new([&mut a, &mut b, &mut c], Some(WAIT));
         assert_eq!(batch.replies(), 4);
         assert!(batch.bytes().ends_with(&redis::cmd("WAIT").arg(1).arg(50).get_packed_command()));
         let split = batch.split(vec![Value::Nil, Value::Nil, Value::Nil, Value::Int(1)], None);
@@ -217,25 +268,26 @@ mod tests {
 
     #[test]
     fn too_few_replicas_is_not_acknowledged() {
-        let a = get("a").acknowledged();
-        let split = Batch::new([&a], Some(WAIT)).split(vec![Value::Nil, Value::Int(0)], None);
+        let mut a = get("a").acknowledged();
+        let split = Batch::new([&mut a], Some(WAIT)).split(vec![Value::Nil, Value::Int(0)], None);
         assert_eq!(split[0].as_ref().unwrap().acked, Some(false));
     }
 
     #[test]
     fn no_wait_is_sent_unless_asked_for_and_configured() {
-        let plain = get("a");
-        assert_eq!(Batch::new([&plain], Some(WAIT)).replies(), 1);
-        let asking = get("a").acknowledged();
-        let batch = Batch::new([&asking], None);
+        let mut plain = get("a");
+        assert_eq!(Batch::new([&mut plain], Some(WAIT)).replies(), 1);
+        let mut asking = get("a").acknowledged();
+        let batch = Batch::new([&mut asking], None);
         assert_eq!(batch.replies(), 1);
         assert_eq!(batch.split(vec![Value::Nil], None)[0].as_ref().unwrap().acked, None);
     }
 
     #[test]
     fn a_request_whose_wait_reply_was_lost_fails_and_one_that_did_not_ask_succeeds() {
-        let (a, b) = (get("a").acknowledged(), get("b"));
-        let split = Batch::new([&a, &b], Some(WAIT)).split(vec![Value::Nil, Value::Nil], Some(&timeout()));
+        let (mut a, mut b) = (get("a").acknowledged(), get("b"));
+        let split =
+            Batch::new([&mut a, &mut b], Some(WAIT)).split(vec![Value::Nil, Value::Nil], Some(&timeout()));
         assert!(split[0].is_err());
         assert!(split[1].is_ok());
     }

@@ -64,7 +64,7 @@ impl Call<'_> {
         acked: bool,
     ) -> Result<(RedisResult<Value>, Option<bool>)> {
         let request = |verb: &str, body: &str| {
-            let request = Request::command(&self.command(verb, body));
+            let request = self.request(verb, body);
             if acked { request.acknowledged() } else { request }
         };
         let mut replies = session.send(request("EVALSHA", &self.script.hash))?;
@@ -75,15 +75,11 @@ impl Call<'_> {
         Ok((reply, replies.acked))
     }
 
-    fn command(&self, verb: &str, body: &str) -> redis::Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(body).arg(self.keys.len());
-        for key in &self.keys {
-            cmd.arg(key.as_slice());
-        }
-        for arg in &self.args {
-            cmd.arg(arg.as_slice());
-        }
-        cmd
+    /// `verb body numkeys KEYS... ARGV...`, packed.
+    fn request(&self, verb: &str, body: &str) -> Request {
+        let count = self.keys.len().to_string();
+        let head = [verb.as_bytes(), body.as_bytes(), count.as_bytes()];
+        let rest = self.keys.iter().chain(&self.args).map(Vec::as_slice);
+        Request::parts(&head.into_iter().chain(rest).collect::<Vec<_>>())
     }
 }

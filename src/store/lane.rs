@@ -171,10 +171,13 @@ impl Lane {
 
     /// True when the batch in flight has waited for its replies for longer
     /// than `patience`: joining the lane would wait at least as long.
-    pub(crate) fn is_stalled(&self, now: Instant, patience: Duration) -> bool {
+    pub(crate) fn is_stalled(&self, now: impl FnOnce() -> Instant, patience: Duration) -> bool {
         let written_at = self.written_at.load(Ordering::Relaxed);
+        if written_at == 0 {
+            return false;
+        }
         let patience = u64::try_from(patience.as_nanos()).unwrap_or(u64::MAX);
-        written_at != 0 && self.nanos(now).saturating_sub(written_at - 1) > patience
+        self.nanos(now()).saturating_sub(written_at - 1) > patience
     }
 
     fn nanos(&self, at: Instant) -> u64 {
@@ -197,16 +200,21 @@ impl Lane {
         self.load.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Sends `request` and waits for its replies, at most until `deadline`
-    /// unless it leads (then the socket timeouts bound it). The caller has
+    /// Sends `request` and waits for its replies, at most `timeout` unless
+    /// it leads (then the socket timeouts bound it). The caller has
     /// claimed the lane ([`claim`](Lane::claim) or
     /// [`claim_idle`](Lane::claim_idle)); the claim ends here.
     pub(crate) fn call(
         &self,
         request: Request,
-        deadline: Instant,
+        timeout: Duration,
         wiring: Wiring<'_>,
     ) -> Result<Replies, Failure> {
+        // The deadline counts from the caller's first wait, right after it
+        // queues (a caller that leads first has its reply by then): the
+        // clock is read only if the caller has to wait.
+        let queued_at = std::cell::OnceCell::new();
+        let deadline = || *queued_at.get_or_init(Instant::now) + timeout;
         let ticket = Arc::new(Ticket { stage: Mutex::new(Stage::Queued), changed: Condvar::new() });
         let lead = {
             let mut state = self.state.lock();
@@ -337,7 +345,7 @@ impl Lane {
 /// Writes `members`' requests as one batch on `conn`, or on a new
 /// connection if it has none fit for use. On failure the members get it,
 /// and a connection that failed is dropped.
-fn write(conn: &mut Option<Conn>, members: Vec<Queued>, wiring: Wiring<'_>) -> Option<InFlight> {
+fn write(conn: &mut Option<Conn>, mut members: Vec<Queued>, wiring: Wiring<'_>) -> Option<InFlight> {
     if members.is_empty() {
         return None;
     }
@@ -354,7 +362,7 @@ fn write(conn: &mut Option<Conn>, members: Vec<Queued>, wiring: Wiring<'_>) -> O
             }
         },
     };
-    let batch = Batch::new(members.iter().map(|m| &m.request), wiring.wait);
+    let batch = Batch::new(members.iter_mut().map(|m| &mut m.request), wiring.wait);
     if let Err(error) = fit.send(batch.bytes()) {
         let dead = fit.is_dead();
         if dead {
@@ -406,8 +414,8 @@ fn timed_out() -> RedisError {
 }
 
 impl Ticket {
-    /// Waits for the outcome or the lead, at most until `deadline`.
-    fn wait(&self, deadline: Instant) -> Turn {
+    /// Waits for the outcome or the lead, at most until `deadline()`.
+    fn wait(&self, deadline: impl Fn() -> Instant) -> Turn {
         let mut stage = self.stage.lock();
         let mut timed_out = false;
         loop {
@@ -423,7 +431,7 @@ impl Ticket {
                 waiting @ (Stage::Queued | Stage::Sent) => *stage = waiting,
                 Stage::Abandoned => return Turn::TimedOut { sent: true, led: false },
             }
-            timed_out = self.changed.wait_until(&mut stage, deadline).timed_out();
+            timed_out = self.changed.wait_until(&mut stage, deadline()).timed_out();
         }
     }
 

@@ -107,9 +107,10 @@ impl Lanes {
         let count = self.lanes.len();
         let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
         let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
-        let now = Instant::now();
-        let moving = || order().filter(|lane| !lane.is_stalled(now, STALLED));
-        let forming = moving().max_by_key(|lane| lane.queued()).filter(|lane| lane.queued() > 0);
+        // The clock is read only when some lane is busy.
+        let now = std::cell::OnceCell::new();
+        let moving = || order().filter(|lane| !lane.is_stalled(|| *now.get_or_init(Instant::now), STALLED));
+        let forming = moving().filter(|lane| lane.queued() > 0).max_by_key(|lane| lane.queued());
         if let Some(lane) = forming {
             lane.claim();
             return lane;
@@ -174,9 +175,8 @@ impl Session<'_> {
             }
             None => lanes.claim(),
         };
-        let deadline = Instant::now() + lanes.call_timeout;
         let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };
-        match lane.call(request, deadline, wiring) {
+        match lane.call(request, lanes.call_timeout, wiring) {
             Ok(replies) => Ok(replies),
             Err(Failure::Transport { error, dead }) => {
                 self.dead |= dead;
