@@ -1,7 +1,9 @@
 //! Many threads on few command connections (issue 12): every thread's
 //! commands share the client's lanes, batched, and each caller still gets
-//! its own replies; a black-holed or slow reply fails or delays only for
-//! the command timeout; connections killed under load cost one retry.
+//! its own replies, acknowledgements and NOSCRIPT fallbacks; a stalled
+//! connection is left alone while another moves; a black-holed or slow
+//! reply fails or delays only for the timeouts; connections killed under
+//! load cost one retry.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -15,6 +17,7 @@ use common::{RedisServer, ServerExt, info_field, recv_within, spawn};
 use keyholder::{Client, Lock};
 
 const SECOND: Duration = Duration::from_secs(1);
+const MILLI: Duration = Duration::from_millis(1);
 
 /// The command connections `client` has open (its pub/sub connection not
 /// counted), from `CLIENT LIST`.
@@ -142,8 +145,6 @@ fn a_black_holed_reply_fails_the_callers_behind_it_within_the_timeouts() {
     });
     assert!(outcomes.iter().all(|ok| *ok), "{outcomes:?}");
 }
-
-const MILLI: Duration = Duration::from_millis(1);
 
 /// Replies slowed to 300 ms: 32 threads sharing 2 connections wait behind
 /// each other's batches (a batch in flight, then their own), and none of
