@@ -1,4 +1,5 @@
-//! The client: a connection pool, a pub/sub connection, a watchdog, and an id.
+//! The client: shared command connections, a pub/sub connection, a
+//! watchdog, and an id.
 //!
 //! `Client` is a cheap handle (`Arc`) shared by locks and guards. The shared
 //! state, `Inner`, also belongs to the two background threads; they hold it
@@ -12,27 +13,28 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Subscriber, Target};
-use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
-use crate::store::eval::Wait;
+use crate::store::batch::Wait;
+use crate::store::connection::{Connector, Generation};
+use crate::store::lanes::{Lanes, Session};
 use crate::store::scripts::{Scripts, Turns};
 use crate::watchdog::{self, Registry, Renewals, Signals};
 
 /// A keyholder client: the entry point for locks.
 ///
 /// Cheap to clone and safe to share across threads; all clones share one
-/// client id, one connection pool, one pub/sub connection and one watchdog
-/// thread. Two `Client`s built separately are two owners to each other, like
-/// two Redisson instances.
+/// client id, its command connections, one pub/sub connection and one
+/// watchdog thread. Two `Client`s built separately are two owners to each
+/// other, like two Redisson instances.
 ///
 /// # Examples
 ///
@@ -76,12 +78,9 @@ pub(crate) struct Inner {
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
     pub(crate) config: Config,
-    /// The command connections; closed (`None`) on shutdown.
-    pool: RwLock<Option<Pool>>,
-    /// Opens a connection for a call made after shutdown.
-    connector: Connector,
-    /// The pool's connection generation (see `store/connection.rs`).
-    generation: Arc<Generation>,
+    /// The command connections, shared by every thread; closed on
+    /// shutdown, after which each call opens its own.
+    lanes: Lanes,
     pub(crate) scripts: Scripts,
     entries: Mutex<Entries>,
     /// Numbers release requests, for their latches.
@@ -89,11 +88,6 @@ pub(crate) struct Inner {
     pub(crate) subscriber: Arc<Subscriber>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
-    /// When the client was built: the origin of `unreachable_until`.
-    started: Instant,
-    /// Until when (nanoseconds after `started`) calls fail fast because no
-    /// connection could be had (see [`Inner::connection`]).
-    unreachable_until: AtomicU64,
     shutdown: AtomicBool,
     /// Dropped on shutdown: its disconnection stops the background threads.
     stop: Mutex<Option<Sender<()>>>,
@@ -110,9 +104,9 @@ impl std::fmt::Debug for Client {
 }
 
 impl ClientBuilder {
-    /// Validates the settings, opens the connection pool (blocking until one
-    /// connection is open, at most the connect timeout) and starts the
-    /// client's pub/sub and watchdog threads.
+    /// Validates the settings, opens the first command connection (at most
+    /// the connect timeout and a command timeout) and starts the client's
+    /// pub/sub and watchdog threads.
     ///
     /// # Errors
     ///
@@ -174,42 +168,44 @@ impl Client {
             format!("{connection_name}:pubsub"),
             pubsub_tls,
         )?;
-        let generation = Arc::new(Generation::default());
         let connector = Connector::new(
             redis_client,
             config.connect_timeout,
             config.command_timeout,
-            Arc::clone(&generation),
+            Arc::new(Generation::default()),
             Arc::clone(&connection_name),
         );
-        let access = connector.check_access();
+        let first = connector.check_access();
         #[cfg(feature = "tls")]
-        let access = access.map_err(|e| explain_tls(e, &target, config.connect_timeout));
-        access?;
-        let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
+        let first = first.map_err(|e| explain_tls(e, &target, config.connect_timeout));
+        let first = first?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
         let wait = config
             .replica_acks
             .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) });
+        let lanes = Lanes::new(
+            connector,
+            first,
+            config.pool_max_size,
+            wait,
+            config.connect_timeout,
+            config.command_timeout,
+        );
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
         let inner = Arc::new(Inner {
             uuid,
             id: uuid.to_string(),
             config,
-            pool: RwLock::new(Some(pool)),
-            connector,
-            generation,
-            scripts: Scripts::new(wait),
+            lanes,
+            scripts: Scripts::new(wait.is_some()),
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
-            started: Instant::now(),
-            unreachable_until: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
@@ -287,7 +283,7 @@ impl Renewals for Inner {
     }
 
     fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
-        // Renewing is safe to repeat: a dead pooled connection costs no period.
+        // Renewing is safe to repeat: a dead connection costs no period.
         self.with_live_conn(|conn| {
             let held = self.scripts.renew(conn, pairs, lease_ms)?;
             Ok((held, conn.replicated() != Some(false)))
@@ -295,7 +291,7 @@ impl Renewals for Inner {
     }
 }
 
-/// redis-rs hides why a TLS handshake failed: when the pool's first
+/// redis-rs hides why a TLS handshake failed: when the client's first
 /// connection fails in transit, one handshake of our own tells. Not after a
 /// timeout: no refusal is one, and the bounds of `build()` stay as they were.
 #[cfg(feature = "tls")]
@@ -348,64 +344,24 @@ impl Background {
 }
 
 impl Inner {
-    /// A pooled connection of the current generation, waiting at most the
-    /// connect timeout.
-    ///
-    /// When no connection could be had within a whole connect timeout, Redis
-    /// is taken to be unreachable: for the next connect timeout, calls fail
-    /// at once instead of each waiting it out (dropping 500 guards would
-    /// otherwise take 500 timeouts). The first call after that tries again.
-    pub(crate) fn connection(&self) -> Result<Checkout> {
-        let now = self.nanos_since_start(Instant::now());
-        if now < self.unreachable_until.load(Ordering::Acquire) {
-            return Err(Error::unreachable());
-        }
-        let Some(pool) = self.pool.read().clone() else {
-            return self.connector.open().map(Checkout::Direct);
-        };
-        // Stale idle connections are closed as they come out, without I/O;
-        // the pool holds at most `pool_max_size` of them.
-        for _ in 0..=self.config.pool_max_size {
-            match pool.get() {
-                Ok(mut conn) if self.generation.is_stale(&conn) => conn.retire(),
-                Ok(conn) => return Ok(Checkout::Pooled(conn)),
-                Err(e) => {
-                    let until = Instant::now() + self.config.connect_timeout;
-                    self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
-                    return Err(Error::pool(e));
-                }
-            }
-        }
-        pool.get().map(Checkout::Pooled).map_err(Error::pool)
+    /// Runs `f` in a session on the shared connections (see
+    /// `store/lanes.rs`).
+    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {
+        f(&mut self.lanes.session()?)
     }
 
-    fn nanos_since_start(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// Runs `f` on a pooled connection. A connection found dead starts a new
-    /// generation, so that its idle siblings are not tried one by one.
-    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
-        let mut conn = self.connection()?;
-        let outcome = f(&mut conn);
-        if conn.is_dead() {
-            self.generation.advance();
-        }
-        outcome
-    }
-
-    /// Runs `f` like [`with_conn`](Inner::with_conn), and once more on a new
-    /// connection if the first one turned out dead (dropped or reset, not
-    /// slow). Only for calls that are safe to repeat: reads, renewals, a new
-    /// hold's acquire (it sets the count to 1), leaving a lock's queue.
-    pub(crate) fn with_live_conn<T>(&self, f: impl Fn(&mut Conn) -> Result<T>) -> Result<T> {
-        let mut conn = self.connection()?;
-        let outcome = f(&mut conn);
-        if !conn.is_dead() {
+    /// Runs `f` like [`with_conn`](Inner::with_conn), and once more if a
+    /// connection it used turned out dead (dropped or reset, not slow): the
+    /// second run goes out on new connections. Only for calls that are safe
+    /// to repeat: reads, renewals, a new hold's acquire (it sets the count
+    /// to 1), leaving a lock's queue.
+    pub(crate) fn with_live_conn<T>(&self, f: impl Fn(&mut Session<'_>) -> Result<T>) -> Result<T> {
+        let mut session = self.lanes.session()?;
+        let outcome = f(&mut session);
+        if !session.is_dead() {
             return outcome;
         }
-        drop(conn);
-        self.generation.advance();
+        drop(session);
         self.with_conn(f)
     }
 
@@ -472,8 +428,8 @@ impl Inner {
         for thread in threads {
             thread.stop(bound);
         }
-        // Close the pool and its threads: a guard still held (or leaked)
-        // must not keep them. Its release opens a connection of its own.
-        self.pool.write().take();
+        // Close the connections: a guard still held (or leaked) must not
+        // keep them. Its release opens a connection of its own.
+        self.lanes.close();
     }
 }

@@ -106,7 +106,7 @@ pub enum ErrorKind {
 ///
 /// Ask it questions: [`kind`](Error::kind), the predicates (`is_*`), the lock
 /// and key it concerns, and, for a lost hold, [`lost_reason`](Error::lost_reason).
-/// `Display` describes this layer only; the underlying Redis or pool error is
+/// `Display` describes this layer only; the underlying Redis error is
 /// reached through [`source`](std::error::Error::source). The type is opaque,
 /// so keyholder's version is not tied to its dependencies'.
 pub struct Error {
@@ -253,11 +253,18 @@ impl Error {
         error
     }
 
-    /// No pooled connection within the connect timeout.
-    pub(crate) fn pool(e: r2d2::Error) -> Error {
-        let mut error = Error::new(ErrorKind::Connection);
+    /// No connection could be opened: nothing was sent.
+    pub(crate) fn connect(e: redis::RedisError) -> Error {
+        let mut error = Error::new(ErrorKind::Connection).with_detail("no connection could be opened");
         error.inner.source = Some(Box::new(e));
         error
+    }
+
+    /// A call's time ran out while it waited for a shared connection: it
+    /// was never sent.
+    pub(crate) fn unsent() -> Error {
+        Error::new(ErrorKind::Connection)
+            .with_detail("no shared connection could send the command within its timeout; it was not sent")
     }
 
     /// Redis is taken to be unreachable (see `Inner::connection`).

@@ -74,8 +74,9 @@
 //!
 //! # How it works
 //!
-//! One client owns an r2d2 pool of command connections, one pub/sub
-//! connection with a reader thread, and one watchdog thread. Lua scripts
+//! One client owns a few command connections shared by all of its threads
+//! (the commands of threads that call at once go out together, pipelined),
+//! one pub/sub connection with a reader thread, and one watchdog thread. Lua scripts
 //! under `lua/` acquire, release, hand over, renew and force-unlock
 //! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
 //! and a release; `docs/redisson-compat.md` documents the wire format.
@@ -120,7 +121,7 @@ mod release;
 mod watchdog;
 // Local coordination, without I/O.
 mod gate;
-// Connections: pub/sub, and the Redis layer (pool, scripts).
+// Connections: pub/sub, and the Redis layer (shared connections, scripts).
 mod pubsub;
 mod store;
 // Vocabulary every layer shares.

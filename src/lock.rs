@@ -10,8 +10,8 @@
 //!    lock, subscribe to its unlock channel, try again (a release between the
 //!    first try and the subscription would otherwise go unnoticed), then
 //!    sleep until an unlock message, the holder's remaining lease, or the
-//!    caller's deadline, whichever is first, and repeat. No pooled connection
-//!    is held while sleeping.
+//!    caller's deadline, whichever is first, and repeat. No connection is
+//!    held while sleeping.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -261,10 +261,10 @@ impl Lock {
     ///
     /// As [`is_locked`](Lock::is_locked).
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let mut pipeline = redis::pipe();
-        pipeline.cmd("TYPE").arg(&*self.name).cmd("PTTL").arg(&*self.name);
         let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(|conn| {
-            conn.run(|c| pipeline.query(c)).map_err(|e| Error::from_redis(&self.name, e))
+            let reply =
+                conn.query_all(&[redis::cmd("TYPE").arg(&*self.name), redis::cmd("PTTL").arg(&*self.name)])?;
+            reply.map_err(|e| Error::from_redis(&self.name, e))
         })?;
         match kind.as_str() {
             "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
@@ -299,7 +299,7 @@ impl Lock {
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
         self.client
             .inner()
-            .with_live_conn(|conn| conn.run(|c| cmd.query(c)).map_err(|e| Error::from_redis(&self.name, e)))
+            .with_live_conn(|conn| conn.query(cmd)?.map_err(|e| Error::from_redis(&self.name, e)))
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
@@ -384,8 +384,8 @@ impl Lock {
     /// A re-entry increments a count, so a call lost in transit is not simply
     /// repeated: the owner's count in Redis says whether it ran (the hold's
     /// guards plus one) or not (the guards), and only then is it sent again,
-    /// on a new connection. So a pool of connections that all died (a
-    /// restart, a proxy) does not fail the re-entry either.
+    /// on a new connection. So connections that all died at once (a
+    /// restart, a proxy) do not fail the re-entry either.
     fn reenter(
         &self,
         entry: &Arc<Entry>,

@@ -18,21 +18,21 @@ use crate::gate::entry::{Entry, Successor};
 use crate::gate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
-use crate::store::connection::Conn;
+use crate::store::lanes::Session;
 use crate::store::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
 
 impl Inner {
     /// Runs a latched release script (`release.lua`, `handoff.lua`) of
     /// `thread` on `entry`'s lock; with `retry`, once more on a fresh
     /// connection if the first reply was lost: the latch makes the retry
-    /// return the first outcome rather than release a second hold. A pool
-    /// error means the script never ran, so it is not retried.
+    /// return the first outcome rather than release a second hold. A failure to
+    /// connect means the script never ran, so it is not retried.
     fn run_latched<T>(
         &self,
         entry: &Entry,
         thread: u64,
         retry: bool,
-        script: impl Fn(&mut Conn, Latch<'_>) -> Result<T>,
+        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
     ) -> Result<T> {
         let key = names::unlock_latch(&entry.keys.name, self.uuid.as_u128(), thread);
         let request = self.next_request.fetch_add(1, Ordering::Relaxed);
@@ -63,7 +63,7 @@ impl Inner {
     /// means the first attempt released the lock).
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
         let args = self.release_args(entry, owner, lease_ms, None);
-        let release = |conn: &mut Conn| {
+        let release = |conn: &mut Session<'_>| {
             let outcome = self.scripts.release(conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         };

@@ -1,8 +1,12 @@
-//! The Redis layer: the command connections (pool, timeouts, generations,
-//! the access check), one script call (EVALSHA with EVAL after NOSCRIPT),
-//! and the bundled scripts with their typed replies. Nothing here knows about
-//! threads, gates or guards.
+//! The Redis layer: the command connections (opening, timeouts,
+//! generations, the access check), the few connections shared by every
+//! thread through batched pipelines (lanes), one script call (EVALSHA with
+//! EVAL after NOSCRIPT), and the bundled scripts with their typed replies.
+//! Nothing here knows about gates or guards.
 
+pub(crate) mod batch;
 pub(crate) mod connection;
 pub(crate) mod eval;
+pub(crate) mod lane;
+pub(crate) mod lanes;
 pub(crate) mod scripts;

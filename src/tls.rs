@@ -14,7 +14,7 @@
 //! handshake that either side refuses fails `build()` too, on its first
 //! connection, as [`ErrorKind::Tls`](crate::ErrorKind::Tls): redis-rs
 //! reports a refused handshake as an I/O error whose rustls cause cannot be
-//! reached (its `source()` chain skips it), so when the pool's first
+//! reached (its `source()` chain skips it), so when the client's first command
 //! connection fails, `build()` runs one handshake of its own (the pub/sub
 //! connection's) and classifies rustls's error with [`refusal`].
 //!
@@ -121,7 +121,7 @@ fn install_default_provider() {
 }
 
 /// The rustls configuration of the pub/sub connection, built from the same
-/// settings as redis-rs builds the pool's.
+/// settings as redis-rs builds the command connections'.
 fn client_config(options: &TlsOptions, insecure: bool) -> Result<ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))

@@ -180,7 +180,7 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
     for batch in holds.chunks(BATCH) {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|(h, _)| (&*h.name, h.owner.as_str())).collect();
         let sent = Instant::now();
-        // Renewing is safe to repeat: a dead pooled connection costs no period.
+        // Renewing is safe to repeat: a dead connection costs no period.
         let replies = inner.renew(&pairs, lease_ms);
         match replies {
             Ok((replies, replicated)) => {

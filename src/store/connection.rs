@@ -1,30 +1,32 @@
-//! The command connection pool: r2d2 over redis-rs connections with timeouts.
+//! Opening command connections, and what a connection remembers of its
+//! failures.
 //!
-//! redis-rs's own r2d2 manager connects without a timeout and leaves read and
-//! write timeouts unset, so a black-holed Redis would hang a caller. Worse, a
+//! redis-rs connects without a timeout unless asked and leaves read and write
+//! timeouts unset, so a black-holed Redis would hang a caller. Worse, a
 //! command whose reply timed out leaves that reply in flight: a connection
-//! returned to the pool after it would hand the stale reply to the next caller.
-//! This manager connects with the configured timeout, sets both socket
-//! timeouts, and retires any connection on which an I/O error happened.
+//! used again after it would hand the stale reply to the next caller. The
+//! connector connects with the configured timeout and sets both socket
+//! timeouts, and any I/O error retires the connection.
 //!
 //! **Dead idle connections.** When Redis, a proxy or a load balancer drops
 //! every connection at once (a restart, `CLIENT KILL`, an idle `timeout`),
-//! the pool still holds them, and r2d2 hands idle connections back without
-//! checking them. So a connection that turns out dead (dropped or reset; a
-//! timeout is not taken as proof) starts a new *generation*: every
-//! connection opened before it is discarded when next checked out or
-//! returned, without any I/O, and callers whose call is safe to repeat retry
-//! it once on a new connection. One outage costs one reconnect per
-//! connection in use, not one failed call per pooled connection.
+//! the client still holds them. So a connection that turns out dead
+//! (dropped or reset; a timeout is not taken as proof) starts a new
+//! *generation*: every connection opened before it is replaced before its
+//! next use, without any I/O, and callers whose call is safe to repeat
+//! retry it once on a new connection. One outage costs one reconnect per
+//! connection in use, not one failed call per connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::{RedisError, Value};
+
 use crate::error::{Error, Result};
 
-/// A pooled Redis connection that remembers whether an I/O error left it in
-/// an unknown state.
+/// A command connection that remembers whether an I/O error left it in an
+/// unknown state.
 pub(crate) struct Conn {
     inner: redis::Connection,
     broken: bool,
@@ -32,25 +34,54 @@ pub(crate) struct Conn {
     dead: bool,
     /// The generation the connection was opened in.
     generation: u64,
-    /// Whether the last script call's write reached the replicas asked for
-    /// (`None` when no acknowledgement was asked).
-    replicated: Option<bool>,
+    /// `CLIENT SETNAME`, packed, still to go out in front of the first
+    /// commands.
+    naming: Option<Vec<u8>>,
+    /// The name's reply is still to be read, before the first replies.
+    naming_reply: bool,
 }
 
 impl Conn {
-    /// Runs `f` on the connection; an I/O-level failure retires it.
-    pub(crate) fn run<T>(
-        &mut self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> redis::RedisResult<T> {
-        let result = f(&mut self.inner);
-        if let Err(e) = &result
-            && (is_transport_error(e) || e.is_unrecoverable_error())
-        {
-            self.broken = true;
-            self.dead |= !e.is_timeout();
+    /// Writes `bytes` (packed commands). A failure retires the connection.
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+        let sent = match self.naming.take() {
+            Some(naming) => {
+                self.naming_reply = true;
+                self.inner.send_packed_command(&[naming.as_slice(), bytes].concat())
+            }
+            None => self.inner.send_packed_command(bytes),
+        };
+        sent.inspect_err(|e| self.fail(e))
+    }
+
+    /// Reads `replies` replies, stopping at the first failure, which
+    /// retires the connection: after it, the replies still on their way
+    /// would be taken for the next caller's.
+    pub(crate) fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
+        let mut values = Vec::with_capacity(replies);
+        if std::mem::take(&mut self.naming_reply) {
+            // The name is best effort: an error reply (an ACL that denies
+            // it) costs nothing else.
+            if let Err(e) = self.inner.recv_response() {
+                self.fail(&e);
+                return (values, Some(e));
+            }
         }
-        result
+        while values.len() < replies {
+            match self.inner.recv_response() {
+                Ok(value) => values.push(value),
+                Err(e) => {
+                    self.fail(&e);
+                    return (values, Some(e));
+                }
+            }
+        }
+        (values, None)
+    }
+
+    fn fail(&mut self, e: &RedisError) {
+        self.broken = true;
+        self.dead |= (is_transport_error(e) || e.is_unrecoverable_error()) && !e.is_timeout();
     }
 
     /// True once a call found the connection dropped or reset (not merely
@@ -59,25 +90,21 @@ impl Conn {
         self.dead
     }
 
-    /// Records whether the last call's write reached the replicas.
-    pub(crate) fn note_replicated(&mut self, replicated: Option<bool>) {
-        self.replicated = replicated;
+    /// True when the connection can take the next command: no failure left
+    /// it in an unknown state, it is of the current generation, and the
+    /// other side has not closed it.
+    pub(crate) fn is_usable(&self, generation: &Generation) -> bool {
+        !self.broken && self.generation >= generation.current() && redis::ConnectionLike::is_open(&self.inner)
     }
 
-    /// Whether the last script call's write reached the replicas asked for;
-    /// `None` when none were asked for.
-    pub(crate) fn replicated(&self) -> Option<bool> {
-        self.replicated
-    }
-
-    /// Retires the connection: the pool closes it when it comes back.
-    pub(crate) fn retire(&mut self) {
-        self.broken = true;
+    /// The generation the connection was opened in.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 }
 
-/// The pool's current connection generation, shared by the connector and
-/// the client.
+/// The current connection generation, shared by the connector and the
+/// lanes.
 #[derive(Debug, Default)]
 pub(crate) struct Generation(AtomicU64);
 
@@ -86,14 +113,11 @@ impl Generation {
         self.0.load(Ordering::Acquire)
     }
 
-    /// Starts a new generation: every connection opened before is stale.
-    pub(crate) fn advance(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// True for a connection of an earlier generation.
-    pub(crate) fn is_stale(&self, conn: &Conn) -> bool {
-        conn.generation < self.current()
+    /// Starts a new generation, unless one started since `opened` (the
+    /// generation of the connection found dead): every connection opened
+    /// before is stale.
+    pub(crate) fn advance_past(&self, opened: u64) {
+        let _ = self.0.compare_exchange(opened, opened + 1, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -103,7 +127,7 @@ pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
-/// Opens command connections for the pool.
+/// Opens command connections.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
     client: redis::Client,
@@ -127,14 +151,25 @@ impl Connector {
 }
 
 impl Connector {
+    /// The generation of the connections this connector opens.
+    pub(crate) fn generation(&self) -> &Generation {
+        &self.generation
+    }
+
     /// Opens one connection and pings on it, so that a server that refuses
     /// this client (no password, a wrong one, an ACL user that may not PING,
     /// a database index out of range) fails `build()` with an error that
-    /// says so, at once, rather than every later call.
-    pub(crate) fn check_access(&self) -> Result<()> {
-        let mut conn = r2d2::ManageConnection::connect(self).map_err(access_error)?;
-        conn.run(|c| redis::cmd("PING").query::<String>(c)).map_err(access_error)?;
-        Ok(())
+    /// says so, at once, rather than every later call. Returns the
+    /// connection, the client's first.
+    pub(crate) fn check_access(&self) -> Result<Conn> {
+        let mut conn = self.connect().map_err(access_error)?;
+        conn.send(&redis::cmd("PING").get_packed_command()).map_err(access_error)?;
+        let (mut replies, failure) = conn.receive(1);
+        if let Some(e) = failure {
+            return Err(access_error(e));
+        }
+        replies.pop().unwrap_or(Value::Nil).extract_error().map_err(access_error)?;
+        Ok(conn)
     }
 }
 
@@ -151,83 +186,18 @@ fn access_error(e: redis::RedisError) -> Error {
     Error::redis(e)
 }
 
-impl r2d2::ManageConnection for Connector {
-    type Connection = Conn;
-    type Error = redis::RedisError;
-
-    fn connect(&self) -> redis::RedisResult<Conn> {
+impl Connector {
+    /// Opens a connection with its timeouts set. Its name goes out with
+    /// its first commands, in the same write, so that a new connection
+    /// costs no round trip of its own.
+    pub(crate) fn connect(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
-        let mut inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
         inner.set_read_timeout(Some(self.command_timeout))?;
         inner.set_write_timeout(Some(self.command_timeout))?;
         // So that CLIENT LIST tells keyholder's connections, and whose they
-        // are. Best effort: an ACL that denies it costs nothing else.
-        let named = redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).query::<()>(&mut inner);
-        if let Err(e) = named
-            && (is_transport_error(&e) || e.is_unrecoverable_error())
-        {
-            return Err(e);
-        }
-        Ok(Conn { inner, broken: false, dead: false, generation, replicated: None })
+        // are.
+        let naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
+        Ok(Conn { inner, broken: false, dead: false, generation, naming, naming_reply: false })
     }
-
-    fn is_valid(&self, conn: &mut Conn) -> redis::RedisResult<()> {
-        conn.run(|c| redis::cmd("PING").query::<String>(c)).map(drop)
-    }
-
-    fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || self.generation.is_stale(conn) || !redis::ConnectionLike::is_open(&conn.inner)
-    }
-}
-
-/// The pool type used by a client.
-pub(crate) type Pool = r2d2::Pool<Connector>;
-
-/// A connection for one call: from the pool, or, once the client has shut
-/// down and closed its pool, opened for the call alone (a guard released
-/// after shutdown).
-pub(crate) enum Checkout {
-    Pooled(r2d2::PooledConnection<Connector>),
-    Direct(Conn),
-}
-
-impl std::ops::Deref for Checkout {
-    type Target = Conn;
-
-    fn deref(&self) -> &Conn {
-        match self {
-            Checkout::Pooled(conn) => conn,
-            Checkout::Direct(conn) => conn,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Checkout {
-    fn deref_mut(&mut self) -> &mut Conn {
-        match self {
-            Checkout::Pooled(conn) => conn,
-            Checkout::Direct(conn) => conn,
-        }
-    }
-}
-
-impl Connector {
-    /// Opens a connection outside the pool.
-    pub(crate) fn open(&self) -> Result<Conn> {
-        r2d2::ManageConnection::connect(self).map_err(Error::redis)
-    }
-}
-
-/// Builds the pool. Blocks until one connection is open or the connect
-/// timeout passes.
-pub(crate) fn build_pool(connector: Connector, max_size: u32, connect_timeout: Duration) -> Result<Pool> {
-    r2d2::Pool::builder()
-        .max_size(max_size)
-        .min_idle(Some(1))
-        .connection_timeout(connect_timeout)
-        // A PING before every checkout would double the round trips of every
-        // lock operation; broken connections are retired on return instead.
-        .test_on_check_out(false)
-        .build(connector)
-        .map_err(Error::pool)
 }

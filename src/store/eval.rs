@@ -7,16 +7,11 @@
 //! NOSCRIPT and caches the script for the next EVALSHA: one extra round trip
 //! after a flush, and no caller ever sees NOSCRIPT.
 
-use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
+use redis::{RedisResult, ToRedisArgs, Value};
 
-/// A replica acknowledgement to wait for after a call, as Redisson's
-/// `syncSlaves`: `WAIT replicas timeout` on the same connection, in the same
-/// round trip.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Wait {
-    pub(crate) replicas: u32,
-    pub(crate) timeout_ms: u64,
-}
+use crate::error::Result;
+use crate::store::batch::Request;
+use crate::store::lanes::Session;
 
 /// A bundled script: its source and SHA1 digest.
 #[derive(Debug)]
@@ -58,53 +53,33 @@ impl Call<'_> {
     }
 
     /// Runs the script by its digest, or by its source when the server does
-    /// not have it cached.
-    pub(crate) fn invoke<T: FromRedisValue>(&self, con: &mut redis::Connection) -> RedisResult<T> {
-        match self.command("EVALSHA", &self.script.hash).query(con) {
-            Err(e) if e.code() == Some("NOSCRIPT") => self.command("EVAL", self.script.source).query(con),
-            outcome => outcome,
-        }
-    }
-
-    /// Runs the script as [`invoke`](Call::invoke) does and, with `wait`,
-    /// `WAIT` right behind it in one pipeline; returns the script's reply
-    /// and, with `wait`, whether enough replicas acknowledged.
-    pub(crate) fn invoke_waiting(
+    /// not have it cached; with `acked`, asks for the replicas'
+    /// acknowledgement (a `WAIT` in the same round trip, see
+    /// `store/batch.rs`). Returns the script's reply, an error reply as the
+    /// inner error, and whether the replicas acknowledged (`None` when none
+    /// were asked for).
+    pub(crate) fn invoke(
         &self,
-        con: &mut redis::Connection,
-        wait: Option<Wait>,
-    ) -> RedisResult<(Value, Option<bool>)> {
-        let Some(wait) = wait else { return Ok((self.invoke(con)?, None)) };
-        let mut replies = self.pipeline("EVALSHA", &self.script.hash, wait).query::<Vec<Value>>(con)?;
-        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-            replies = self.pipeline("EVAL", self.script.source, wait).query::<Vec<Value>>(con)?;
-        }
-        let mut replies = replies.into_iter();
-        let reply = replies.next().unwrap_or(Value::Nil).extract_error()?;
-        let acked = match replies.next() {
-            Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0) >= u64::from(wait.replicas),
-            _ => false,
+        session: &mut Session<'_>,
+        acked: bool,
+    ) -> Result<(RedisResult<Value>, Option<bool>)> {
+        let request = |verb: &str, body: &str| {
+            let request = self.request(verb, body);
+            if acked { request.acknowledged() } else { request }
         };
-        Ok((reply, Some(acked)))
+        let mut replies = session.send(request("EVALSHA", &self.script.hash))?;
+        if matches!(replies.values.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+            replies = session.send(request("EVAL", self.script.source))?;
+        }
+        let reply = replies.values.into_iter().next().unwrap_or(Value::Nil).extract_error();
+        Ok((reply, replies.acked))
     }
 
-    fn pipeline(&self, verb: &str, body: &str, wait: Wait) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(self.command(verb, body));
-        pipe.cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms);
-        pipe
-    }
-
-    fn command(&self, verb: &str, body: &str) -> redis::Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(body).arg(self.keys.len());
-        for key in &self.keys {
-            cmd.arg(key.as_slice());
-        }
-        for arg in &self.args {
-            cmd.arg(arg.as_slice());
-        }
-        cmd
+    /// `verb body numkeys KEYS... ARGV...`, packed.
+    fn request(&self, verb: &str, body: &str) -> Request {
+        let count = self.keys.len().to_string();
+        let head = [verb.as_bytes(), body.as_bytes(), count.as_bytes()];
+        let rest = self.keys.iter().chain(&self.args).map(Vec::as_slice);
+        Request::parts(&head.into_iter().chain(rest).collect::<Vec<_>>())
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::store::connection::Conn;
-use crate::store::eval::{LuaScript, Wait};
+use crate::store::eval::LuaScript;
+use crate::store::lanes::Session;
 
 /// Outcome of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +61,9 @@ pub(crate) struct Scripts {
     renew: LuaScript,
     force_unlock: LuaScript,
     dequeue: LuaScript,
-    /// The replica acknowledgement awaited after acquire, release, hand-off
-    /// and renewal calls, if any.
-    wait: Option<Wait>,
+    /// Acquire, release, hand-off and renewal calls ask for the replicas'
+    /// acknowledgement.
+    acks: bool,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
@@ -158,9 +158,9 @@ pub(crate) struct Latch<'a> {
 }
 
 impl Scripts {
-    pub(crate) fn new(wait: Option<Wait>) -> Self {
+    pub(crate) fn new(acks: bool) -> Self {
         Scripts {
-            wait,
+            acks,
             acquire: LuaScript::new(include_str!("../../lua/acquire.lua")),
             release: LuaScript::new(include_str!("../../lua/release.lua")),
             handoff: LuaScript::new(include_str!("../../lua/handoff.lua")),
@@ -171,21 +171,18 @@ impl Scripts {
     }
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
-    pub(crate) fn acquire(&self, conn: &mut Conn, args: &AcquireArgs<'_>) -> Result<Acquire> {
+    pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
         let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable } = *args;
-        let (reply, acked) = conn
-            .run(|c| {
-                let mut invocation = self.acquire.call();
-                invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
-                invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
-                invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
-                if let Some(token_key) = token_key {
-                    invocation.key(token_key);
-                }
-                invocation.invoke_waiting(c, self.wait)
-            })
-            .map_err(|e| acquire_error(name, token_key, e))?;
-        conn.note_replicated(acked);
+        let mut invocation = self.acquire.call();
+        invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
+        invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
+        invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+        if let Some(token_key) = token_key {
+            invocation.key(token_key);
+        }
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(|e| acquire_error(name, token_key, e))?;
+        session.note_replicated(acked);
         let refused = |ms: i64| match ms {
             -2 if !fresh => Some(Acquire::Free),
             -1.. => Some(Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) }),
@@ -208,28 +205,23 @@ impl Scripts {
 
     /// Releases one hold; with a latch, a retry with the same latch key
     /// returns the first outcome instead of releasing twice.
-    pub(crate) fn release(&self, conn: &mut Conn, args: &ReleaseArgs<'_>) -> Result<Release> {
+    pub(crate) fn release(&self, session: &mut Session<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
         let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening } = *args;
-        let (reply, acked) = conn
-            .run(|c| {
-                let mut invocation = self.release.call();
-                invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
-                invocation.key(turns.recent);
-                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
-                match latch {
-                    Some(latch) => invocation
-                        .key(latch.key)
-                        .arg(latch.ttl_ms)
-                        .arg(latch.request)
-                        .arg(u8::from(latch.retry)),
-                    None => invocation.arg(0).arg(0).arg(0),
-                };
-                let listening_ms = crate::lease::millis_ceil(listening);
-                invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
-                invocation.invoke_waiting(c, self.wait)
-            })
-            .map_err(|e| Error::from_redis(name, e))?;
-        conn.note_replicated(acked);
+        let mut invocation = self.release.call();
+        invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
+        invocation.key(turns.recent);
+        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
+        match latch {
+            Some(latch) => {
+                invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry))
+            }
+            None => invocation.arg(0).arg(0).arg(0),
+        };
+        let listening_ms = crate::lease::millis_ceil(listening);
+        invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
+        session.note_replicated(acked);
         match reply {
             Value::Nil => Ok(Release::NotOwner),
             Value::Int(0) => Ok(Release::StillHeld),
@@ -240,18 +232,15 @@ impl Scripts {
 
     /// Releases the last hold and hands the lock to another owner of this
     /// client in one call, unless another client was woken for its turn.
-    pub(crate) fn handoff(&self, conn: &mut Conn, args: &HandoffArgs<'_>) -> Result<Handoff> {
+    pub(crate) fn handoff(&self, session: &mut Session<'_>, args: &HandoffArgs<'_>) -> Result<Handoff> {
         let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
-        let (reply, acked) = conn
-            .run(|c| {
-                let mut invocation = self.handoff.call();
-                invocation.key(name).key(channel).key(turns.marker).key(latch.key);
-                invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
-                invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
-                invocation.invoke_waiting(c, self.wait)
-            })
-            .map_err(|e| Error::from_redis(name, e))?;
-        conn.note_replicated(acked);
+        let mut invocation = self.handoff.call();
+        invocation.key(name).key(channel).key(turns.marker).key(latch.key);
+        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
+        invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
+        session.note_replicated(acked);
         match reply {
             Value::Nil => Ok(Handoff::NotOwner),
             Value::Int(0) => Ok(Handoff::StillHeld),
@@ -265,30 +254,35 @@ impl Scripts {
     /// it was woken for one.
     pub(crate) fn dequeue(
         &self,
-        conn: &mut Conn,
+        session: &mut Session<'_>,
         name: &str,
         channel: &str,
         turns: Turns<'_>,
         owner: &str,
     ) -> Result<()> {
-        conn.run(|c| {
-            let mut invocation = self.dequeue.call();
-            invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
-            invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke::<Value>(c)
-        })
-        .map_err(Error::redis)?;
+        let mut invocation = self.dequeue.call();
+        invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
+        invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        let (reply, _) = invocation.invoke(session, false)?;
+        reply.map_err(Error::redis)?;
         Ok(())
     }
 
     /// Renews the `(key, owner)` pairs in one call; `true` = still held.
-    pub(crate) fn renew(&self, conn: &mut Conn, holds: &[(&str, &str)], lease_ms: u64) -> Result<Vec<bool>> {
+    pub(crate) fn renew(
+        &self,
+        session: &mut Session<'_>,
+        holds: &[(&str, &str)],
+        lease_ms: u64,
+    ) -> Result<Vec<bool>> {
         let mut invocation = self.renew.call();
         invocation.arg(lease_ms);
         for (key, owner) in holds {
             invocation.key(*key).arg(*owner);
         }
-        let (reply, acked) = conn.run(|c| invocation.invoke_waiting(c, self.wait)).map_err(Error::redis)?;
-        conn.note_replicated(acked);
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(Error::redis)?;
+        session.note_replicated(acked);
         match reply {
             Value::Array(items) if items.len() == holds.len() => items
                 .iter()
@@ -303,12 +297,11 @@ impl Scripts {
     }
 
     /// Deletes the lock whoever holds it; `true` when there was one.
-    pub(crate) fn force_unlock(&self, conn: &mut Conn, name: &str, channel: &str) -> Result<bool> {
-        let reply: Value = conn
-            .run(|c| {
-                self.force_unlock.call().key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH).invoke(c)
-            })
-            .map_err(|e| Error::from_redis(name, e))?;
+    pub(crate) fn force_unlock(&self, session: &mut Session<'_>, name: &str, channel: &str) -> Result<bool> {
+        let mut invocation = self.force_unlock.call();
+        invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        let (reply, _) = invocation.invoke(session, false)?;
+        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
         match reply {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),

@@ -1,0 +1,294 @@
+//! Several callers' commands as one write, and the replies back to each.
+//!
+//! Threads share a few connections by pipelining (see `store/lane.rs`):
+//! whoever leads a connection writes every queued caller's commands at
+//! once and reads the replies in order. This module is the pure part of
+//! that: what one caller sends (a [`Request`]), how a batch of them is laid
+//! out on the wire, and how the replies read back, or the failure that cut
+//! them short, are dealt out. An error reply belongs to its own command
+//! only; a transport failure belongs to every request it left without all
+//! its replies.
+//!
+//! **Replica acknowledgement.** A request that writes a lock may ask for
+//! the replicas' acknowledgement. The batch then ends with one `WAIT`: it
+//! waits for every earlier write of the connection, so one `WAIT` answers
+//! for the whole batch, and a batch never waits for the replicas more than
+//! once (several `WAIT`s would run one after another, each up to its
+//! timeout).
+
+use redis::{RedisError, Value};
+
+/// A replica acknowledgement to wait for, as Redisson's `syncSlaves`:
+/// `WAIT replicas timeout` behind the commands that asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wait {
+    pub(crate) replicas: u32,
+    pub(crate) timeout_ms: u64,
+}
+
+/// One caller's commands, packed for the wire.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    packed: Vec<u8>,
+    commands: usize,
+    acked: bool,
+}
+
+impl Request {
+    /// One command.
+    pub(crate) fn command(cmd: &redis::Cmd) -> Request {
+        Request { packed: cmd.get_packed_command(), commands: 1, acked: false }
+    }
+
+    /// One command from its parts (the name first), packed straight into
+    /// RESP: no `redis::Cmd` in between, for the script calls on every
+    /// lock operation.
+    pub(crate) fn parts(parts: &[&[u8]]) -> Request {
+        let size: usize = parts.iter().map(|part| part.len() + 16).sum();
+        let mut packed = Vec::with_capacity(size + 16);
+        packed.push(b'*');
+        push_decimal(&mut packed, parts.len());
+        packed.extend_from_slice(b"\r\n");
+        for part in parts.iter().copied() {
+            packed.push(b'$');
+            push_decimal(&mut packed, part.len());
+            packed.extend_from_slice(b"\r\n");
+            packed.extend_from_slice(part);
+            packed.extend_from_slice(b"\r\n");
+        }
+        Request { packed, commands: 1, acked: false }
+    }
+
+    /// Several commands, replied to in order.
+    pub(crate) fn commands(cmds: &[&redis::Cmd]) -> Request {
+        let mut packed = Vec::new();
+        for cmd in cmds {
+            cmd.write_packed_command(&mut packed);
+        }
+        Request { packed, commands: cmds.len(), acked: false }
+    }
+
+    /// Asks for the replicas' acknowledgement of what these commands write
+    /// (when the client waits for replicas at all).
+    pub(crate) fn acknowledged(mut self) -> Request {
+        self.acked = true;
+        self
+    }
+}
+
+/// Appends `n` in decimal ASCII.
+fn push_decimal(buf: &mut Vec<u8>, n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[at..]);
+}
+
+/// What a request gets back.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Replies {
+    /// One reply per command, error replies included, in order.
+    pub(crate) values: Vec<Value>,
+    /// For a request that asked for it, whether enough replicas
+    /// acknowledged; `None` when none were asked for.
+    pub(crate) acked: Option<bool>,
+}
+
+/// The requests of one write, laid out on the wire.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    bytes: Vec<u8>,
+    /// Each request's number of replies and whether it asked for the
+    /// acknowledgement.
+    shape: Vec<(usize, bool)>,
+    /// The `WAIT` at the end, when a request asked for it.
+    wait: Option<Wait>,
+}
+
+impl Batch {
+    /// Lays `requests` out in order, with one `WAIT` behind them when one
+    /// asked for the acknowledgement and the client waits for replicas.
+    /// The requests' bytes move into the batch (a batch of one is written
+    /// without a copy).
+    pub(crate) fn new<'r>(requests: impl IntoIterator<Item = &'r mut Request>, wait: Option<Wait>) -> Batch {
+        let mut bytes = Vec::new();
+        let mut shape = Vec::new();
+        for request in requests {
+            let packed = std::mem::take(&mut request.packed);
+            if bytes.is_empty() {
+                bytes = packed;
+            } else {
+                bytes.extend_from_slice(&packed);
+            }
+            shape.push((request.commands, request.acked && wait.is_some()));
+        }
+        let wait = wait.filter(|_| shape.iter().any(|&(_, acked)| acked));
+        if let Some(wait) = wait {
+            redis::cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms).write_packed_command(&mut bytes);
+        }
+        Batch { bytes, shape, wait }
+    }
+
+    /// What to write.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// How many replies to read.
+    pub(crate) fn replies(&self) -> usize {
+        self.shape.iter().map(|&(n, _)| n).sum::<usize>() + usize::from(self.wait.is_some())
+    }
+
+    /// Deals out the replies read, in order; `failure` is what stopped the
+    /// reading before every reply was in. A request gets its replies if all
+    /// of them (and, when it asked, the `WAIT`'s) were read, and the
+    /// failure otherwise.
+    pub(crate) fn split(
+        self,
+        values: Vec<Value>,
+        failure: Option<&RedisError>,
+    ) -> Vec<Result<Replies, RedisError>> {
+        let read = values.len();
+        let acked = match (self.wait, values.last()) {
+            (Some(wait), Some(reply)) if read == self.replies() => Some(match reply {
+                Value::Int(n) => u64::try_from(*n).unwrap_or(0) >= u64::from(wait.replicas),
+                _ => false,
+            }),
+            _ => None,
+        };
+        let cut = || {
+            failure.cloned().unwrap_or_else(|| {
+                RedisError::from((redis::ErrorKind::Io, "the connection stopped before every reply was read"))
+            })
+        };
+        let mut values = values.into_iter();
+        let mut end = 0;
+        self.shape
+            .iter()
+            .map(|&(n, wants_ack)| {
+                let own: Vec<Value> = values.by_ref().take(n).collect();
+                end += n;
+                let complete = end <= read && (!wants_ack || acked.is_some());
+                if complete {
+                    Ok(Replies { values: own, acked: acked.filter(|_| wants_ack) })
+                } else {
+                    Err(cut())
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const WAIT: Wait = Wait { replicas: 1, timeout_ms: 50 };
+
+    fn get(key: &str) -> Request {
+        Request::command(redis::cmd("GET").arg(key))
+    }
+
+    fn timeout() -> RedisError {
+        RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+    }
+
+    #[test]
+    fn a_batch_is_its_requests_back_to_back() {
+        let (mut a, mut b) = (get("a"), get("b"));
+        let batch = Batch::new([&mut a, &mut b], None);
+        let expected: Vec<u8> = [redis::cmd("GET").arg("a"), redis::cmd("GET").arg("b")]
+            .iter()
+            .flat_map(|c| c.get_packed_command())
+            .collect();
+        assert_eq!(batch.bytes(), expected.as_slice());
+        assert_eq!(batch.replies(), 2);
+    }
+
+    #[test]
+    fn a_command_packed_from_parts_is_what_redis_rs_packs() {
+        let parts: [&[u8]; 5] = [b"EVALSHA", b"abc", b"1", b"", &[0u8; 300]];
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg("abc").arg(1).arg("").arg(&[0u8; 300][..]);
+        let mut packed = Request::parts(&parts);
+        assert_eq!(Batch::new([&mut packed], None).bytes(), cmd.get_packed_command().as_slice());
+    }
+
+    #[test]
+    fn each_request_gets_its_own_replies_in_order() {
+        let mut pair = Request::commands(&[redis::cmd("TYPE").arg("x"), redis::cmd("PTTL").arg("x")]);
+        let mut one = get("y");
+        let batch = Batch::new([&mut pair, &mut one], None);
+        assert_eq!(batch.replies(), 3);
+        let split = batch.split(vec![Value::Int(1), Value::Int(2), Value::Int(3)], None);
+        assert_eq!(split[0].as_ref().unwrap().values, vec![Value::Int(1), Value::Int(2)]);
+        assert_eq!(split[1].as_ref().unwrap().values, vec![Value::Int(3)]);
+        assert_eq!(split[1].as_ref().unwrap().acked, None);
+    }
+
+    #[test]
+    fn an_error_reply_fails_only_its_own_command() {
+        let (mut a, mut b) = (get("a"), get("b"));
+        let error = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        let split = Batch::new([&mut a, &mut b], None).split(vec![error.clone(), Value::Nil], None);
+        assert_eq!(split[0].as_ref().unwrap().values, vec![error]);
+        assert_eq!(split[1].as_ref().unwrap().values, vec![Value::Nil]);
+    }
+
+    #[test]
+    fn a_failure_fails_the_requests_it_cut_short_and_not_those_before() {
+        let (mut a, mut b, mut c) = (get("a"), get("b"), get("c"));
+        let split = Batch::new([&mut a, &mut b, &mut c], None).split(vec![Value::Nil], Some(&timeout()));
+        assert!(split[0].is_ok());
+        assert!(split[1].as_ref().unwrap_err().is_timeout());
+        assert!(split[2].as_ref().unwrap_err().is_timeout());
+    }
+
+    #[test]
+    fn one_wait_answers_for_every_request_that_asked() {
+        let (mut a, mut b, mut c) = (get("a").acknowledged(), get("b"), get("c").acknowledged());
+        let batch = Batch::new([&mut a, &mut b, &mut c], Some(WAIT));
+        assert_eq!(batch.replies(), 4);
+        assert!(batch.bytes().ends_with(&redis::cmd("WAIT").arg(1).arg(50).get_packed_command()));
+        let split = batch.split(vec![Value::Nil, Value::Nil, Value::Nil, Value::Int(1)], None);
+        assert_eq!(split[0].as_ref().unwrap().acked, Some(true));
+        assert_eq!(split[1].as_ref().unwrap().acked, None);
+        assert_eq!(split[2].as_ref().unwrap().acked, Some(true));
+    }
+
+    #[test]
+    fn too_few_replicas_is_not_acknowledged() {
+        let mut a = get("a").acknowledged();
+        let split = Batch::new([&mut a], Some(WAIT)).split(vec![Value::Nil, Value::Int(0)], None);
+        assert_eq!(split[0].as_ref().unwrap().acked, Some(false));
+    }
+
+    #[test]
+    fn no_wait_is_sent_unless_asked_for_and_configured() {
+        let mut plain = get("a");
+        assert_eq!(Batch::new([&mut plain], Some(WAIT)).replies(), 1);
+        let mut asking = get("a").acknowledged();
+        let batch = Batch::new([&mut asking], None);
+        assert_eq!(batch.replies(), 1);
+        assert_eq!(batch.split(vec![Value::Nil], None)[0].as_ref().unwrap().acked, None);
+    }
+
+    #[test]
+    fn a_request_whose_wait_reply_was_lost_fails_and_one_that_did_not_ask_succeeds() {
+        let (mut a, mut b) = (get("a").acknowledged(), get("b"));
+        let split =
+            Batch::new([&mut a, &mut b], Some(WAIT)).split(vec![Value::Nil, Value::Nil], Some(&timeout()));
+        assert!(split[0].is_err());
+        assert!(split[1].is_ok());
+    }
+}

@@ -1,0 +1,471 @@
+//! One shared command connection: callers queue their requests, and one of
+//! them at a time *leads*, writing every queued request in one write and
+//! reading the replies in order (flat combining).
+//!
+//! Why: with a connection per call (a pool), a thread-per-request server
+//! either opens a connection per thread or queues its threads for a few
+//! connections, one command each per round trip. Here a thread that finds
+//! the connection busy queues its request; when the leader's replies are
+//! in, it writes everything queued by then as the next batch, at once, and
+//! hands the reading of that batch to one of its members before returning
+//! with its own reply. Redis reads a batch in one system call and answers
+//! it in one, so a few connections carry many threads' commands, with
+//! fewer system calls than a connection per thread, and the connection
+//! never waits for a woken thread to send what is queued. An uncontended
+//! caller leads its own one-request batch on its own thread: no hand-off
+//! to another thread, one round trip.
+//!
+//! **Bounded time.** The leader's I/O is bounded by the socket timeouts
+//! (connect, and the command timeout per write and read). A queued caller
+//! waits at most until its deadline: if its request was not written by
+//! then, it is withdrawn and fails as never sent; if it was, it fails as a
+//! timeout that may have run, and whoever reads its batch drops the late
+//! reply. A caller handed the reading of a batch after its deadline fails
+//! that batch and retires the connection rather than wait longer. A failed
+//! write or read retires the connection, and fails only the requests it
+//! left without replies; the callers queued behind it are sent by the next
+//! leader on a new connection.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use redis::RedisError;
+
+use crate::store::batch::{Batch, Replies, Request, Wait};
+use crate::store::connection::{Conn, Connector, Generation};
+
+/// Why a request got no replies.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// No connection could be opened: the request was never sent.
+    Connect(RedisError),
+    /// The request was written, or about to be, and its replies did not
+    /// all come back: it may have run. `dead`: the connection was found
+    /// dropped or reset, not merely slow.
+    Transport { error: RedisError, dead: bool },
+    /// Its deadline passed before it was written: it never ran.
+    Unsent,
+}
+
+/// What a leader needs besides the lane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wiring<'a> {
+    /// Opens a connection when the lane has none fit for use.
+    pub(crate) connector: &'a Connector,
+    /// The `WAIT` that ends a batch that asks for acknowledgement.
+    pub(crate) wait: Option<Wait>,
+}
+
+/// One shared connection and the callers queued for it.
+pub(crate) struct Lane {
+    state: Mutex<LaneState>,
+    /// Callers queued or being served, read without the lock to choose a
+    /// lane.
+    load: AtomicUsize,
+    /// The lane has a connection (idle or in use), read without the lock
+    /// to choose a lane.
+    connected: AtomicBool,
+    /// Requests queued for the lane's next batch, read without the lock to
+    /// choose a lane.
+    queued: AtomicUsize,
+    /// When the batch in flight was written (nanoseconds after `origin`,
+    /// plus one); 0 when none is.
+    written_at: AtomicU64,
+    origin: Instant,
+}
+
+struct LaneState {
+    /// Requests not yet written, in arrival order.
+    queue: VecDeque<Queued>,
+    /// A caller leads: it holds the connection (taken out of `conn`) or
+    /// has been handed the lead.
+    leading: bool,
+    /// The connection, while no leader holds it.
+    conn: Option<Conn>,
+    /// A batch written on `conn` whose replies are still to be read, by the
+    /// member of it handed the lead.
+    in_flight: Option<InFlight>,
+    /// The client shut down: the connection is closed once done with.
+    closed: bool,
+}
+
+struct Queued {
+    request: Request,
+    ticket: Arc<Ticket>,
+}
+
+/// A written batch and its members, in order.
+struct InFlight {
+    batch: Batch,
+    members: Vec<Queued>,
+}
+
+/// One request's progress, shared by its caller and the leader.
+struct Ticket {
+    stage: Mutex<Stage>,
+    changed: Condvar,
+}
+
+enum Stage {
+    /// In the lane's queue, not written.
+    Queued,
+    /// Its caller is to lead the lane: to write the queue, or (`sent`) to
+    /// read the replies of the batch its request went out in.
+    Lead {
+        sent: bool,
+    },
+    /// Taken into a batch.
+    Sent,
+    Done(Result<Replies, Failure>),
+    /// Its caller gave up: not to be written, its outcome not delivered.
+    Abandoned,
+}
+
+/// What a waiting caller is woken for.
+enum Turn {
+    Done(Result<Replies, Failure>),
+    Lead,
+    /// The deadline passed; `sent`: the request was taken into a batch;
+    /// `led`: the caller had been handed the lead, which it must give up.
+    TimedOut {
+        sent: bool,
+        led: bool,
+    },
+}
+
+impl Lane {
+    /// A lane; its connection is `conn`, or opened on first use.
+    pub(crate) fn new(conn: Option<Conn>) -> Lane {
+        let connected = AtomicBool::new(conn.is_some());
+        let state =
+            LaneState { queue: VecDeque::new(), leading: false, conn, in_flight: None, closed: false };
+        Lane {
+            state: Mutex::new(state),
+            load: AtomicUsize::new(0),
+            connected,
+            queued: AtomicUsize::new(0),
+            written_at: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    /// True when the lane has a connection: a call on it need not connect
+    /// (unless the connection turns out unfit).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Callers queued or being served right now.
+    pub(crate) fn load(&self) -> usize {
+        self.load.load(Ordering::Relaxed)
+    }
+
+    /// Requests queued for the lane's next batch: joining them costs no
+    /// extra round trip, and no extra wake-up to send them.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// True when the batch in flight has waited for its replies for longer
+    /// than `patience`: joining the lane would wait at least as long.
+    pub(crate) fn is_stalled(&self, now: impl FnOnce() -> Instant, patience: Duration) -> bool {
+        let written_at = self.written_at.load(Ordering::Relaxed);
+        if written_at == 0 {
+            return false;
+        }
+        let patience = u64::try_from(patience.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos(now()).saturating_sub(written_at - 1) > patience
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn note_written(&self, in_flight: &Option<InFlight>) {
+        let at = if in_flight.is_some() { self.nanos(Instant::now()).saturating_add(1) } else { 0 };
+        self.written_at.store(at, Ordering::Relaxed);
+    }
+
+    /// Counts a caller in if the lane is idle: two threads never both take
+    /// an idle lane for their own.
+    pub(crate) fn claim_idle(&self) -> bool {
+        self.load.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// Counts a caller in, idle or not.
+    pub(crate) fn claim(&self) {
+        self.load.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends `request` and waits for its replies, at most `timeout` unless
+    /// it leads (then the socket timeouts bound it). The caller has
+    /// claimed the lane ([`claim`](Lane::claim) or
+    /// [`claim_idle`](Lane::claim_idle)); the claim ends here.
+    pub(crate) fn call(
+        &self,
+        request: Request,
+        timeout: Duration,
+        wiring: Wiring<'_>,
+    ) -> Result<Replies, Failure> {
+        // The deadline counts from the caller's first wait, right after it
+        // queues (a caller that leads first has its reply by then): the
+        // clock is read only if the caller has to wait.
+        let queued_at = std::cell::OnceCell::new();
+        let deadline = || *queued_at.get_or_init(Instant::now) + timeout;
+        let ticket = Arc::new(Ticket { stage: Mutex::new(Stage::Queued), changed: Condvar::new() });
+        let lead = {
+            let mut state = self.state.lock();
+            state.queue.push_back(Queued { request, ticket: Arc::clone(&ticket) });
+            self.queued.store(state.queue.len(), Ordering::Relaxed);
+            !std::mem::replace(&mut state.leading, true)
+        };
+        if lead {
+            self.lead(wiring);
+        }
+        let outcome = loop {
+            match ticket.wait(deadline) {
+                Turn::Done(outcome) => break outcome,
+                Turn::Lead => self.lead(wiring),
+                Turn::TimedOut { sent, led } => {
+                    if led {
+                        self.give_up_lead();
+                    }
+                    break Err(if sent {
+                        Failure::Transport { error: timed_out(), dead: false }
+                    } else {
+                        Failure::Unsent
+                    });
+                }
+            }
+        };
+        self.load.fetch_sub(1, Ordering::Relaxed);
+        outcome
+    }
+
+    /// Leads the lane: writes the queue as one batch (unless a batch is
+    /// already in flight), reads its replies, writes what queued meanwhile
+    /// as the next batch, hands the reading of that one to one of its
+    /// members, and deals out the replies read. The connection never waits
+    /// for a woken thread to write what is queued.
+    fn lead(&self, wiring: Wiring<'_>) {
+        let generation = wiring.connector.generation();
+        let (mut conn, mut in_flight) = {
+            let mut state = self.state.lock();
+            (state.conn.take(), state.in_flight.take())
+        };
+        if in_flight.is_none() {
+            in_flight = write(&mut conn, self.take_queue(), wiring);
+            self.note_written(&in_flight);
+        }
+        while let Some(InFlight { batch, members }) = in_flight.take() {
+            let outcomes = read(&mut conn, batch, generation);
+            let next = if conn.is_some() { write(&mut conn, self.take_queue(), wiring) } else { None };
+            self.note_written(&next);
+            let mut reading_handed = false;
+            if let Some(next) = next {
+                let mut state = self.state.lock();
+                reading_handed = next.members.iter().any(|m| m.ticket.offer_lead());
+                if reading_handed {
+                    state.conn = conn.take();
+                    state.in_flight = Some(next);
+                } else {
+                    // Every member gave up: read it here.
+                    in_flight = Some(next);
+                }
+            }
+            for (member, outcome) in members.into_iter().zip(outcomes) {
+                member.ticket.finish(outcome);
+            }
+            if reading_handed {
+                return;
+            }
+        }
+        let mut state = self.state.lock();
+        if !state.closed {
+            state.conn = conn;
+        }
+        self.connected.store(state.conn.is_some(), Ordering::Relaxed);
+        self.hand_on(&mut state);
+    }
+
+    /// The queued requests whose callers still wait, taken into a batch.
+    fn take_queue(&self) -> Vec<Queued> {
+        let mut state = self.state.lock();
+        self.queued.store(0, Ordering::Relaxed);
+        state.queue.drain(..).filter(|q| q.ticket.take_into_batch()).collect()
+    }
+
+    /// Gives up a lead handed to a caller whose deadline passed: a batch it
+    /// was to read fails, its connection retired (its replies are still on
+    /// their way), and the lead passes to the queue.
+    fn give_up_lead(&self) {
+        let abandoned = {
+            let mut state = self.state.lock();
+            let abandoned = state.in_flight.take();
+            self.note_written(&None);
+            if abandoned.is_some() {
+                state.conn = None;
+                self.connected.store(false, Ordering::Relaxed);
+            }
+            self.hand_on(&mut state);
+            abandoned
+        };
+        for member in abandoned.into_iter().flat_map(|f| f.members) {
+            member.ticket.finish(Err(Failure::Transport { error: timed_out(), dead: false }));
+        }
+    }
+
+    /// Passes the lead to the first caller still queued, or leaves the lane
+    /// without a leader.
+    fn hand_on(&self, state: &mut LaneState) {
+        while let Some(front) = state.queue.front() {
+            if front.ticket.offer_lead() {
+                return;
+            }
+            state.queue.pop_front();
+            self.queued.store(state.queue.len(), Ordering::Relaxed);
+        }
+        state.leading = false;
+    }
+
+    /// Closes the connection, now if idle, else when its leader is done.
+    pub(crate) fn close(&self) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        if state.in_flight.is_none() {
+            state.conn = None;
+            self.connected.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes `members`' requests as one batch on `conn`, or on a new
+/// connection if it has none fit for use. On failure the members get it,
+/// and a connection that failed is dropped.
+fn write(conn: &mut Option<Conn>, mut members: Vec<Queued>, wiring: Wiring<'_>) -> Option<InFlight> {
+    if members.is_empty() {
+        return None;
+    }
+    let generation = wiring.connector.generation();
+    let mut fit = match conn.take() {
+        Some(open) if open.is_usable(generation) => open,
+        _ => match wiring.connector.connect() {
+            Ok(opened) => opened,
+            Err(e) => {
+                for member in members {
+                    member.ticket.finish(Err(Failure::Connect(e.clone())));
+                }
+                return None;
+            }
+        },
+    };
+    let batch = Batch::new(members.iter_mut().map(|m| &mut m.request), wiring.wait);
+    if let Err(error) = fit.send(batch.bytes()) {
+        let dead = fit.is_dead();
+        if dead {
+            generation.advance_past(fit.generation());
+        }
+        for member in members {
+            member.ticket.finish(Err(Failure::Transport { error: error.clone(), dead }));
+        }
+        return None;
+    }
+    *conn = Some(fit);
+    Some(InFlight { batch, members })
+}
+
+/// Reads the replies of `batch`, written on `conn`, and deals them out; a
+/// connection that failed is dropped, and a dead one starts a new
+/// generation.
+fn read(conn: &mut Option<Conn>, batch: Batch, generation: &Generation) -> Vec<Result<Replies, Failure>> {
+    let (values, failure, dead) = match conn.as_mut() {
+        Some(open) => {
+            let (values, failure) = open.receive(batch.replies());
+            let dead = open.is_dead();
+            if dead {
+                generation.advance_past(open.generation());
+            }
+            (values, failure, dead)
+        }
+        None => (Vec::new(), Some(closed()), false),
+    };
+    if failure.is_some() {
+        *conn = None;
+    }
+    batch
+        .split(values, failure.as_ref())
+        .into_iter()
+        .map(|outcome| outcome.map_err(|error| Failure::Transport { error, dead }))
+        .collect()
+}
+
+fn closed() -> RedisError {
+    RedisError::from((redis::ErrorKind::Io, "the shared connection was closed"))
+}
+
+fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply within the command timeout on a shared connection",
+    ))
+}
+
+impl Ticket {
+    /// Waits for the outcome or the lead, at most until `deadline()`.
+    fn wait(&self, deadline: impl Fn() -> Instant) -> Turn {
+        let mut stage = self.stage.lock();
+        let mut timed_out = false;
+        loop {
+            match std::mem::replace(&mut *stage, Stage::Abandoned) {
+                Stage::Done(outcome) => return Turn::Done(outcome),
+                Stage::Lead { sent } if timed_out => return Turn::TimedOut { sent, led: true },
+                Stage::Lead { sent } => {
+                    *stage = if sent { Stage::Sent } else { Stage::Queued };
+                    return Turn::Lead;
+                }
+                Stage::Queued if timed_out => return Turn::TimedOut { sent: false, led: false },
+                Stage::Sent if timed_out => return Turn::TimedOut { sent: true, led: false },
+                waiting @ (Stage::Queued | Stage::Sent) => *stage = waiting,
+                Stage::Abandoned => return Turn::TimedOut { sent: true, led: false },
+            }
+            timed_out = self.changed.wait_until(&mut stage, deadline()).timed_out();
+        }
+    }
+
+    /// Takes the request into a batch unless its caller gave up.
+    fn take_into_batch(&self) -> bool {
+        let mut stage = self.stage.lock();
+        match *stage {
+            Stage::Queued | Stage::Lead { sent: false } => {
+                *stage = Stage::Sent;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands the lead to the caller unless it gave up or is done.
+    fn offer_lead(&self) -> bool {
+        let mut stage = self.stage.lock();
+        let sent = match *stage {
+            Stage::Queued => false,
+            Stage::Sent => true,
+            _ => return false,
+        };
+        *stage = Stage::Lead { sent };
+        self.changed.notify_one();
+        true
+    }
+
+    /// Delivers the outcome unless the caller gave up.
+    fn finish(&self, outcome: Result<Replies, Failure>) {
+        let mut stage = self.stage.lock();
+        if matches!(*stage, Stage::Sent) {
+            *stage = Stage::Done(outcome);
+            self.changed.notify_one();
+        }
+    }
+}

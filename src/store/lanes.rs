@@ -1,0 +1,232 @@
+//! The client's command connections: a few shared lanes (see
+//! `store/lane.rs`), and the [`Session`] through which one call uses them.
+//!
+//! **Which lane.** A caller joins the batch being formed on a busy lane,
+//! if there is one; else it takes an idle lane (one with a connection
+//! first); else it starts a batch on the least loaded lane. So with fewer
+//! threads calling at once than lanes, every thread has a connection to
+//! itself, as with a pool, and only as many connections are opened as
+//! threads ever called at once; with more, the overflow gathers in as few
+//! batches as possible. That matters on a busy machine: each batch costs a
+//! round trip, a hand-off and, in Redis, a read and a write, however many
+//! requests it carries, while a request alone on a shared lane costs one
+//! wake-up more than on a connection of its own (see `docs/design.md`,
+//! "Command connections"). A lane whose batch has waited for its replies
+//! for over 50 ms is joined only when every lane is in that state, so a
+//! stuck reply holds up the callers already queued behind it (for less
+//! than the command timeout), not the client. A thread starts looking at a
+//! lane of its own (by its thread id), which spreads threads over lanes.
+//!
+//! Lanes open their connections on first use and keep them while the
+//! client lives; a connection that failed, or that belongs to an earlier
+//! generation (one of its siblings was found dead), is replaced before its
+//! next use. When a connection could not be opened within the connect
+//! timeout, Redis is taken to be unreachable for one connect timeout, and
+//! calls fail at once instead of each waiting it out (dropping 500 guards
+//! would otherwise take 500 timeouts); a refused connection fails at once
+//! by itself. After shutdown, each call opens a connection of its own.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, RedisResult, Value};
+
+use crate::error::{Error, Result};
+use crate::owner;
+use crate::store::batch::{Replies, Request, Wait};
+use crate::store::connection::{Conn, Connector};
+use crate::store::lane::{Failure, Lane, Wiring};
+
+/// How long a batch may wait for its replies before callers stop joining
+/// its lane while another will do: far above a round trip, even on a
+/// loaded machine or behind a replica acknowledgement, far below a command
+/// timeout.
+const STALLED: Duration = Duration::from_millis(50);
+
+/// The client's shared command connections.
+pub(crate) struct Lanes {
+    lanes: Box<[Lane]>,
+    connector: Connector,
+    wait: Option<Wait>,
+    /// How long a queued call waits at most: a connect and a command.
+    call_timeout: Duration,
+    connect_timeout: Duration,
+    /// The origin of `unreachable_until`.
+    started: Instant,
+    /// Until when (nanoseconds after `started`) calls fail at once because
+    /// no connection could be opened.
+    unreachable_until: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl Lanes {
+    /// `count` lanes, the first on `first`, the others connecting on first
+    /// use; batches that ask for acknowledgement end with `wait`.
+    pub(crate) fn new(
+        connector: Connector,
+        first: Conn,
+        count: u32,
+        wait: Option<Wait>,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Lanes {
+        let mut first = Some(first);
+        let lanes = (0..count.max(1)).map(|_| Lane::new(first.take())).collect();
+        Lanes {
+            lanes,
+            connector,
+            wait,
+            call_timeout: connect_timeout + command_timeout,
+            connect_timeout,
+            started: Instant::now(),
+            unreachable_until: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// A session for one call.
+    ///
+    /// # Errors
+    ///
+    /// `ErrorKind::Connection` at once while Redis is taken to be
+    /// unreachable.
+    pub(crate) fn session(&self) -> Result<Session<'_>> {
+        if self.nanos_since_start(Instant::now()) < self.unreachable_until.load(Ordering::Acquire) {
+            return Err(Error::unreachable());
+        }
+        let own = self.closed.load(Ordering::Acquire).then(|| Lane::new(None));
+        Ok(Session { lanes: self, own, dead: false, replicated: None })
+    }
+
+    /// Claims a lane for the calling thread: the lane with the largest
+    /// batch being formed, if any; else an idle lane (one with a
+    /// connection first); else the least loaded, where a batch starts to
+    /// form. Lanes whose batch in flight is stalled are joined only when
+    /// all are. Looks from the thread's own lane on.
+    fn claim(&self) -> &Lane {
+        let count = self.lanes.len();
+        let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
+        let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
+        // The clock is read only when some lane is busy.
+        let now = std::cell::OnceCell::new();
+        let moving = || order().filter(|lane| !lane.is_stalled(|| *now.get_or_init(Instant::now), STALLED));
+        let forming = moving().filter(|lane| lane.queued() > 0).max_by_key(|lane| lane.queued());
+        if let Some(lane) = forming {
+            lane.claim();
+            return lane;
+        }
+        if let Some(lane) = order().find(|lane| lane.is_connected() && lane.claim_idle()) {
+            return lane;
+        }
+        if let Some(lane) = order().find(|lane| lane.claim_idle()) {
+            return lane;
+        }
+        let lane = moving().min_by_key(|lane| lane.load());
+        let lane = lane.or_else(|| order().min_by_key(|lane| lane.load())).unwrap_or(&self.lanes[home]);
+        lane.claim();
+        lane
+    }
+
+    /// Closes every connection (those in use once their batch is done);
+    /// later calls open their own.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for lane in &self.lanes {
+            lane.close();
+        }
+    }
+
+    fn mark_unreachable(&self) {
+        let until = self.nanos_since_start(Instant::now() + self.connect_timeout);
+        self.unreachable_until.store(until, Ordering::Release);
+    }
+
+    fn nanos_since_start(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One call's use of the shared connections: what it sends, whether a
+/// connection it used was found dead (so that a call safe to repeat runs
+/// once more on a new one), and whether its last write reached the
+/// replicas.
+pub(crate) struct Session<'a> {
+    lanes: &'a Lanes,
+    /// After shutdown: a lane of the call's own, closed with the session.
+    own: Option<Lane>,
+    dead: bool,
+    replicated: Option<bool>,
+}
+
+impl Session<'_> {
+    /// Sends `request` and waits for its replies (error replies included).
+    ///
+    /// # Errors
+    ///
+    /// `ErrorKind::Connection`: a transport failure (the request may have
+    /// run; [`Error::is_transport`]), no connection, or the call's time
+    /// ran out before a shared connection could send it (it never ran).
+    pub(crate) fn send(&mut self, request: Request) -> Result<Replies> {
+        let lanes = self.lanes;
+        let lane = match &self.own {
+            Some(own) => {
+                own.claim();
+                own
+            }
+            None => lanes.claim(),
+        };
+        let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };
+        match lane.call(request, lanes.call_timeout, wiring) {
+            Ok(replies) => Ok(replies),
+            Err(Failure::Transport { error, dead }) => {
+                self.dead |= dead;
+                Err(Error::redis(error))
+            }
+            Err(Failure::Connect(error)) => {
+                // A refused connection fails fast by itself; one that timed
+                // out would cost every caller a connect timeout.
+                if error.is_timeout() {
+                    lanes.mark_unreachable();
+                }
+                Err(Error::connect(error))
+            }
+            Err(Failure::Unsent) => Err(Error::unsent()),
+        }
+    }
+
+    /// Sends one command and decodes its reply; an error reply is the
+    /// inner error.
+    pub(crate) fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<RedisResult<T>> {
+        let replies = self.send(Request::command(cmd))?;
+        Ok(decode(replies.values.into_iter().next().unwrap_or(Value::Nil)))
+    }
+
+    /// Sends commands in one request and decodes their replies as one
+    /// array (a tuple, say); the first error reply is the inner error.
+    pub(crate) fn query_all<T: FromRedisValue>(&mut self, cmds: &[&redis::Cmd]) -> Result<RedisResult<T>> {
+        let replies = self.send(Request::commands(cmds))?;
+        let values: RedisResult<Vec<Value>> = replies.values.into_iter().map(Value::extract_error).collect();
+        Ok(values.and_then(|values| decode(Value::Array(values))))
+    }
+
+    /// True once a connection this session used was found dropped or reset
+    /// (not merely slow).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Records whether the last call's write reached the replicas.
+    pub(crate) fn note_replicated(&mut self, replicated: Option<bool>) {
+        self.replicated = replicated;
+    }
+
+    /// Whether the last script call's write reached the replicas asked for;
+    /// `None` when none were asked for.
+    pub(crate) fn replicated(&self) -> Option<bool> {
+        self.replicated
+    }
+}
+
+fn decode<T: FromRedisValue>(value: Value) -> RedisResult<T> {
+    Ok(T::from_redis_value(value.extract_error()?)?)
+}
