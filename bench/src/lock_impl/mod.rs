@@ -87,7 +87,7 @@ pub(crate) trait LockImpl: Sync {
 
     /// Readies `name` for a workload whose first acquisitions must not pay
     /// for connecting (keyholder: one acquisition per client, so each has a
-    /// pooled connection). Nothing by default.
+    /// command connection open). Nothing by default.
     fn warm_up(&self, _name: &str) -> Res<()> {
         Ok(())
     }

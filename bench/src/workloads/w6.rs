@@ -1,6 +1,6 @@
 //! W6: many processes, as a service scaled out to many pods would run: N
 //! clients of one thread each on one lock. Each client is a `Client` of its
-//! own in this process (its own pool, pub/sub connection and client id), as
+//! own in this process (its own command connections, pub/sub connection and client id), as
 //! a separate process would have.
 
 use crate::env::Env;

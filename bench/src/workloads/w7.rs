@@ -1,7 +1,7 @@
 //! W7: thread-per-request. One process's threads each take and release
 //! their own lock names, with no contention: the floor and the baseline
 //! with a connection per thread, keyholder with one client and its
-//! defaults (a pool of 16 connections).
+//! defaults (at most 16 command connections, shared by its threads).
 
 use std::sync::Barrier;
 use std::thread;
@@ -75,7 +75,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
         &rows,
         &["The floor runs the raw acquire.lua and release.lua and the baseline SET NX PX and its \
            compare-and-delete, each thread on a connection of its own; keyholder is one client with \
-           default settings (a pool of 16 connections). Connections: connected_clients added while every \
+           default settings (at most 16 command connections, shared by its threads). Connections: connected_clients added while every \
            thread still holds what it opened, counting keyholder's pub/sub connection. Rates are medians \
            over runs, ratios medians of per-run ratios; round trips from INFO commandstats."
             .to_owned()],
