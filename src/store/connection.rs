@@ -2,11 +2,13 @@
 //! failures.
 //!
 //! redis-rs connects without a timeout unless asked and leaves read and write
-//! timeouts unset, so a black-holed Redis would hang a caller. Worse, a
-//! command whose reply timed out leaves that reply in flight: a connection
-//! used again after it would hand the stale reply to the next caller. The
-//! connector connects with the configured timeout and sets both socket
-//! timeouts, and any I/O error retires the connection.
+//! timeouts unset, so a black-holed Redis would hang a caller. The connector
+//! connects with the configured timeout and sets both socket timeouts, and
+//! any I/O error or timeout retires the connection: a write cut short leaves
+//! the stream's framing unknown, and a reply that timed out points at a hung
+//! path whose late reply the next user of the connection would wait behind
+//! (design.md, ADR 12; stale replies themselves are skipped by redis-rs and
+//! matched by position in the lanes).
 //!
 //! **Dead idle connections.** When Redis, a proxy or a load balancer drops
 //! every connection at once (a restart, `CLIENT KILL`, an idle `timeout`),
