@@ -21,10 +21,12 @@ use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
-use crate::pubsub::subscriber::{Subscriber, Target};
+use crate::pubsub::subscriber::{PubsubTls, Subscriber, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::store::eval::Wait;
+use crate::store::primary::{Node, Primary};
 use crate::store::scripts::{Scripts, Turns};
+use crate::store::sentinel::Sentinels;
 use crate::watchdog::{self, Registry, Renewals, Signals};
 
 /// A keyholder client: the entry point for locks.
@@ -146,6 +148,50 @@ impl Client {
         ClientBuilder::new(url)
     }
 
+    /// A builder for a client that finds its Redis primary through Redis
+    /// Sentinel and follows it across failovers.
+    ///
+    /// `sentinels` are the sentinels' URLs, `redis://[[user]:password@]host:port`
+    /// (the credentials are the sentinels' own); `master_name` is the name
+    /// they monitor the primary under (`sentinel monitor <name> ...`). The
+    /// primary's own credentials and database are set with
+    /// [`node_username`](ClientBuilder::node_username),
+    /// [`node_password`](ClientBuilder::node_password) and
+    /// [`node_database`](ClientBuilder::node_database).
+    ///
+    /// [`build`](ClientBuilder::build) asks the sentinels in turn for the
+    /// primary and checks with `ROLE` that it is one. The client then
+    /// listens for `+switch-master` on one sentinel, and asks again whenever
+    /// a connection to the primary is refused or a write is refused with
+    /// `READONLY`. When the primary moves, the client retires every
+    /// connection to the old one, moves its pub/sub connection, wakes every
+    /// waiting thread and re-verifies every hold on the new primary: a hold
+    /// that did not survive the failover is reported lost
+    /// ([`LockGuard::lost_signal`](crate::LockGuard::lost_signal)) at that
+    /// moment. See docs/guarantees.md for what survives a failover.
+    /// No I/O happens until [`ClientBuilder::build`]. TLS to the primary is
+    /// not supported through Sentinel yet.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// let client = keyholder::Client::builder_sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "orders-primary",
+    /// )
+    /// .node_password("secret")
+    /// .build()?;
+    /// let _guard = client.lock("orders:42")?.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_sentinel<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> ClientBuilder {
+        ClientBuilder::new_sentinel(sentinels.into_iter().map(Into::into).collect(), master_name.into())
+    }
+
     /// A client with default settings; shorthand for
     /// `Client::builder(url).build()`.
     ///
@@ -157,26 +203,20 @@ impl Client {
     }
 
     pub(crate) fn start(config: Config) -> Result<Client> {
-        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let info = redis_client
-            .get_connection_info()
-            .clone()
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        #[cfg(feature = "tls")]
-        let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
-        #[cfg(not(feature = "tls"))]
-        let (redis_client, pubsub_tls) =
-            (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
-        let target = Target::from_info(
-            redis_client.get_connection_info(),
-            format!("{connection_name}:pubsub"),
-            pubsub_tls,
-        )?;
+        let (primary, pubsub_tls) = primary_of(&config)?;
+        let pubsub_name = format!("{connection_name}:pubsub");
+        let target_of = move |node: &Node| {
+            Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned())
+        };
+        // A URL's server is known before any I/O (and a URL keyholder
+        // cannot subscribe through is refused before any); through
+        // Sentinel, the access check finds the primary.
+        let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
         let generation = Arc::new(Generation::default());
         let connector = Connector::new(
-            redis_client,
+            Arc::clone(&primary),
             config.connect_timeout,
             config.command_timeout,
             Arc::clone(&generation),
@@ -184,12 +224,32 @@ impl Client {
         );
         let access = connector.check_access();
         #[cfg(feature = "tls")]
-        let access = access.map_err(|e| explain_tls(e, &target, config.connect_timeout));
+        let access = match &fixed_target {
+            Some(target) => access.map_err(|e| explain_tls(e, target, config.connect_timeout)),
+            None => access,
+        };
         access?;
+        let target = match fixed_target {
+            Some(target) => target,
+            None => target_of(&*locate(&primary)?)?,
+        };
         let pool = connection::build_pool(connector.clone(), config.pool_max_size, config.connect_timeout)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
+        // A failover: retire every pooled connection (they go to the old
+        // primary) and move the pub/sub connection, whose reconnection
+        // wakes every waiter and has every hold verified on the new one.
+        let moved_generation = Arc::clone(&generation);
+        let moved_subscriber = Arc::downgrade(&subscriber);
+        primary.on_move(move |node| {
+            moved_generation.advance();
+            match (moved_subscriber.upgrade(), target_of(node)) {
+                (Some(subscriber), Ok(target)) => subscriber.retarget(target),
+                (_, Err(e)) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
+                (None, _) => {}
+            }
+        });
         let wait = config
             .replica_acks
             .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) });
@@ -215,6 +275,19 @@ impl Client {
             threads: Mutex::new(Vec::new()),
         });
         let short_id: String = inner.id.chars().take(8).collect();
+        if primary.is_discovered() {
+            let watch_stop = stop_rx.clone();
+            let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
+                primary.watch(&watch_stop);
+            });
+            match watcher {
+                Ok(thread) => inner.threads.lock().push(thread),
+                Err(e) => {
+                    inner.shut_down();
+                    return Err(Error::spawn("sentinel", e));
+                }
+            }
+        }
         let subscriber_stop = stop_rx.clone();
         let reader = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
             subscriber.run(subscriber_stop);
@@ -307,6 +380,45 @@ fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
         return e;
     }
     target.tls_refusal(timeout).unwrap_or(e)
+}
+
+/// Where the client's primary is, and the pub/sub connection's TLS
+/// configuration: a URL's server, or the master the sentinels name.
+fn primary_of(config: &Config) -> Result<(Arc<Primary>, Option<PubsubTls>)> {
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    if let Some(sentinel) = &config.sentinel {
+        let sentinels =
+            Sentinels::new(&sentinel.urls, &sentinel.master, config.connect_timeout, config.command_timeout)?;
+        let node = &config.node;
+        let mut settings = redis::RedisConnectionInfo::default().set_db(node.database);
+        if let Some(username) = &node.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &node.password {
+            settings = settings.set_password(password);
+        }
+        // The address is the sentinels' to give; this one is never used.
+        let template = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
+            "127.0.0.1".to_owned(),
+            6379,
+        ))
+        .map_err(|e| Error::invalid_config(e.to_string()))?
+        .set_redis_settings(settings)
+        .set_tcp_settings(nodelay);
+        return Ok((Arc::new(Primary::sentinel(sentinels, template)), None));
+    }
+    let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
+    let info = redis_client.get_connection_info().clone().set_tcp_settings(nodelay);
+    #[cfg(feature = "tls")]
+    let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
+    #[cfg(not(feature = "tls"))]
+    let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
+    Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls))
+}
+
+/// The primary's node, found (through Sentinel) after the access check.
+fn locate(primary: &Primary) -> Result<Arc<Node>> {
+    primary.locate().map_err(Error::redis)
 }
 
 /// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.

@@ -14,14 +14,19 @@
 //! a PING, the reader reconnects, resubscribes every channel in use and wakes
 //! every waiter, since messages published meanwhile were lost. Waiters never
 //! depend on a message alone: every wait is bounded by the holder's lease.
+//!
+//! When the primary moves (a Sentinel failover), [`Subscriber::retarget`]
+//! points the subscriber at the new one and drops the old connection: the
+//! reader reconnects there at once, with the same consequences.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufReader};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
@@ -150,7 +155,13 @@ impl Target {
 }
 
 pub(crate) struct Subscriber {
-    target: Target,
+    /// Where to connect; replaced when the primary moves.
+    target: Mutex<Target>,
+    /// Counts [`Subscriber::retarget`] calls, so that a connection opened
+    /// to the previous target is not used.
+    target_epoch: AtomicU64,
+    /// Cuts a reconnect back-off short after a retarget.
+    retargeted: (Sender<()>, Receiver<()>),
     connect_timeout: Duration,
     command_timeout: Duration,
     state: Mutex<State>,
@@ -161,7 +172,9 @@ pub(crate) struct Subscriber {
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscriber").field("target", &self.target.address.describe()).finish_non_exhaustive()
+        f.debug_struct("Subscriber")
+            .field("target", &self.target.lock().address.describe())
+            .finish_non_exhaustive()
     }
 }
 
@@ -348,7 +361,9 @@ impl Subscriber {
         reconnected: Sender<()>,
     ) -> Self {
         Subscriber {
-            target,
+            target: Mutex::new(target),
+            target_epoch: AtomicU64::new(0),
+            retargeted: crossbeam_channel::bounded(1),
             connect_timeout,
             command_timeout,
             state: Mutex::new(State::default()),
@@ -457,6 +472,18 @@ impl Subscriber {
         }
     }
 
+    /// Connects to `target` from now on (the primary moved): drops the
+    /// current connection so that the reader reconnects there at once,
+    /// resubscribes, wakes every waiter and has every hold verified.
+    pub(crate) fn retarget(&self, target: Target) {
+        *self.target.lock() = target;
+        self.target_epoch.fetch_add(1, Ordering::AcqRel);
+        if let Some(writer) = self.state.lock().writer.as_ref() {
+            writer.shutdown();
+        }
+        let _ = self.retargeted.0.try_send(());
+    }
+
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
@@ -476,10 +503,17 @@ impl Subscriber {
             if self.state.lock().shutdown {
                 return;
             }
+            let epoch = self.target_epoch.load(Ordering::Acquire);
             match self.connect() {
+                Ok((_, writer)) if epoch != self.target_epoch.load(Ordering::Acquire) => {
+                    // Connected to where the primary was: try the new one.
+                    writer.shutdown();
+                    reconnecting = true;
+                    continue;
+                }
                 Ok((mut reader, writer)) => {
                     backoff = FIRST_BACKOFF;
-                    if !self.attach(writer) {
+                    if !self.attach(writer, epoch) {
                         return;
                     }
                     if reconnecting {
@@ -495,29 +529,38 @@ impl Subscriber {
                 }
                 Err(e) => log::debug!("keyholder pub/sub connect failed: {e}"),
             }
-            match stop.recv_timeout(backoff) {
-                Err(RecvTimeoutError::Timeout) => backoff = (backoff * 2).min(MAX_BACKOFF),
-                _ => return,
+            crossbeam_channel::select! {
+                recv(stop) -> _ => return,
+                recv(self.retargeted.1) -> _ => backoff = FIRST_BACKOFF,
+                default(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
             }
         }
     }
 
     fn connect(&self) -> io::Result<(BufReader<Stream>, Stream)> {
-        let stream = self.target.address.connect(self.connect_timeout)?;
+        let target = self.target.lock().clone();
+        let stream = target.address.connect(self.connect_timeout)?;
         stream.set_write_timeout(Some(self.command_timeout))?;
         let mut writer = stream.try_clone()?;
         let mut reader = BufReader::new(stream);
-        self.authenticate(&mut reader, &mut writer)?;
+        authenticate(&target, self.command_timeout, &mut reader, &mut writer)?;
         reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
         Ok((reader, writer))
     }
+}
 
-    /// Authenticates (when the URL has a password) and names the connection
-    /// (best effort: an ACL may deny `CLIENT SETNAME`).
-    fn authenticate(&self, reader: &mut BufReader<Stream>, writer: &mut Stream) -> io::Result<()> {
-        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-        if let Some(password) = self.target.password.as_deref() {
-            match self.target.username.as_deref() {
+/// Authenticates (when the target has a password) and names the connection
+/// (best effort: an ACL may deny `CLIENT SETNAME`).
+fn authenticate(
+    target: &Target,
+    timeout: Duration,
+    reader: &mut BufReader<Stream>,
+    writer: &mut Stream,
+) -> io::Result<()> {
+    {
+        reader.get_ref().set_read_timeout(Some(timeout))?;
+        if let Some(password) = target.password.as_deref() {
+            match target.username.as_deref() {
                 Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
                 None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
             }
@@ -525,18 +568,26 @@ impl Subscriber {
                 return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
             }
         }
-        resp::write_command(writer, &[b"CLIENT", b"SETNAME", self.target.name.as_bytes()])?;
+        resp::write_command(writer, &[b"CLIENT", b"SETNAME", target.name.as_bytes()])?;
         resp::read_value(reader)?;
         Ok(())
     }
+}
 
+impl Subscriber {
     /// Publishes a fresh connection and resubscribes every channel in use.
-    /// False when the subscriber was shut down meanwhile.
-    fn attach(&self, writer: Stream) -> bool {
+    /// False when the subscriber was shut down meanwhile. A connection
+    /// opened before a retarget (`epoch` is past) is closed at once: the
+    /// reader finds it closed and connects again.
+    fn attach(&self, writer: Stream, epoch: u64) -> bool {
         let mut st = self.state.lock();
         if st.shutdown {
             writer.shutdown();
             return false;
+        }
+        if epoch != self.target_epoch.load(Ordering::Acquire) {
+            writer.shutdown();
+            return true;
         }
         st.writer = Some(writer);
         st.acks_pending.clear();

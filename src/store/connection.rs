@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::store::primary::Primary;
 
 /// A pooled Redis connection that remembers whether an I/O error left it in
 /// an unknown state.
@@ -49,6 +50,15 @@ impl Conn {
         {
             self.broken = true;
             self.dead |= !e.is_timeout();
+        }
+        // A demoted primary (a failover) refuses writes but answers PING:
+        // its connections are as useless as dropped ones, and the next
+        // connection, checked with ROLE, finds the new primary.
+        if let Err(e) = &result
+            && is_demoted(e)
+        {
+            self.broken = true;
+            self.dead = true;
         }
         result
     }
@@ -103,10 +113,16 @@ pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
+/// True for the reply of a primary that has become a replica.
+pub(crate) fn is_demoted(e: &redis::RedisError) -> bool {
+    e.code() == Some("READONLY")
+}
+
 /// Opens command connections for the pool.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
-    client: redis::Client,
+    /// Where connections go: asked at every connect.
+    primary: Arc<Primary>,
     connect_timeout: Duration,
     command_timeout: Duration,
     generation: Arc<Generation>,
@@ -116,13 +132,13 @@ pub(crate) struct Connector {
 
 impl Connector {
     pub(crate) fn new(
-        client: redis::Client,
+        primary: Arc<Primary>,
         connect_timeout: Duration,
         command_timeout: Duration,
         generation: Arc<Generation>,
         name: Arc<str>,
     ) -> Self {
-        Connector { client, connect_timeout, command_timeout, generation, name }
+        Connector { primary, connect_timeout, command_timeout, generation, name }
     }
 }
 
@@ -145,6 +161,9 @@ fn access_error(e: redis::RedisError) -> Error {
     if refused {
         return Error::access_denied(e);
     }
+    if e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+        return Error::invalid_config(format!("no sentinel monitors that master: {e}"));
+    }
     if e.to_string().contains("DB index is out of range") {
         return Error::invalid_config(format!("the database index is out of range: {e}"));
     }
@@ -156,8 +175,36 @@ impl r2d2::ManageConnection for Connector {
     type Error = redis::RedisError;
 
     fn connect(&self) -> redis::RedisResult<Conn> {
+        // Through Sentinel, a node that refuses the connection or is no
+        // longer a master sends the next attempt to the sentinels: once.
+        match self.connect_to_primary() {
+            Err(e) if self.primary.is_discovered() && is_transport_error(&e) => self.connect_to_primary(),
+            outcome => outcome,
+        }
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        conn.run(|c| redis::cmd("PING").query::<String>(c)).map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || self.generation.is_stale(conn) || !redis::ConnectionLike::is_open(&conn.inner)
+    }
+}
+
+impl Connector {
+    /// One connection to the node [`Primary::locate`] names, confirmed a
+    /// master when it was found through Sentinel.
+    fn connect_to_primary(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
-        let mut inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let node = self.primary.locate()?;
+        let mut inner = match node.client().get_connection_with_timeout(self.connect_timeout) {
+            Ok(inner) => inner,
+            Err(e) => {
+                self.primary.lost(&node);
+                return Err(e);
+            }
+        };
         inner.set_read_timeout(Some(self.command_timeout))?;
         inner.set_write_timeout(Some(self.command_timeout))?;
         // So that CLIENT LIST tells keyholder's connections, and whose they
@@ -168,15 +215,8 @@ impl r2d2::ManageConnection for Connector {
         {
             return Err(e);
         }
+        self.primary.confirm(&node, &mut inner)?;
         Ok(Conn { inner, broken: false, dead: false, generation, replicated: None })
-    }
-
-    fn is_valid(&self, conn: &mut Conn) -> redis::RedisResult<()> {
-        conn.run(|c| redis::cmd("PING").query::<String>(c)).map(drop)
-    }
-
-    fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || self.generation.is_stale(conn) || !redis::ConnectionLike::is_open(&conn.inner)
     }
 }
 

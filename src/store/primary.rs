@@ -1,0 +1,223 @@
+//! Where the primary is: the one server of a `redis://` URL, or the master
+//! the sentinels name, found again after a failover.
+//!
+//! Connection openers ask [`Primary::locate`] each time they connect rather
+//! than keeping an address, so that after a failover every new connection
+//! goes to the new primary without any of them knowing about Sentinel. A
+//! node reached through Sentinel is checked on every new connection with
+//! `ROLE`: a sentinel can still name a primary it is demoting, and a demoted
+//! primary keeps answering PING (it refuses writes with `READONLY`, which
+//! `connection.rs` treats like a dropped connection).
+//!
+//! When the primary moves ([`Primary::observe`] hears of a new address, from
+//! a `+switch-master` message or a fresh answer), the client's `on_move`
+//! hook retires every pooled connection and moves the pub/sub connection,
+//! which then has every hold verified on the new primary.
+
+use std::io;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{Error, Result};
+use crate::store::sentinel::{MasterAddr, Sentinels};
+
+/// Where the command and pub/sub connections go.
+pub(crate) struct Primary {
+    source: Source,
+    /// The node connections go to, and whether it is still trusted.
+    current: RwLock<Current>,
+    /// One discovery at a time: callers that arrive meanwhile take its answer.
+    discovering: Mutex<()>,
+    /// Called when the primary moved, with the new node.
+    on_move: OnceLock<MoveHook>,
+}
+
+/// What the client does when the primary moved.
+type MoveHook = Box<dyn Fn(&Node) + Send + Sync>;
+
+/// The last node found, and whether connections still go there.
+#[derive(Default)]
+struct Current {
+    node: Option<Arc<Node>>,
+    /// False once the node refused a connection or was no master: the next
+    /// connection asks the sentinels first.
+    trusted: bool,
+}
+
+impl Current {
+    fn trusted(&self) -> Option<Arc<Node>> {
+        self.node.as_ref().filter(|_| self.trusted).cloned()
+    }
+}
+
+enum Source {
+    /// A URL's server: it never moves.
+    Fixed,
+    /// The master the sentinels name.
+    Sentinel(Box<Discovered>),
+}
+
+/// A primary found through Sentinel: nodes are made from `template` (the
+/// primary's credentials, database and socket settings) and the address a
+/// sentinel gives.
+struct Discovered {
+    sentinels: Sentinels,
+    template: redis::ConnectionInfo,
+}
+
+/// One Redis server to open connections to.
+#[derive(Debug)]
+pub(crate) struct Node {
+    client: redis::Client,
+}
+
+impl Node {
+    /// The redis-rs client that opens connections to the node.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The node's address and settings.
+    pub(crate) fn info(&self) -> &redis::ConnectionInfo {
+        self.client.get_connection_info()
+    }
+}
+
+impl std::fmt::Debug for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let current = self.current.read().node.as_ref().map(|n| n.info().addr().to_string());
+        f.debug_struct("Primary")
+            .field("discovered", &self.is_discovered())
+            .field("current", &current)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Primary {
+    /// The server of a URL (`client` made from it).
+    pub(crate) fn fixed(client: redis::Client) -> Primary {
+        Primary::new(Source::Fixed, Some(Arc::new(Node { client })))
+    }
+
+    /// The master `sentinels` name, reached with `template`'s settings.
+    /// No I/O: the first [`locate`](Primary::locate) asks the sentinels.
+    pub(crate) fn sentinel(sentinels: Sentinels, template: redis::ConnectionInfo) -> Primary {
+        Primary::new(Source::Sentinel(Box::new(Discovered { sentinels, template })), None)
+    }
+
+    fn new(source: Source, node: Option<Arc<Node>>) -> Primary {
+        let trusted = node.is_some();
+        Primary {
+            source,
+            current: RwLock::new(Current { node, trusted }),
+            discovering: Mutex::new(()),
+            on_move: OnceLock::new(),
+        }
+    }
+
+    /// Sets the hook called (on the thread that noticed) each time the
+    /// primary moves. Set once, before the client starts its threads.
+    pub(crate) fn on_move(&self, hook: impl Fn(&Node) + Send + Sync + 'static) {
+        let _ = self.on_move.set(Box::new(hook));
+    }
+
+    /// True when the primary is found through Sentinel.
+    pub(crate) fn is_discovered(&self) -> bool {
+        matches!(self.source, Source::Sentinel(_))
+    }
+
+    /// The node to connect to: the known one, or, when there is none (at
+    /// first, or after [`lost`](Primary::lost)), the one the sentinels name.
+    pub(crate) fn locate(&self) -> redis::RedisResult<Arc<Node>> {
+        if let Some(node) = self.current.read().trusted() {
+            return Ok(node);
+        }
+        let Source::Sentinel(discovered) = &self.source else {
+            return Err(io::Error::other("no server to connect to").into());
+        };
+        let _one_at_a_time = self.discovering.lock();
+        if let Some(node) = self.current.read().trusted() {
+            return Ok(node);
+        }
+        let addr = discovered.sentinels.ask()?;
+        self.observe(addr).map_err(|e| io::Error::other(e.to_string()).into())
+    }
+
+    /// The sentinels (or a `+switch-master` message) name `addr` as the
+    /// primary: connect there from now on, and if that is a move, call the
+    /// `on_move` hook.
+    pub(crate) fn observe(&self, (host, port): MasterAddr) -> Result<Arc<Node>> {
+        let Source::Sentinel(discovered) = &self.source else {
+            return Err(Error::invalid_config("a fixed primary does not move".to_owned()));
+        };
+        let mut current = self.current.write();
+        let same = current.node.as_ref().filter(
+            |node| matches!(node.info().addr(), redis::ConnectionAddr::Tcp(h, p) if *h == host && *p == port),
+        );
+        if let Some(node) = same.cloned() {
+            // The same node again (named anew after it refused a
+            // connection, say): not a move.
+            current.trusted = true;
+            return Ok(node);
+        }
+        let info = discovered.template.clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
+        let client = redis::Client::open(info)
+            .map_err(|e| Error::invalid_config(format!("bad primary address: {e}")))?;
+        let node = Arc::new(Node { client });
+        let previous = current.node.replace(Arc::clone(&node));
+        current.trusted = true;
+        drop(current);
+        // The first discovery is not a move.
+        if previous.is_some() {
+            log::info!("keyholder: the primary moved to {}", node.info().addr());
+            if let Some(hook) = self.on_move.get() {
+                hook(&node);
+            }
+        }
+        Ok(node)
+    }
+
+    /// `node` refused a connection, or is no longer a master: ask the
+    /// sentinels again on the next [`locate`](Primary::locate). Does nothing
+    /// for a fixed primary, or when another node is current already.
+    pub(crate) fn lost(&self, node: &Arc<Node>) {
+        if !self.is_discovered() {
+            return;
+        }
+        let mut current = self.current.write();
+        if current.node.as_ref().is_some_and(|c| Arc::ptr_eq(c, node)) {
+            current.trusted = false;
+        }
+    }
+
+    /// Follows the master through its sentinels until `stop` disconnects
+    /// (see [`Sentinels::watch`]); returns at once for a fixed primary.
+    pub(crate) fn watch(&self, stop: &crossbeam_channel::Receiver<()>) {
+        let Source::Sentinel(discovered) = &self.source else { return };
+        discovered.sentinels.watch(stop, |addr| {
+            if let Err(e) = self.observe(addr) {
+                log::warn!("keyholder: {e}");
+            }
+        });
+    }
+
+    /// Checks that a new connection to `node` reached a master (`ROLE`),
+    /// for a discovered primary; a fixed one is taken as it is.
+    pub(crate) fn confirm(&self, node: &Arc<Node>, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        if !self.is_discovered() {
+            return Ok(());
+        }
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(con)?;
+        let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
+        if is_master {
+            return Ok(());
+        }
+        self.lost(node);
+        Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("{} is not a master (a failover is under way)", node.info().addr()),
+        )
+        .into())
+    }
+}

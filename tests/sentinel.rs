@@ -1,0 +1,182 @@
+//! Sentinel (`Client::builder_sentinel`): the client finds the primary
+//! through real sentinels (`redis-server --sentinel`, three of them, with a
+//! primary and a replica, all on 127.0.0.1), and follows it when the
+//! primary is killed and the sentinels promote the replica. Each test has
+//! its own set-up: a failover changes it for good.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{exists, free_port, hgetall};
+use keyholder::{Client, ClientBuilder, LostReason};
+use keyholder_testkit::SentinelSet;
+use keyholder_testkit::sentinel::MASTER_NAME;
+
+const SECOND: Duration = Duration::from_secs(1);
+/// The connect and command timeouts of the test clients.
+const TIMEOUT: Duration = SECOND;
+
+fn builder(set: &SentinelSet) -> ClientBuilder {
+    Client::builder_sentinel(set.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+}
+
+/// A thread's attempts to get `name` until `limit` passes, retrying after
+/// errors (what a caller does during a failover); sends how long it took
+/// and how many calls failed, or `None` if it never got the lock.
+fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver<Option<(Duration, u32)>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let lock = client.lock(name).unwrap();
+        let started = Instant::now();
+        let deadline = started + limit;
+        let mut errors = 0;
+        let outcome = loop {
+            match lock.try_lock_until(deadline) {
+                Ok(Some(guard)) => {
+                    let took = started.elapsed();
+                    guard.unlock().ok();
+                    break Some((took, errors));
+                }
+                Ok(None) => break None,
+                Err(_) if Instant::now() < deadline => {
+                    errors += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => break None,
+            }
+        };
+        let _ = tx.send(outcome);
+    });
+    rx
+}
+
+#[test]
+fn the_client_finds_the_primary_through_the_sentinels() {
+    let set = SentinelSet::start();
+    // A sentinel that is not there is skipped.
+    let mut urls = vec![format!("redis://127.0.0.1:{}", free_port())];
+    urls.extend(set.sentinel_urls());
+    let client = Client::builder_sentinel(urls, MASTER_NAME).connect_timeout(TIMEOUT).build().unwrap();
+    let other = builder(&set).build().unwrap();
+
+    let lock = client.lock("found").unwrap();
+    let guard = lock.lock().unwrap();
+    let on_primary = hgetall(&mut set.primary().conn(), "found");
+    assert_eq!(on_primary.get(guard.owner_id()).map(String::as_str), Some("1"));
+
+    // A waiter of another client is woken by the release.
+    let waiting = waiter(other.clone(), "found", 10 * SECOND);
+    common::wait_subscribed(&other, 1);
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (_, errors) = waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
+    assert_eq!(errors, 0);
+    assert!(released.elapsed() < 2 * SECOND, "the waiter was not woken ({:?})", released.elapsed());
+    assert!(!exists(&mut set.primary().conn(), "found"));
+}
+
+#[test]
+fn a_master_name_no_sentinel_knows_is_refused_at_build() {
+    let set = SentinelSet::start();
+    let err = Client::builder_sentinel(set.sentinel_urls(), "no-such-master")
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+        .build()
+        .unwrap_err();
+    assert!(err.is_invalid(), "{err:?}");
+
+    // No sentinel reachable: a connection error, within the timeouts.
+    let dead =
+        vec![format!("redis://127.0.0.1:{}", free_port()), format!("redis://127.0.0.1:{}", free_port())];
+    let started = Instant::now();
+    let err = Client::builder_sentinel(dead, MASTER_NAME)
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+        .build()
+        .unwrap_err();
+    assert!(err.is_connection_error(), "{err:?}");
+    assert!(started.elapsed() < 5 * TIMEOUT, "build() took {:?}", started.elapsed());
+}
+
+/// The failover test: the primary is killed (SIGKILL) while two locks are
+/// held and two threads wait. One hold reached the replica through replica
+/// acknowledgement; the other, as if the primary died before replicating
+/// it, is removed from the replica by hand. Measures, from the kill: when a
+/// new acquisition first works, when the holder of the lost lock is told,
+/// when each waiter gets its lock.
+#[test]
+fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
+    let mut set = SentinelSet::start();
+    let acked = builder(&set).replica_acks(1, Duration::from_millis(300)).build().unwrap();
+    let plain = builder(&set).build().unwrap();
+    let waiting = builder(&set).build().unwrap();
+
+    let kept = acked.lock("kept").unwrap().lock().unwrap();
+    assert!(kept.is_replicated());
+    let dropped = plain.lock("dropped").unwrap().lock().unwrap();
+    let dropped_signal = dropped.lost_signal();
+    // The write that never reached the replica.
+    let mut replica = set.replica().conn();
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("no").query(&mut replica).unwrap();
+    let _: i64 = redis::cmd("DEL").arg("dropped").query(&mut replica).unwrap();
+    let _: () =
+        redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("yes").query(&mut replica).unwrap();
+
+    let kept_waiter = waiter(waiting.clone(), "kept", 30 * SECOND);
+    let dropped_waiter = waiter(waiting.clone(), "dropped", 30 * SECOND);
+    common::wait_subscribed(&waiting, 2);
+
+    let killed = Instant::now();
+    set.kill_primary();
+
+    // New acquisitions, each call bounded by the timeouts.
+    let mut slowest_call = Duration::ZERO;
+    let first_acquisition = loop {
+        assert!(killed.elapsed() < 30 * SECOND, "no acquisition worked in 30 s\n{}", set.logs());
+        let started = Instant::now();
+        let outcome = plain.lock("fresh").unwrap().try_lock();
+        slowest_call = slowest_call.max(started.elapsed());
+        if let Ok(Some(guard)) = outcome {
+            guard.unlock().unwrap();
+            break killed.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(slowest_call < 3 * TIMEOUT, "a call took {slowest_call:?} during the failover");
+    assert!(set.wait_for_promotion(10 * SECOND), "{}", set.logs());
+
+    // The lock that did not survive: its holder is told, its waiter gets it.
+    let reason = dropped_signal.recv_timeout(30 * SECOND).expect("the holder of the lost lock was not told");
+    let told = killed.elapsed();
+    assert_eq!(reason, LostReason::RenewalRefused);
+    assert!(dropped.is_lost());
+    let (dropped_wait, _) =
+        dropped_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the lost lock was stranded");
+
+    // The acknowledged lock survived: the promoted replica has it, its
+    // holder keeps it, and its waiter gets it when it is released.
+    assert!(!kept.is_lost(), "the acknowledged hold was lost: {:?}", kept.lost_reason());
+    let on_new_primary = hgetall(&mut set.replica().conn(), "kept");
+    assert_eq!(on_new_primary.get(kept.owner_id()).map(String::as_str), Some("1"));
+    assert!(kept_waiter.try_recv().is_err(), "the waiter got a lock that is still held");
+    let released = Instant::now();
+    kept.unlock().unwrap();
+    kept_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the kept lock was stranded");
+    let handed = released.elapsed();
+    drop(dropped);
+
+    eprintln!(
+        "failover: first acquisition {first_acquisition:?} after the kill, slowest call {slowest_call:?}, \
+         holder told {told:?}, waiter of the lost lock served {dropped_wait:?}, waiter of the kept lock \
+         served {handed:?} after its release"
+    );
+    assert!(first_acquisition < 15 * SECOND, "{first_acquisition:?}");
+    assert!(told < 15 * SECOND, "{told:?}");
+    assert!(handed < 2 * SECOND, "the waiter of the kept lock was not woken ({handed:?})");
+}
