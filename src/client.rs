@@ -237,19 +237,6 @@ impl Client {
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
-        // A failover: retire every pooled connection (they go to the old
-        // primary) and move the pub/sub connection, whose reconnection
-        // wakes every waiter and has every hold verified on the new one.
-        let moved_generation = Arc::clone(&generation);
-        let moved_subscriber = Arc::downgrade(&subscriber);
-        primary.on_move(move |node| {
-            moved_generation.advance();
-            match (moved_subscriber.upgrade(), target_of(node)) {
-                (Some(subscriber), Ok(target)) => subscriber.retarget(target),
-                (_, Err(e)) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
-                (None, _) => {}
-            }
-        });
         let wait = config
             .replica_acks
             .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) });
@@ -273,6 +260,12 @@ impl Client {
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
+        });
+        let moved = Arc::downgrade(&inner);
+        primary.on_move(move |node| {
+            if let Some(inner) = moved.upgrade() {
+                inner.primary_moved(target_of(node));
+            }
         });
         let short_id: String = inner.id.chars().take(8).collect();
         if primary.is_discovered() {
@@ -489,6 +482,19 @@ impl Inner {
             }
         }
         pool.get().map(Checkout::Pooled).map_err(Error::pool)
+    }
+
+    /// The primary moved (a Sentinel failover): retire every pooled
+    /// connection (they go to the old one), stop failing fast, and move the
+    /// pub/sub connection, whose reconnection wakes every waiter and has
+    /// every hold verified on the new primary.
+    fn primary_moved(&self, target: Result<Target>) {
+        self.generation.advance();
+        self.unreachable_until.store(0, Ordering::Release);
+        match target {
+            Ok(target) => self.subscriber.retarget(target),
+            Err(e) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
+        }
     }
 
     fn nanos_since_start(&self, at: Instant) -> u64 {

@@ -25,10 +25,14 @@ fn builder(set: &SentinelSet) -> ClientBuilder {
         .command_timeout(TIMEOUT)
 }
 
+/// What a waiter reports: when it got the lock, how long after it started
+/// waiting, and how many of its calls failed meanwhile.
+type Served = Option<(Instant, Duration, u32)>;
+
 /// A thread's attempts to get `name` until `limit` passes, retrying after
-/// errors (what a caller does during a failover); sends how long it took
-/// and how many calls failed, or `None` if it never got the lock.
-fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver<Option<(Duration, u32)>> {
+/// errors (what a caller does during a failover); `None` if it never got
+/// the lock.
+fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver<Served> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let lock = client.lock(name).unwrap();
@@ -38,9 +42,9 @@ fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver
         let outcome = loop {
             match lock.try_lock_until(deadline) {
                 Ok(Some(guard)) => {
-                    let took = started.elapsed();
+                    let now = Instant::now();
                     guard.unlock().ok();
-                    break Some((took, errors));
+                    break Some((now, now - started, errors));
                 }
                 Ok(None) => break None,
                 Err(_) if Instant::now() < deadline => {
@@ -74,9 +78,11 @@ fn the_client_finds_the_primary_through_the_sentinels() {
     common::wait_subscribed(&other, 1);
     let released = Instant::now();
     guard.unlock().unwrap();
-    let (_, errors) = waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
+    let (served, _, errors) =
+        waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
     assert_eq!(errors, 0);
-    assert!(released.elapsed() < 2 * SECOND, "the waiter was not woken ({:?})", released.elapsed());
+    let woken = served - released;
+    assert!(woken < 2 * SECOND, "the waiter was not woken ({woken:?})");
     assert!(!exists(&mut set.primary().conn(), "found"));
 }
 
@@ -156,8 +162,9 @@ fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
     let told = killed.elapsed();
     assert_eq!(reason, LostReason::RenewalRefused);
     assert!(dropped.is_lost());
-    let (dropped_wait, _) =
+    let (dropped_served, _, dropped_errors) =
         dropped_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the lost lock was stranded");
+    let dropped_wait = dropped_served - killed;
 
     // The acknowledged lock survived: the promoted replica has it, its
     // holder keeps it, and its waiter gets it when it is released.
@@ -167,16 +174,65 @@ fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
     assert!(kept_waiter.try_recv().is_err(), "the waiter got a lock that is still held");
     let released = Instant::now();
     kept.unlock().unwrap();
-    kept_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the kept lock was stranded");
-    let handed = released.elapsed();
+    let (kept_served, _, kept_errors) =
+        kept_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the kept lock was stranded");
+    let handed = kept_served - released;
     drop(dropped);
 
     eprintln!(
         "failover: first acquisition {first_acquisition:?} after the kill, slowest call {slowest_call:?}, \
-         holder told {told:?}, waiter of the lost lock served {dropped_wait:?}, waiter of the kept lock \
-         served {handed:?} after its release"
+         holder told {told:?}, waiter of the lost lock served {dropped_wait:?} ({dropped_errors} failed \
+         calls), waiter of the kept lock served {handed:?} after its release ({kept_errors} failed calls)"
     );
     assert!(first_acquisition < 15 * SECOND, "{first_acquisition:?}");
     assert!(told < 15 * SECOND, "{told:?}");
     assert!(handed < 2 * SECOND, "the waiter of the kept lock was not woken ({handed:?})");
+}
+
+/// A failover while the old primary runs on (`SENTINEL FAILOVER`): it is
+/// demoted and answers PING, so only `+switch-master`, `ROLE` and
+/// `READONLY` tell the client. Calls keep working, new holds go to the new
+/// primary, the held lock stays held and its waiter is served.
+#[test]
+fn a_failover_with_the_old_primary_alive_moves_the_client_off_it() {
+    let set = SentinelSet::start();
+    let client = builder(&set).replica_acks(1, Duration::from_millis(300)).build().unwrap();
+    let other = builder(&set).build().unwrap();
+    let held = client.lock("held").unwrap().lock().unwrap();
+    assert!(held.is_replicated());
+    let waiting = waiter(other.clone(), "held", 30 * SECOND);
+    common::wait_subscribed(&other, 1);
+
+    let started = Instant::now();
+    set.failover();
+    assert!(set.wait_for_promotion(20 * SECOND), "{}", set.logs());
+    let promoted = started.elapsed();
+    // Every call after the switch lands on the new primary.
+    let mut slowest_call = Duration::ZERO;
+    let moved = loop {
+        assert!(started.elapsed() < 30 * SECOND, "no acquisition reached the new primary in 30 s");
+        let call = Instant::now();
+        let outcome = other.lock("fresh").unwrap().try_lock();
+        slowest_call = slowest_call.max(call.elapsed());
+        if let Ok(Some(guard)) = outcome {
+            let on_new = exists(&mut set.replica().conn(), "fresh");
+            guard.unlock().unwrap();
+            if on_new {
+                break started.elapsed();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(slowest_call < 3 * TIMEOUT, "a call took {slowest_call:?} during the failover");
+    assert!(!held.is_lost(), "the acknowledged hold was lost: {:?}", held.lost_reason());
+    assert!(waiting.try_recv().is_err(), "the waiter got a lock that is still held");
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (served, _, errors) = waiting.recv_timeout(30 * SECOND).unwrap().expect("the waiter was stranded");
+    let handed = served - released;
+    eprintln!(
+        "manual failover: promoted after {promoted:?}, calls on the new primary {moved:?} after the \
+         request, slowest call {slowest_call:?}, waiter served {handed:?} after the release ({errors} failed calls)"
+    );
+    assert!(handed < 2 * SECOND, "the waiter was not woken ({handed:?})");
 }

@@ -44,21 +44,12 @@ impl Conn {
         &mut self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
-        let result = f(&mut self.inner);
+        let result = f(&mut self.inner).map_err(demoted_as_dropped);
         if let Err(e) = &result
             && (is_transport_error(e) || e.is_unrecoverable_error())
         {
             self.broken = true;
             self.dead |= !e.is_timeout();
-        }
-        // A demoted primary (a failover) refuses writes but answers PING:
-        // its connections are as useless as dropped ones, and the next
-        // connection, checked with ROLE, finds the new primary.
-        if let Err(e) = &result
-            && is_demoted(e)
-        {
-            self.broken = true;
-            self.dead = true;
         }
         result
     }
@@ -113,9 +104,22 @@ pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
-/// True for the reply of a primary that has become a replica.
-pub(crate) fn is_demoted(e: &redis::RedisError) -> bool {
-    e.code() == Some("READONLY")
+/// A primary demoted by a failover refuses writes with `READONLY` but
+/// still answers PING: its connections are as useless as dropped ones. The
+/// refusal is turned into a reset connection, so that the connection's
+/// generation is retired, calls that are safe to repeat run again on a new
+/// connection (which `ROLE` sends to the new primary), and the rest report a
+/// connection error. The script did not write anything: on a replica, its
+/// first write fails.
+fn demoted_as_dropped(e: redis::RedisError) -> redis::RedisError {
+    if e.code() != Some("READONLY") {
+        return e;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        format!("the primary was demoted (a failover): {e}"),
+    )
+    .into()
 }
 
 /// Opens command connections for the pool.

@@ -139,12 +139,12 @@ impl Sentinels {
         let mut next = self.preferred.load(Ordering::Relaxed);
         let mut backoff = FIRST_BACKOFF;
         loop {
-            let node = &self.nodes[next % self.nodes.len()];
+            let at = next % self.nodes.len();
             next += 1;
-            match self.follow(node, stop, &moved) {
+            match self.follow(at, stop, &moved) {
                 Followed::Stopped => return,
                 Followed::Failed(e) => {
-                    log::debug!("keyholder: sentinel {} subscription ended: {e}", describe(node));
+                    log::debug!("keyholder: sentinel {} subscription ended: {e}", describe(&self.nodes[at]));
                 }
             }
             // Every sentinel in turn at once; then back off, up to a second.
@@ -159,8 +159,10 @@ impl Sentinels {
         }
     }
 
-    /// One subscription, until it fails or `stop` disconnects.
-    fn follow(&self, node: &redis::Client, stop: &Receiver<()>, moved: &impl Fn(MasterAddr)) -> Followed {
+    /// One subscription to sentinel `at`, until it fails or `stop`
+    /// disconnects.
+    fn follow(&self, at: usize, stop: &Receiver<()>, moved: &impl Fn(MasterAddr)) -> Followed {
+        let node = &self.nodes[at];
         let mut con = match self.connect(node) {
             Ok(con) => con,
             Err(e) => return Followed::Failed(e),
@@ -169,9 +171,15 @@ impl Sentinels {
         if let Err(e) = pubsub.subscribe(SWITCH_CHANNEL) {
             return Followed::Failed(e);
         }
-        // Subscribed first, asked second: no switch falls in between.
+        // Subscribed first, asked second: no switch falls in between. The
+        // sentinel that reports switches is asked first by `ask` too: during
+        // a failover, a sentinel that has not heard of it yet would name the
+        // old primary.
         match self.ask_one(node) {
-            Ok(Some(addr)) => moved(addr),
+            Ok(Some(addr)) => {
+                self.preferred.store(at, Ordering::Relaxed);
+                moved(addr);
+            }
             Ok(None) => {}
             Err(e) => return Followed::Failed(e),
         }
@@ -195,6 +203,9 @@ impl Sentinels {
                 // A quiet channel is the usual case: make sure the sentinel
                 // is still there, and give up on it if a PING goes unanswered.
                 Err(e) if e.is_timeout() => {
+                    if let Err(TryRecvError::Disconnected) = stop.try_recv() {
+                        return Followed::Stopped;
+                    }
                     if let Err(e) = pubsub.ping::<redis::Value>() {
                         return Followed::Failed(e);
                     }

@@ -87,6 +87,14 @@ impl SentinelSet {
         }
     }
 
+    /// Asks a sentinel for a failover while the primary runs
+    /// (`SENTINEL FAILOVER`): the replica is promoted and the old primary
+    /// demoted to its replica, answering PING and refusing writes.
+    pub fn failover(&self) {
+        let mut con = self.sentinels[0].try_conn().unwrap();
+        let _: () = redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME).query(&mut con).unwrap();
+    }
+
     /// The port the first sentinel names as the primary.
     pub fn primary_port_per_sentinel(&self) -> Option<u16> {
         self.sentinels[0].master_port()
