@@ -30,11 +30,30 @@ pub(crate) struct Config {
 }
 
 /// The sentinels of a client that finds its primary through Sentinel.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct SentinelSettings {
     /// `redis://[[user]:password@]host:port`, the sentinels' own credentials.
     pub(crate) urls: Vec<String>,
     pub(crate) master: String,
+}
+
+/// Never prints the sentinels' credentials.
+impl std::fmt::Debug for SentinelSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|url| without_credentials(url)).collect();
+        f.debug_struct("SentinelSettings").field("urls", &urls).field("master", &self.master).finish()
+    }
+}
+
+/// `url` with what sits between `://` and `@` (a user and password)
+/// replaced.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}<redacted>{}", &url[..scheme_end + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }
 
 /// How to log in to a primary found through Sentinel (a URL carries these
@@ -364,6 +383,19 @@ mod tests {
         assert_eq!(c.renewal_period(), Duration::from_secs(10));
         assert_eq!(c.fairness_window, Duration::from_millis(10));
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn debug_output_hides_every_password() {
+        let builder = ClientBuilder::new_sentinel(
+            vec!["redis://:sentinel-secret@10.0.0.1:26379".to_owned(), "redis://10.0.0.2:26379".to_owned()],
+            "orders".to_owned(),
+        )
+        .node_username("app")
+        .node_password("node-secret");
+        let printed = format!("{builder:?}");
+        assert!(!printed.contains("secret"), "{printed}");
+        assert!(printed.contains("10.0.0.1:26379") && printed.contains("app"), "{printed}");
     }
 
     #[test]

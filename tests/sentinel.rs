@@ -106,7 +106,8 @@ fn a_master_name_no_sentinel_knows_is_refused_at_build() {
         .build()
         .unwrap_err();
     assert!(err.is_connection_error(), "{err:?}");
-    assert!(started.elapsed() < 5 * TIMEOUT, "build() took {:?}", started.elapsed());
+    // Refused connections cost nothing: no timeout is waited out.
+    assert!(started.elapsed() < TIMEOUT, "build() took {:?}", started.elapsed());
 }
 
 /// The failover test: the primary is killed (SIGKILL) while two locks are
