@@ -169,8 +169,14 @@ impl Client {
     /// that did not survive the failover is reported lost
     /// ([`LockGuard::lost_signal`](crate::LockGuard::lost_signal)) at that
     /// moment. See docs/guarantees.md for what survives a failover.
-    /// No I/O happens until [`ClientBuilder::build`]. TLS to the primary is
-    /// not supported through Sentinel yet.
+    /// No I/O happens until [`ClientBuilder::build`], which fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a
+    /// master name no sentinel knows,
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when the
+    /// sentinels or the primary refuse the credentials, and
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no
+    /// sentinel answers. TLS to the primary is not supported through
+    /// Sentinel yet.
     ///
     /// # Examples
     ///
@@ -468,6 +474,9 @@ impl Inner {
         let Some(pool) = self.pool.read().clone() else {
             return self.connector.open().map(Checkout::Direct);
         };
+        // A wait that outlives a failover says nothing of the new primary:
+        // only one within a generation starts the fail-fast window.
+        let generation = self.generation.current();
         // Stale idle connections are closed as they come out, without I/O;
         // the pool holds at most `pool_max_size` of them.
         for _ in 0..=self.config.pool_max_size {
@@ -475,8 +484,10 @@ impl Inner {
                 Ok(mut conn) if self.generation.is_stale(&conn) => conn.retire(),
                 Ok(conn) => return Ok(Checkout::Pooled(conn)),
                 Err(e) => {
-                    let until = Instant::now() + self.config.connect_timeout;
-                    self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
+                    if self.generation.current() == generation {
+                        let until = Instant::now() + self.config.connect_timeout;
+                        self.unreachable_until.store(self.nanos_since_start(until), Ordering::Release);
+                    }
                     return Err(Error::pool(e));
                 }
             }

@@ -84,10 +84,12 @@ impl Sentinels {
     /// command timeout (a refused connection costs nothing).
     ///
     /// A master name no reachable sentinel knows is
-    /// `MasterNameNotFoundBySentinel`; no sentinel reachable, an I/O error.
+    /// `MasterNameNotFoundBySentinel`; sentinels that refuse the credentials
+    /// in their URLs, that refusal; no sentinel reachable, an I/O error.
     pub(crate) fn ask(&self) -> redis::RedisResult<MasterAddr> {
         let first = self.preferred.load(Ordering::Relaxed);
         let mut unknown = false;
+        let mut refused: Option<redis::RedisError> = None;
         let mut last: Option<redis::RedisError> = None;
         for offset in 0..self.nodes.len() {
             let at = (first + offset) % self.nodes.len();
@@ -97,6 +99,7 @@ impl Sentinels {
                     return Ok(addr);
                 }
                 Ok(None) => unknown = true,
+                Err(e) if refuses_credentials(&e) => refused = Some(e),
                 Err(e) => {
                     log::debug!("keyholder: sentinel {} did not answer: {e}", describe(&self.nodes[at]));
                     last = Some(e);
@@ -109,6 +112,9 @@ impl Sentinels {
                 "no sentinel knows a master by that name",
                 self.master.clone(),
             )));
+        }
+        if let Some(refused) = refused {
+            return Err(refused);
         }
         let why = last.map_or_else(String::new, |e| e.to_string());
         Err(io::Error::new(
@@ -238,6 +244,12 @@ fn parse_switch(payload: &str, master: &str) -> Option<MasterAddr> {
         return None;
     }
     Some(((*host).to_owned(), port.parse().ok()?))
+}
+
+/// True when a sentinel refused this client's credentials (or their
+/// absence).
+fn refuses_credentials(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 fn describe(node: &redis::Client) -> String {

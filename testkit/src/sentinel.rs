@@ -37,9 +37,20 @@ impl SentinelSet {
     /// Starts the servers and the sentinels and waits (at most 30 s) until
     /// every sentinel knows the replica and its two peers.
     pub fn start() -> SentinelSet {
+        SentinelSet::start_configured(None)
+    }
+
+    /// As [`start`](SentinelSet::start), with sentinels that require
+    /// `password` (`requirepass`; they log in to each other with it too).
+    /// [`sentinel_urls`](SentinelSet::sentinel_urls) carry it.
+    pub fn start_with_sentinel_password(password: &str) -> SentinelSet {
+        SentinelSet::start_configured(Some(password))
+    }
+
+    fn start_configured(password: Option<&str>) -> SentinelSet {
         let primary = RedisServer::start();
         let replica = RedisServer::start_replica_of(&primary);
-        let sentinels = (0..3).map(|_| Sentinel::start(primary.port())).collect();
+        let sentinels = (0..3).map(|_| Sentinel::start(primary.port(), password)).collect();
         let set = SentinelSet { primary: Some(primary), replica, sentinels };
         set.wait_until_ready();
         set
@@ -66,9 +77,9 @@ impl SentinelSet {
         }
     }
 
-    /// The sentinels' URLs, `redis://127.0.0.1:<port>`.
+    /// The sentinels' URLs, `redis://[:<password>@]127.0.0.1:<port>`.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels.iter().map(|s| format!("redis://127.0.0.1:{}", s.port)).collect()
+        self.sentinels.iter().map(Sentinel::url).collect()
     }
 
     /// The primary; panics once it was killed.
@@ -93,6 +104,31 @@ impl SentinelSet {
     pub fn failover(&self) {
         let mut con = self.sentinels[0].try_conn().unwrap();
         let _: () = redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME).query(&mut con).unwrap();
+    }
+
+    /// Protects the primary and the replica with `password` (`requirepass`,
+    /// and `masterauth` so that replication goes on), and gives it to the
+    /// sentinels (`auth-pass`) first, so that they never see the servers
+    /// refuse them. The harness's own connections (`conn()`) must then
+    /// `AUTH` themselves.
+    pub fn require_password(&self, password: &str) {
+        for sentinel in &self.sentinels {
+            let mut con = sentinel.try_conn().unwrap();
+            let _: () = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(MASTER_NAME)
+                .arg("auth-pass")
+                .arg(password)
+                .query(&mut con)
+                .unwrap();
+        }
+        for server in [&self.replica, self.primary()] {
+            let mut con = server.conn();
+            for setting in ["masterauth", "requirepass"] {
+                let _: () =
+                    redis::cmd("CONFIG").arg("SET").arg(setting).arg(password).query(&mut con).unwrap();
+            }
+        }
     }
 
     /// The port the first sentinel names as the primary.
@@ -126,19 +162,25 @@ struct Sentinel {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    password: Option<String>,
 }
 
 impl Sentinel {
     /// Starts a sentinel monitoring the primary on `primary_port`; retries
     /// on a port race.
-    fn start(primary_port: u16) -> Sentinel {
+    fn start(primary_port: u16, password: Option<&str>) -> Sentinel {
         let dir = std::env::temp_dir().join(format!(
             "keyholder-sentinel-{}-{}",
             std::process::id(),
             NEXT_DIR.fetch_add(1, Ordering::Relaxed)
         ));
         for _ in 0..5 {
-            let mut sentinel = Sentinel { child: None, port: free_port(), dir: dir.clone() };
+            let mut sentinel = Sentinel {
+                child: None,
+                port: free_port(),
+                dir: dir.clone(),
+                password: password.map(str::to_owned),
+            };
             if sentinel.spawn(primary_port) {
                 return sentinel;
             }
@@ -155,10 +197,12 @@ impl Sentinel {
         // of its own, writable.
         let conf = self.dir.join("sentinel.conf");
         let down_after = DOWN_AFTER.as_millis();
+        let requirepass = self.password.as_ref().map_or_else(String::new, |p| format!("requirepass {p}\n"));
         std::fs::write(
             &conf,
-            format!(
-                "port {port}\n\
+            requirepass
+                + &format!(
+                    "port {port}\n\
                  bind 127.0.0.1\n\
                  daemonize no\n\
                  dir {dir}\n\
@@ -168,9 +212,9 @@ impl Sentinel {
                  sentinel down-after-milliseconds {MASTER_NAME} {down_after}\n\
                  sentinel failover-timeout {MASTER_NAME} 5000\n\
                  sentinel parallel-syncs {MASTER_NAME} 1\n",
-                port = self.port,
-                dir = self.dir.display(),
-            ),
+                    port = self.port,
+                    dir = self.dir.display(),
+                ),
         )
         .unwrap();
         let child = Command::new(std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into()))
@@ -212,8 +256,15 @@ impl Sentinel {
         false
     }
 
+    fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        let client = redis::Client::open(self.url())?;
         let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
         con.set_read_timeout(Some(Duration::from_secs(5)))?;
         Ok(con)
