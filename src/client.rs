@@ -21,7 +21,9 @@ use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
-use crate::pubsub::subscriber::{PubsubTls, Subscriber, Target};
+use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
+use crate::pubsub::subscriber::Subscriber;
+use crate::pubsub::target::{PubsubTls, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::store::eval::Wait;
 use crate::store::primary::{Node, Primary};
@@ -89,6 +91,8 @@ pub(crate) struct Inner {
     /// Numbers release requests, for their latches.
     pub(crate) next_request: AtomicU64,
     pub(crate) subscriber: Arc<Subscriber>,
+    /// Through Sentinel: the `+switch-master` subscription.
+    sentinel_watch: Option<Arc<SentinelWatch>>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
     /// When the client was built: the origin of `unreachable_until`.
@@ -211,7 +215,7 @@ impl Client {
     pub(crate) fn start(config: Config) -> Result<Client> {
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let (primary, pubsub_tls) = primary_of(&config)?;
+        let (primary, pubsub_tls, sentinel_watch) = primary_of(&config, &connection_name)?;
         let pubsub_name = format!("{connection_name}:pubsub");
         let target_of = move |node: &Node| {
             Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned())
@@ -259,6 +263,7 @@ impl Client {
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
+            sentinel_watch,
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
             started: Instant::now(),
@@ -274,10 +279,11 @@ impl Client {
             }
         });
         let short_id: String = inner.id.chars().take(8).collect();
-        if primary.is_discovered() {
+        if let Some(watch) = inner.sentinel_watch.clone() {
             let watch_stop = stop_rx.clone();
             let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
-                primary.watch(&watch_stop);
+                let first = primary.preferred_sentinel();
+                watch.run(first, &watch_stop, &FollowPrimary(primary));
             });
             match watcher {
                 Ok(thread) => inner.threads.lock().push(thread),
@@ -383,9 +389,23 @@ fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
 
 /// Where the client's primary is, and the pub/sub connection's TLS
 /// configuration: a URL's server, or the master the sentinels name.
-fn primary_of(config: &Config) -> Result<(Arc<Primary>, Option<PubsubTls>)> {
+fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
     let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
     if let Some(sentinel) = &config.sentinel {
+        let watched = sentinel
+            .urls
+            .iter()
+            .map(|url| {
+                let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
+                Target::from_info(client.get_connection_info(), format!("{connection_name}:sentinel"), None)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let watch = SentinelWatch::new(
+            watched,
+            sentinel.master.clone(),
+            config.connect_timeout,
+            config.command_timeout,
+        );
         let sentinels =
             Sentinels::new(&sentinel.urls, &sentinel.master, config.connect_timeout, config.command_timeout)?;
         let node = &config.node;
@@ -404,7 +424,7 @@ fn primary_of(config: &Config) -> Result<(Arc<Primary>, Option<PubsubTls>)> {
         .map_err(|e| Error::invalid_config(e.to_string()))?
         .set_redis_settings(settings)
         .set_tcp_settings(nodelay);
-        return Ok((Arc::new(Primary::sentinel(sentinels, template)), None));
+        return Ok((Arc::new(Primary::sentinel(sentinels, template)), None, Some(Arc::new(watch))));
     }
     let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
     let info = redis_client.get_connection_info().clone().set_tcp_settings(nodelay);
@@ -412,7 +432,24 @@ fn primary_of(config: &Config) -> Result<(Arc<Primary>, Option<PubsubTls>)> {
     let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
     #[cfg(not(feature = "tls"))]
     let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
-    Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls))
+    Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls, None))
+}
+
+/// Where the primary is, the pub/sub connection's TLS configuration, and,
+/// through Sentinel, the watch that follows the master.
+type PrimaryParts = (Arc<Primary>, Option<PubsubTls>, Option<Arc<SentinelWatch>>);
+
+/// Follows the sentinel watch's reports (see `pubsub/sentinel_watch.rs`).
+struct FollowPrimary(Arc<Primary>);
+
+impl Switches for FollowPrimary {
+    fn subscribed(&self, sentinel: usize) {
+        self.0.ask_sentinel(sentinel);
+    }
+
+    fn switched(&self, host: String, port: u16) {
+        self.0.observe_logged((host, port));
+    }
 }
 
 /// The primary's node, found (through Sentinel) after the access check.
@@ -588,6 +625,9 @@ impl Inner {
         }
         self.stop.lock().take();
         self.subscriber.shut_down();
+        if let Some(watch) = &self.sentinel_watch {
+            watch.shut_down();
+        }
         let entries: Vec<Arc<Entry>> = self.entries.lock().map.values().cloned().collect();
         for entry in entries {
             entry.shut_down();

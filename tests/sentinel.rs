@@ -84,6 +84,14 @@ fn the_client_finds_the_primary_through_the_sentinels() {
     let woken = served - released;
     assert!(woken < 2 * SECOND, "the waiter was not woken ({woken:?})");
     assert!(!exists(&mut set.primary().conn(), "found"));
+
+    // Dropping a client does not wait for its quiet sentinel subscription
+    // to time out.
+    let patient = builder(&set).command_timeout(5 * SECOND).build().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    drop(patient);
+    assert!(started.elapsed() < SECOND, "dropping the client took {:?}", started.elapsed());
 }
 
 #[test]

@@ -20,7 +20,6 @@
 //! reader reconnects there at once, with the same consequences.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::io::{self, BufReader};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -31,16 +30,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::{Address, Stream};
-
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(feature = "tls")]
-pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(not(feature = "tls"))]
-pub(crate) type PubsubTls = std::convert::Infallible;
+use crate::pubsub::stream::Stream;
+use crate::pubsub::target::Target;
 
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
@@ -76,84 +67,6 @@ pub(crate) struct Interest<'a> {
     pub(crate) waiters: Weak<dyn Waiters>,
 }
 
-/// Where and how to connect.
-#[derive(Clone)]
-pub(crate) struct Target {
-    address: Address,
-    username: Option<String>,
-    password: Option<String>,
-    /// The connection's `CLIENT SETNAME`.
-    name: String,
-}
-
-/// Never prints the password, so a `{:?}` in a log line cannot leak it.
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target")
-            .field("address", &self.address)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl Target {
-    /// The pub/sub target of a redis-rs connection description: TCP, a Unix
-    /// socket, or, with the `tls` feature, TLS over TCP with `tls` (the
-    /// configuration made from the client's TLS settings).
-    pub(crate) fn from_info(
-        info: &redis::ConnectionInfo,
-        name: String,
-        tls: Option<PubsubTls>,
-    ) -> Result<Target> {
-        let address = match (info.addr(), tls) {
-            (redis::ConnectionAddr::Tcp(host, port), _) => Address::Tcp { host: host.clone(), port: *port },
-            #[cfg(feature = "tls")]
-            (redis::ConnectionAddr::TcpTls { host, port, .. }, Some(config)) => {
-                Address::Tls { host: host.clone(), port: *port, config }
-            }
-            #[cfg(unix)]
-            (redis::ConnectionAddr::Unix(path), _) => Address::Unix(path.clone()),
-            (other, _) => {
-                return Err(Error::invalid_config(format!(
-                    "keyholder connects to redis:// (TCP), rediss:// (TLS, with the `tls` feature) and \
-                     redis+unix:// URLs; got {other}"
-                )));
-            }
-        };
-        Ok(Target {
-            address,
-            username: info.redis_settings().username().map(str::to_owned),
-            password: info.redis_settings().password().map(str::to_owned),
-            name,
-        })
-    }
-}
-
-impl Target {
-    /// Why a TLS handshake with the server fails, if it does: one
-    /// connection and a PING, for `build()` to explain a refused pool
-    /// connection (see `tls.rs`). `None` when it succeeds, or fails for
-    /// another reason than TLS.
-    #[cfg(feature = "tls")]
-    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<Error> {
-        if !matches!(self.address, Address::Tls { .. }) {
-            return None;
-        }
-        let probe = || -> io::Result<()> {
-            let mut stream = self.address.connect(timeout)?;
-            stream.set_read_timeout(Some(timeout))?;
-            stream.set_write_timeout(Some(timeout))?;
-            // A server that refuses this client's certificate says so after
-            // the handshake (TLS 1.3): read one reply.
-            resp::write_command(&mut stream, &[b"PING"])?;
-            resp::read_value(&mut BufReader::new(stream)).map(drop)
-        };
-        crate::tls::refusal(probe().err()?).ok()
-    }
-}
-
 pub(crate) struct Subscriber {
     /// Where to connect; replaced when the primary moves.
     target: Mutex<Target>,
@@ -172,9 +85,7 @@ pub(crate) struct Subscriber {
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscriber")
-            .field("target", &self.target.lock().address.describe())
-            .finish_non_exhaustive()
+        f.debug_struct("Subscriber").field("target", &self.target.lock().describe()).finish_non_exhaustive()
     }
 }
 
@@ -539,42 +450,9 @@ impl Subscriber {
 
     fn connect(&self) -> io::Result<(BufReader<Stream>, Stream)> {
         let target = self.target.lock().clone();
-        let stream = target.address.connect(self.connect_timeout)?;
-        stream.set_write_timeout(Some(self.command_timeout))?;
-        let mut writer = stream.try_clone()?;
-        let mut reader = BufReader::new(stream);
-        authenticate(&target, self.command_timeout, &mut reader, &mut writer)?;
-        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-        Ok((reader, writer))
+        target.open(self.connect_timeout, self.command_timeout)
     }
-}
 
-/// Authenticates (when the target has a password) and names the connection
-/// (best effort: an ACL may deny `CLIENT SETNAME`).
-fn authenticate(
-    target: &Target,
-    timeout: Duration,
-    reader: &mut BufReader<Stream>,
-    writer: &mut Stream,
-) -> io::Result<()> {
-    {
-        reader.get_ref().set_read_timeout(Some(timeout))?;
-        if let Some(password) = target.password.as_deref() {
-            match target.username.as_deref() {
-                Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
-                None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
-            }
-            if let Resp::Error(e) = resp::read_value(reader)? {
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
-            }
-        }
-        resp::write_command(writer, &[b"CLIENT", b"SETNAME", target.name.as_bytes()])?;
-        resp::read_value(reader)?;
-        Ok(())
-    }
-}
-
-impl Subscriber {
     /// Publishes a fresh connection and resubscribes every channel in use.
     /// False when the subscriber was shut down meanwhile. A connection
     /// opened before a retarget (`epoch` is past) is closed at once: the

@@ -191,15 +191,30 @@ impl Primary {
         }
     }
 
-    /// Follows the master through its sentinels until `stop` disconnects
-    /// (see [`Sentinels::watch`]); returns at once for a fixed primary.
-    pub(crate) fn watch(&self, stop: &crossbeam_channel::Receiver<()>) {
+    /// Asks sentinel `at` where the master is (the sentinel watch has just
+    /// subscribed to it) and follows the answer.
+    pub(crate) fn ask_sentinel(&self, at: usize) {
         let Source::Sentinel(discovered) = &self.source else { return };
-        discovered.sentinels.watch(stop, |addr| {
-            if let Err(e) = self.observe(addr) {
-                log::warn!("keyholder: {e}");
-            }
-        });
+        match discovered.sentinels.ask_at(at) {
+            Ok(Some(addr)) => self.observe_logged(addr),
+            Ok(None) => log::warn!("keyholder: sentinel {at} does not know the master"),
+            Err(e) => log::debug!("keyholder: sentinel {at} did not answer: {e}"),
+        }
+    }
+
+    /// [`observe`](Primary::observe), for callers that can only log.
+    pub(crate) fn observe_logged(&self, addr: MasterAddr) {
+        if let Err(e) = self.observe(addr) {
+            log::warn!("keyholder: {e}");
+        }
+    }
+
+    /// The sentinel to listen to first: the one that answered last.
+    pub(crate) fn preferred_sentinel(&self) -> usize {
+        match &self.source {
+            Source::Sentinel(discovered) => discovered.sentinels.preferred(),
+            Source::Fixed => 0,
+        }
     }
 
     /// Checks that a new connection to `node` reached a master (`ROLE`),
