@@ -59,6 +59,15 @@ fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver
     rx
 }
 
+/// When a lost signal fires (`None` if it does not within 30 s).
+fn told_at(signal: crossbeam_channel::Receiver<LostReason>) -> mpsc::Receiver<Option<(LostReason, Instant)>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(signal.recv_timeout(30 * SECOND).ok().map(|reason| (reason, Instant::now())));
+    });
+    rx
+}
+
 #[test]
 fn the_client_finds_the_primary_through_the_sentinels() {
     let set = SentinelSet::start();
@@ -176,12 +185,16 @@ fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
     let kept = acked.lock("kept").unwrap().lock().unwrap();
     assert!(kept.is_replicated());
     let dropped = plain.lock("dropped").unwrap().lock().unwrap();
-    let dropped_signal = dropped.lost_signal();
-    // The write that never reached the replica.
+    let dropped_signal = told_at(dropped.lost_signal());
+    // A client that makes no call during the failover hears of it through
+    // its sentinel subscription alone.
+    let idle_dropped = acked.lock("idle-dropped").unwrap().lock().unwrap();
+    let idle_signal = told_at(idle_dropped.lost_signal());
+    // The writes that never reached the replica.
     let mut replica = set.replica().conn();
     let _: () =
         redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("no").query(&mut replica).unwrap();
-    let _: i64 = redis::cmd("DEL").arg("dropped").query(&mut replica).unwrap();
+    let _: i64 = redis::cmd("DEL").arg("dropped").arg("idle-dropped").query(&mut replica).unwrap();
     let _: () =
         redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("yes").query(&mut replica).unwrap();
 
@@ -209,13 +222,16 @@ fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
     assert!(set.wait_for_promotion(10 * SECOND), "{}", set.logs());
 
     // The lock that did not survive: its holder is told, its waiter gets it.
-    let reason = dropped_signal.recv_timeout(30 * SECOND).expect("the holder of the lost lock was not told");
-    let told = killed.elapsed();
+    let (reason, at) = dropped_signal.recv().unwrap().expect("the holder of the lost lock was not told");
+    let told = at - killed;
     assert_eq!(reason, LostReason::RenewalRefused);
     assert!(dropped.is_lost());
     let (dropped_served, _, dropped_errors) =
         dropped_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the lost lock was stranded");
     let dropped_wait = dropped_served - killed;
+    let (idle_reason, at) = idle_signal.recv().unwrap().expect("the idle client's holder was not told");
+    let idle_told = at - killed;
+    assert_eq!(idle_reason, LostReason::RenewalRefused);
 
     // The acknowledged lock survived: the promoted replica has it, its
     // holder keeps it, and its waiter gets it when it is released.
@@ -229,15 +245,19 @@ fn a_failover_moves_holders_waiters_and_new_calls_to_the_promoted_replica() {
         kept_waiter.recv_timeout(30 * SECOND).unwrap().expect("the waiter of the kept lock was stranded");
     let handed = kept_served - released;
     drop(dropped);
+    drop(idle_dropped);
 
     eprintln!(
         "failover: first acquisition {first_acquisition:?} after the kill, slowest call {slowest_call:?}, \
-         holder told {told:?}, waiter of the lost lock served {dropped_wait:?} ({dropped_errors} failed \
+         holder told {told:?} (idle client: {idle_told:?}), waiter of the lost lock served {dropped_wait:?} ({dropped_errors} failed \
          calls), waiter of the kept lock served {handed:?} after its release ({kept_errors} failed calls)"
     );
     assert!(first_acquisition < 15 * SECOND, "{first_acquisition:?}");
     // Told at the switch, not at the next renewal (10 s after the hold).
     assert!(told < first_acquisition + 2 * SECOND, "told {told:?}, first acquisition {first_acquisition:?}");
+    // The idle client's watchdog renews next 10 s after the hold: told
+    // well before, by the switch.
+    assert!(idle_told < first_acquisition + 2 * SECOND, "idle client told {idle_told:?}");
     assert!(handed < 2 * SECOND, "the waiter of the kept lock was not woken ({handed:?})");
 }
 
