@@ -272,6 +272,10 @@ impl Client {
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
         });
+        if primary.is_discovered() {
+            let asked = Arc::clone(&primary);
+            subscriber.on_unreachable(move || asked.recheck());
+        }
         let moved = Arc::downgrade(&inner);
         primary.on_move(move |node| {
             if let Some(inner) = moved.upgrade() {

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::io::{self, BufReader};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -81,7 +81,13 @@ pub(crate) struct Subscriber {
     confirmed: Condvar,
     /// Told when the connection was replaced (see [`Subscriber::new`]).
     reconnected: Sender<()>,
+    /// Called when connecting failed, before the back-off (see
+    /// [`Subscriber::on_unreachable`]).
+    unreachable: OnceLock<UnreachableHook>,
 }
+
+/// What the client does when the target cannot be reached.
+type UnreachableHook = Box<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,7 +286,15 @@ impl Subscriber {
             state: Mutex::new(State::default()),
             confirmed: Condvar::new(),
             reconnected,
+            unreachable: OnceLock::new(),
         }
+    }
+
+    /// Sets the hook called each time connecting fails, before the reader
+    /// backs off: through Sentinel the client asks where the primary is now,
+    /// and a move retargets the subscriber at once. Set once.
+    pub(crate) fn on_unreachable(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.unreachable.set(Box::new(hook));
     }
 
     /// Subscribes `entry`'s unlock and wake channels for the calling waiter
@@ -438,7 +452,12 @@ impl Subscriber {
                     // Reconnect at once; back off only when connecting fails.
                     continue;
                 }
-                Err(e) => log::debug!("keyholder pub/sub connect failed: {e}"),
+                Err(e) => {
+                    log::debug!("keyholder pub/sub connect failed: {e}");
+                    if let Some(hook) = self.unreachable.get() {
+                        hook();
+                    }
+                }
             }
             crossbeam_channel::select! {
                 recv(stop) -> _ => return,

@@ -217,6 +217,19 @@ impl Primary {
         }
     }
 
+    /// The primary could not be reached (the pub/sub connection failed to
+    /// connect): ask the sentinels where it is now, which moves the client if
+    /// they name another node. Does nothing for a fixed primary.
+    pub(crate) fn recheck(&self) {
+        if !self.is_discovered() {
+            return;
+        }
+        self.current.write().trusted = false;
+        if let Err(e) = self.locate() {
+            log::debug!("keyholder: no sentinel named the primary: {e}");
+        }
+    }
+
     /// Checks that a new connection to `node` reached a master (`ROLE`),
     /// for a discovered primary; a fixed one is taken as it is.
     pub(crate) fn confirm(&self, node: &Arc<Node>, con: &mut redis::Connection) -> redis::RedisResult<()> {
