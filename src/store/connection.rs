@@ -275,3 +275,21 @@ pub(crate) fn build_pool(connector: Connector, max_size: u32, connect_timeout: D
         .build(connector)
         .map_err(Error::pool)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_demoted_primary_counts_as_a_reset_connection() {
+        let readonly = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        let mapped = demoted_as_dropped(readonly);
+        assert!(is_transport_error(&mapped) && !mapped.is_timeout(), "{mapped:?}");
+        let other =
+            redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::NoScript), "NOSCRIPT"));
+        assert!(!is_transport_error(&demoted_as_dropped(other)));
+    }
+}

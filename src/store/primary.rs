@@ -249,3 +249,70 @@ impl Primary {
         .into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn discovered() -> Primary {
+        let timeout = Duration::from_secs(1);
+        let sentinels = Sentinels::new(&["redis://127.0.0.1:1".to_owned()], "m", timeout, timeout).unwrap();
+        let template = redis::IntoConnectionInfo::into_connection_info("redis://:pw@127.0.0.1:1/3").unwrap();
+        Primary::sentinel(sentinels, template)
+    }
+
+    fn port_of(node: &Node) -> u16 {
+        match node.info().addr() {
+            redis::ConnectionAddr::Tcp(_, port) => *port,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_new_address_is_a_move() {
+        let primary = discovered();
+        let moves = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&moves);
+        primary.on_move(move |node| {
+            assert_eq!(port_of(node), 7001);
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let first = primary.observe(("127.0.0.1".to_owned(), 7000)).unwrap();
+        assert_eq!(moves.load(Ordering::SeqCst), 0, "the first discovery is not a move");
+        assert!(Arc::ptr_eq(&first, &primary.observe(("127.0.0.1".to_owned(), 7000)).unwrap()));
+        // Given up on, then named again: the same node, not a move.
+        primary.lost(&first);
+        assert!(primary.current.read().trusted().is_none());
+        primary.observe(("127.0.0.1".to_owned(), 7000)).unwrap();
+        assert_eq!(moves.load(Ordering::SeqCst), 0);
+        assert!(Arc::ptr_eq(&first, &primary.locate().unwrap()), "trusted again without I/O");
+
+        let second = primary.observe(("127.0.0.1".to_owned(), 7001)).unwrap();
+        assert_eq!(moves.load(Ordering::SeqCst), 1);
+        // A connection that failed on the old node does not distrust the new.
+        primary.lost(&first);
+        assert!(Arc::ptr_eq(&second, &primary.locate().unwrap()));
+    }
+
+    #[test]
+    fn a_node_keeps_the_template_credentials_and_database() {
+        let primary = discovered();
+        let node = primary.observe(("10.0.0.9".to_owned(), 6390)).unwrap();
+        let settings = node.info().redis_settings();
+        assert_eq!((settings.password(), settings.db()), (Some("pw"), 3));
+        assert_eq!(node.info().addr(), &redis::ConnectionAddr::Tcp("10.0.0.9".to_owned(), 6390));
+    }
+
+    #[test]
+    fn a_fixed_primary_never_moves_nor_asks() {
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let primary = Primary::fixed(client);
+        let node = primary.locate().unwrap();
+        primary.lost(&node);
+        assert!(Arc::ptr_eq(&node, &primary.locate().unwrap()));
+        assert!(primary.observe(("127.0.0.1".to_owned(), 2)).is_err());
+    }
+}
