@@ -104,6 +104,34 @@ fn the_client_finds_the_primary_through_the_sentinels() {
 }
 
 #[test]
+fn a_sentinel_that_never_answers_costs_one_command_timeout() {
+    let set = SentinelSet::start();
+    // Accepts connections (the kernel does, into the backlog) and never
+    // answers: a black hole.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut urls = vec![format!("redis://127.0.0.1:{}", hole.local_addr().unwrap().port())];
+    urls.extend(set.sentinel_urls());
+    let started = Instant::now();
+    let client = Client::builder_sentinel(urls, MASTER_NAME)
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < 3 * TIMEOUT, "build() took {took:?}");
+    // Then the sentinel that answered is asked first: calls do not wait on
+    // the black hole, nor does dropping the client.
+    let started = Instant::now();
+    client.lock("past-the-hole").unwrap().lock().unwrap().unlock().unwrap();
+    drop(client);
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "a call or the drop waited on the black hole: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
 fn a_password_protected_primary_is_reached_with_the_node_credentials() {
     let set = SentinelSet::start();
     set.require_password("node-secret");
