@@ -26,7 +26,7 @@ use crate::pubsub::subscriber::Subscriber;
 use crate::pubsub::target::{PubsubTls, Target};
 use crate::store::connection::{self, Checkout, Conn, Connector, Generation, Pool};
 use crate::store::eval::Wait;
-use crate::store::primary::{Node, Primary};
+use crate::store::primary::{Node, OpenNode, Primary};
 use crate::store::scripts::{Scripts, Turns};
 use crate::store::sentinel::Sentinels;
 use crate::watchdog::{self, Registry, Renewals, Signals};
@@ -179,8 +179,9 @@ impl Client {
     /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when the
     /// sentinels or the primary refuse the credentials, and
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no
-    /// sentinel answers. TLS to the primary is not supported through
-    /// Sentinel yet.
+    /// sentinel answers. With the `tls` feature,
+    /// `node_tls(true)` speaks TLS to the primary; the sentinels are
+    /// reached without TLS.
     ///
     /// # Examples
     ///
@@ -421,14 +422,29 @@ fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
             settings = settings.set_password(password);
         }
         // The address is the sentinels' to give; this one is never used.
-        let template = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
-            "127.0.0.1".to_owned(),
-            6379,
-        ))
-        .map_err(|e| Error::invalid_config(e.to_string()))?
-        .set_redis_settings(settings)
-        .set_tcp_settings(nodelay);
-        return Ok((Arc::new(Primary::sentinel(sentinels, template)), None, Some(Arc::new(watch))));
+        let (host, port) = ("127.0.0.1".to_owned(), 6379);
+        let addr = if node.tls {
+            redis::ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
+        } else {
+            redis::ConnectionAddr::Tcp(host, port)
+        };
+        let template = redis::IntoConnectionInfo::into_connection_info(addr)
+            .map_err(|e| Error::invalid_config(e.to_string()))?
+            .set_redis_settings(settings)
+            .set_tcp_settings(nodelay);
+        #[cfg(feature = "tls")]
+        let (open, pubsub_tls): (OpenNode, _) = {
+            let options = config.tls.clone();
+            let pubsub_tls = crate::tls::apply(template.clone(), &options)?.1;
+            (Box::new(move |info| crate::tls::apply(info, &options).map(|(client, _)| client)), pubsub_tls)
+        };
+        #[cfg(not(feature = "tls"))]
+        let (open, pubsub_tls): (OpenNode, _) = (
+            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string()))),
+            None,
+        );
+        let primary = Primary::sentinel(sentinels, template, open);
+        return Ok((Arc::new(primary), pubsub_tls, Some(Arc::new(watch))));
     }
     let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
     let info = redis_client.get_connection_info().clone().set_tcp_settings(nodelay);

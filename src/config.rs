@@ -63,6 +63,8 @@ pub(crate) struct NodeSettings {
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) database: i64,
+    /// TLS to the primary, with the builder's TLS settings.
+    pub(crate) tls: bool,
 }
 
 /// Never prints the password.
@@ -72,6 +74,7 @@ impl std::fmt::Debug for NodeSettings {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("database", &self.database)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -153,6 +156,22 @@ impl ClientBuilder {
     /// Defaults to 0.
     pub fn node_database(mut self, database: i64) -> Self {
         self.config.node.database = database;
+        self
+    }
+
+    /// Speaks TLS to the primary (and the replica promoted after it), for a
+    /// client built with
+    /// [`Client::builder_sentinel`](crate::Client::builder_sentinel), with
+    /// the builder's TLS settings
+    /// ([`tls_ca_certificate`](ClientBuilder::tls_ca_certificate) and the
+    /// rest); the primary's certificate must name the address the sentinels
+    /// give for it (often an IP address). The sentinels themselves are
+    /// reached without TLS. (A `rediss://` URL says as much by itself.)
+    ///
+    /// Defaults to false. Requires the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn node_tls(mut self, tls: bool) -> Self {
+        self.config.node.tls = tls;
         self
     }
 
@@ -320,14 +339,16 @@ impl Config {
         let invalid = |what: String| Err(Error::invalid_config(what));
         if self.sentinel.is_none() && self.node != NodeSettings::default() {
             return invalid(
-                "node_username, node_password and node_database are for clients built with \
+                "node_username, node_password, node_database and node_tls are for clients built with \
                  Client::builder_sentinel; a URL carries them itself"
                     .into(),
             );
         }
         #[cfg(feature = "tls")]
-        if self.sentinel.is_some() && self.tls.is_set() {
-            return invalid("TLS through Sentinel is not supported yet".into());
+        if self.sentinel.is_some() && self.tls.is_set() && !self.node.tls {
+            return invalid(
+                "TLS settings for a client built with Client::builder_sentinel need node_tls(true)".into(),
+            );
         }
         if self.pool_max_size == 0 {
             return invalid("pool_max_size must be at least 1".into());

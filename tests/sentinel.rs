@@ -336,3 +336,43 @@ fn a_failover_with_the_old_primary_alive_moves_the_client_off_it() {
     );
     assert!(handed < 2 * SECOND, "the waiter was not woken ({handed:?})");
 }
+
+/// TLS to the primary through Sentinel (`node_tls`): a primary and a
+/// replica that listen for TLS only; the client follows the failover and
+/// reaches the promoted replica over TLS, pub/sub included.
+#[cfg(feature = "tls")]
+#[test]
+fn tls_to_the_primary_through_sentinel_survives_a_failover() {
+    let mut set = SentinelSet::start_tls();
+    let ca = set.primary().tls().ca.cert_pem().to_owned();
+    let err = builder(&set).tls_ca_certificate(ca.clone()).build().unwrap_err();
+    assert!(err.is_invalid(), "TLS settings without node_tls: {err:?}");
+
+    let tls_builder = || builder(&set).node_tls(true).tls_ca_certificate(ca.clone());
+    let client = tls_builder().replica_acks(1, Duration::from_millis(300)).build().unwrap();
+    let other = tls_builder().build().unwrap();
+    let held = client.lock("tls-held").unwrap().lock().unwrap();
+    assert!(held.is_replicated());
+    let waiting = waiter(other.clone(), "tls-held", 30 * SECOND);
+    common::wait_subscribed(&other, 1);
+
+    let killed = Instant::now();
+    set.kill_primary();
+    let first_acquisition = loop {
+        assert!(killed.elapsed() < 30 * SECOND, "no acquisition worked in 30 s\n{}", set.logs());
+        if let Ok(Some(guard)) = other.lock("tls-fresh").unwrap().try_lock() {
+            guard.unlock().unwrap();
+            break killed.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!held.is_lost(), "the acknowledged hold was lost: {:?}", held.lost_reason());
+    let released = Instant::now();
+    held.unlock().unwrap();
+    let (served, _, _) = waiting.recv_timeout(30 * SECOND).unwrap().expect("the waiter was stranded");
+    let handed = served - released;
+    eprintln!(
+        "TLS failover: first acquisition {first_acquisition:?} after the kill, waiter served {handed:?}"
+    );
+    assert!(handed < 2 * SECOND, "the waiter was not woken over TLS ({handed:?})");
+}

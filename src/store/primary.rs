@@ -59,12 +59,17 @@ enum Source {
 }
 
 /// A primary found through Sentinel: nodes are made from `template` (the
-/// primary's credentials, database and socket settings) and the address a
-/// sentinel gives.
+/// primary's credentials, database, socket settings and whether it speaks
+/// TLS) and the address a sentinel gives, by `open` (which adds the TLS
+/// certificates when there are some).
 struct Discovered {
     sentinels: Sentinels,
     template: redis::ConnectionInfo,
+    open: OpenNode,
 }
+
+/// Makes the redis-rs client of a node from its connection description.
+pub(crate) type OpenNode = Box<dyn Fn(redis::ConnectionInfo) -> Result<redis::Client> + Send + Sync>;
 
 /// One Redis server to open connections to.
 #[derive(Debug)]
@@ -100,10 +105,11 @@ impl Primary {
         Primary::new(Source::Fixed, Some(Arc::new(Node { client })))
     }
 
-    /// The master `sentinels` name, reached with `template`'s settings.
-    /// No I/O: the first [`locate`](Primary::locate) asks the sentinels.
-    pub(crate) fn sentinel(sentinels: Sentinels, template: redis::ConnectionInfo) -> Primary {
-        Primary::new(Source::Sentinel(Box::new(Discovered { sentinels, template })), None)
+    /// The master `sentinels` name, reached with `template`'s settings
+    /// through clients `open` makes. No I/O: the first
+    /// [`locate`](Primary::locate) asks the sentinels.
+    pub(crate) fn sentinel(sentinels: Sentinels, template: redis::ConnectionInfo, open: OpenNode) -> Primary {
+        Primary::new(Source::Sentinel(Box::new(Discovered { sentinels, template, open })), None)
     }
 
     fn new(source: Source, node: Option<Arc<Node>>) -> Primary {
@@ -152,18 +158,20 @@ impl Primary {
             return Err(Error::invalid_config("a fixed primary does not move".to_owned()));
         };
         let mut current = self.current.write();
-        let same = current.node.as_ref().filter(
-            |node| matches!(node.info().addr(), redis::ConnectionAddr::Tcp(h, p) if *h == host && *p == port),
-        );
+        let same = current.node.as_ref().filter(|node| is_at(node.info().addr(), &host, port));
         if let Some(node) = same.cloned() {
             // The same node again (named anew after it refused a
             // connection, say): not a move.
             current.trusted = true;
             return Ok(node);
         }
-        let info = discovered.template.clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
-        let client = redis::Client::open(info)
-            .map_err(|e| Error::invalid_config(format!("bad primary address: {e}")))?;
+        let addr = match discovered.template.addr() {
+            redis::ConnectionAddr::TcpTls { insecure, .. } => {
+                redis::ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
+            }
+            _ => redis::ConnectionAddr::Tcp(host, port),
+        };
+        let client = (discovered.open)(discovered.template.clone().set_addr(addr))?;
         let node = Arc::new(Node { client });
         let previous = current.node.replace(Arc::clone(&node));
         current.trusted = true;
@@ -250,6 +258,16 @@ impl Primary {
     }
 }
 
+/// True when `addr` is `host:port`, over TCP or TLS.
+fn is_at(addr: &redis::ConnectionAddr, host: &str, port: u16) -> bool {
+    match addr {
+        redis::ConnectionAddr::Tcp(h, p) | redis::ConnectionAddr::TcpTls { host: h, port: p, .. } => {
+            h == host && *p == port
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -261,7 +279,9 @@ mod tests {
         let timeout = Duration::from_secs(1);
         let sentinels = Sentinels::new(&["redis://127.0.0.1:1".to_owned()], "m", timeout, timeout).unwrap();
         let template = redis::IntoConnectionInfo::into_connection_info("redis://:pw@127.0.0.1:1/3").unwrap();
-        Primary::sentinel(sentinels, template)
+        let open: OpenNode =
+            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string())));
+        Primary::sentinel(sentinels, template, open)
     }
 
     fn port_of(node: &Node) -> u16 {

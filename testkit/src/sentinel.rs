@@ -25,6 +25,9 @@ pub const MASTER_NAME: &str = "keyholder-test";
 /// How long the sentinels wait for a silent primary before they call it down.
 pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
 
+/// Replaced by a free port in each sentinel's extra configuration.
+const FREE_PORT: &str = "<free-port>";
+
 /// One primary, one replica, three sentinels.
 pub struct SentinelSet {
     /// Dropped (killed) by [`SentinelSet::kill_primary`].
@@ -37,20 +40,49 @@ impl SentinelSet {
     /// Starts the servers and the sentinels and waits (at most 30 s) until
     /// every sentinel knows the replica and its two peers.
     pub fn start() -> SentinelSet {
-        SentinelSet::start_configured(None)
+        let primary = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&primary);
+        SentinelSet::with_sentinels(primary, replica, None, String::new())
+    }
+
+    /// As [`start`](SentinelSet::start), with a primary and a replica that
+    /// listen for TLS only and replicate over TLS (see
+    /// [`RedisServer::start_tls`]); the sentinels listen without TLS and
+    /// reach the servers over TLS with their CA.
+    #[cfg(feature = "tls")]
+    pub fn start_tls() -> SentinelSet {
+        let primary = RedisServer::start_tls(crate::ClientAuth::Off);
+        let replica = RedisServer::start_tls_replica_of(&primary);
+        // Sentinels reach each other over TLS too (`tls-replication`), on
+        // the TLS port they announce; clients use the plain one.
+        let conf = format!(
+            "tls-replication yes\ntls-port {FREE_PORT}\ntls-auth-clients no\ntls-cert-file {}\ntls-key-file {}\n\
+             tls-ca-cert-file {}\n",
+            primary.file("server.crt").display(),
+            primary.file("server.key").display(),
+            primary.file("ca.crt").display(),
+        );
+        SentinelSet::with_sentinels(primary, replica, None, conf)
     }
 
     /// As [`start`](SentinelSet::start), with sentinels that require
     /// `password` (`requirepass`; they log in to each other with it too).
     /// [`sentinel_urls`](SentinelSet::sentinel_urls) carry it.
     pub fn start_with_sentinel_password(password: &str) -> SentinelSet {
-        SentinelSet::start_configured(Some(password))
-    }
-
-    fn start_configured(password: Option<&str>) -> SentinelSet {
         let primary = RedisServer::start();
         let replica = RedisServer::start_replica_of(&primary);
-        let sentinels = (0..3).map(|_| Sentinel::start(primary.port(), password)).collect();
+        SentinelSet::with_sentinels(primary, replica, Some(password), String::new())
+    }
+
+    /// Starts three sentinels for `primary` (`extra_conf`: more lines for
+    /// their config files) and waits until they are ready.
+    fn with_sentinels(
+        primary: RedisServer,
+        replica: RedisServer,
+        password: Option<&str>,
+        extra_conf: String,
+    ) -> SentinelSet {
+        let sentinels = (0..3).map(|_| Sentinel::start(primary.port(), password, &extra_conf)).collect();
         let set = SentinelSet { primary: Some(primary), replica, sentinels };
         set.wait_until_ready();
         set
@@ -168,7 +200,7 @@ struct Sentinel {
 impl Sentinel {
     /// Starts a sentinel monitoring the primary on `primary_port`; retries
     /// on a port race.
-    fn start(primary_port: u16, password: Option<&str>) -> Sentinel {
+    fn start(primary_port: u16, password: Option<&str>, extra_conf: &str) -> Sentinel {
         let dir = std::env::temp_dir().join(format!(
             "keyholder-sentinel-{}-{}",
             std::process::id(),
@@ -181,7 +213,7 @@ impl Sentinel {
                 dir: dir.clone(),
                 password: password.map(str::to_owned),
             };
-            if sentinel.spawn(primary_port) {
+            if sentinel.spawn(primary_port, extra_conf) {
                 return sentinel;
             }
         }
@@ -191,7 +223,7 @@ impl Sentinel {
         );
     }
 
-    fn spawn(&mut self, primary_port: u16) -> bool {
+    fn spawn(&mut self, primary_port: u16, extra_conf: &str) -> bool {
         std::fs::create_dir_all(&self.dir).unwrap();
         // Sentinel rewrites its config file as it learns: it must be a file
         // of its own, writable.
@@ -201,6 +233,7 @@ impl Sentinel {
         std::fs::write(
             &conf,
             requirepass
+                + &extra_conf.replace(FREE_PORT, &free_port().to_string())
                 + &format!(
                     "port {port}\n\
                  bind 127.0.0.1\n\
