@@ -22,11 +22,15 @@ use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
-use crate::pubsub::subscriber::{Subscriber, Target};
+use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
+use crate::pubsub::subscriber::Subscriber;
+use crate::pubsub::target::{PubsubTls, Target};
 use crate::store::batch::Wait;
-use crate::store::connection::{Connector, Generation};
+use crate::store::connection::Connector;
 use crate::store::lanes::{Lanes, Session};
+use crate::store::primary::{Node, OpenNode, Primary};
 use crate::store::scripts::{Scripts, Turns};
+use crate::store::sentinel::Sentinels;
 use crate::watchdog::{self, Registry, Renewals, Signals};
 
 /// A keyholder client: the entry point for locks.
@@ -86,6 +90,8 @@ pub(crate) struct Inner {
     /// Numbers release requests, for their latches.
     pub(crate) next_request: AtomicU64,
     pub(crate) subscriber: Arc<Subscriber>,
+    /// Through Sentinel: the `+switch-master` subscription.
+    sentinel_watch: Option<Arc<SentinelWatch>>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
     shutdown: AtomicBool,
@@ -140,6 +146,57 @@ impl Client {
         ClientBuilder::new(url)
     }
 
+    /// A builder for a client that finds its Redis primary through Redis
+    /// Sentinel and follows it across failovers.
+    ///
+    /// `sentinels` are the sentinels' URLs, `redis://[[user]:password@]host:port`
+    /// (the credentials are the sentinels' own); `master_name` is the name
+    /// they monitor the primary under (`sentinel monitor <name> ...`). The
+    /// primary's own credentials and database are set with
+    /// [`node_username`](ClientBuilder::node_username),
+    /// [`node_password`](ClientBuilder::node_password) and
+    /// [`node_database`](ClientBuilder::node_database).
+    ///
+    /// [`build`](ClientBuilder::build) asks the sentinels in turn for the
+    /// primary and checks with `ROLE` that it is one. The client then
+    /// listens for `+switch-master` on one sentinel, and asks again whenever
+    /// a connection to the primary is refused or a write is refused with
+    /// `READONLY`. When the primary moves, the client retires every
+    /// connection to the old one, moves its pub/sub connection, wakes every
+    /// waiting thread and re-verifies every hold on the new primary: a hold
+    /// that did not survive the failover is reported lost
+    /// ([`LockGuard::lost_signal`](crate::LockGuard::lost_signal)) at that
+    /// moment. See docs/guarantees.md for what survives a failover.
+    /// No I/O happens until [`ClientBuilder::build`], which fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for a
+    /// master name no sentinel knows,
+    /// [`ErrorKind::AccessDenied`](crate::ErrorKind::AccessDenied) when the
+    /// sentinels or the primary refuse the credentials, and
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no
+    /// sentinel answers. With the `tls` feature,
+    /// `node_tls(true)` speaks TLS to the primary; the sentinels are
+    /// reached without TLS.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// let client = keyholder::Client::builder_sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "orders-primary",
+    /// )
+    /// .node_password("secret")
+    /// .build()?;
+    /// let _guard = client.lock("orders:42")?.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_sentinel<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> ClientBuilder {
+        ClientBuilder::new_sentinel(sentinels.into_iter().map(Into::into).collect(), master_name.into())
+    }
+
     /// A client with default settings; shorthand for
     /// `Client::builder(url).build()`.
     ///
@@ -151,34 +208,35 @@ impl Client {
     }
 
     pub(crate) fn start(config: Config) -> Result<Client> {
-        let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let info = redis_client
-            .get_connection_info()
-            .clone()
-            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        #[cfg(feature = "tls")]
-        let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
-        #[cfg(not(feature = "tls"))]
-        let (redis_client, pubsub_tls) =
-            (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
-        let target = Target::from_info(
-            redis_client.get_connection_info(),
-            format!("{connection_name}:pubsub"),
-            pubsub_tls,
-        )?;
+        let (primary, pubsub_tls, sentinel_watch) = primary_of(&config, &connection_name)?;
+        let pubsub_name = format!("{connection_name}:pubsub");
+        let target_of = move |node: &Node| {
+            Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned())
+        };
+        // A URL's server is known before any I/O (and a URL keyholder
+        // cannot subscribe through is refused before any); through
+        // Sentinel, the access check finds the primary.
+        let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
         let connector = Connector::new(
-            redis_client,
+            Arc::clone(&primary),
             config.connect_timeout,
             config.command_timeout,
-            Arc::new(Generation::default()),
+            Arc::new(crate::store::connection::Generation::default()),
             Arc::clone(&connection_name),
         );
         let first = connector.check_access();
         #[cfg(feature = "tls")]
-        let first = first.map_err(|e| explain_tls(e, &target, config.connect_timeout));
+        let first = match &fixed_target {
+            Some(target) => first.map_err(|e| explain_tls(e, target, config.connect_timeout)),
+            None => first,
+        };
         let first = first?;
+        let target = match fixed_target {
+            Some(target) => target,
+            None => target_of(&*locate(&primary)?)?,
+        };
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
@@ -204,13 +262,38 @@ impl Client {
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscriber: Arc::clone(&subscriber),
+            sentinel_watch,
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
         });
+        if primary.is_discovered() {
+            let asked = Arc::clone(&primary);
+            subscriber.on_unreachable(move || asked.recheck());
+        }
+        let moved = Arc::downgrade(&inner);
+        primary.on_move(move |node| {
+            if let Some(inner) = moved.upgrade() {
+                inner.primary_moved(target_of(node));
+            }
+        });
         let short_id: String = inner.id.chars().take(8).collect();
+        if let Some(watch) = inner.sentinel_watch.clone() {
+            let watch_stop = stop_rx.clone();
+            let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
+                let first = primary.preferred_sentinel();
+                watch.run(first, &watch_stop, &FollowPrimary(primary));
+            });
+            match watcher {
+                Ok(thread) => inner.threads.lock().push(thread),
+                Err(e) => {
+                    inner.shut_down();
+                    return Err(Error::spawn("sentinel", e));
+                }
+            }
+        }
         let subscriber_stop = stop_rx.clone();
         let reader = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
             subscriber.run(subscriber_stop);
@@ -305,6 +388,91 @@ fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
     target.tls_refusal(timeout).unwrap_or(e)
 }
 
+/// Where the client's primary is, and the pub/sub connection's TLS
+/// configuration: a URL's server, or the master the sentinels name.
+fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    if let Some(sentinel) = &config.sentinel {
+        let watched = sentinel
+            .urls
+            .iter()
+            .map(|url| {
+                let client = redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
+                Target::from_info(client.get_connection_info(), format!("{connection_name}:sentinel"), None)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let watch = SentinelWatch::new(
+            watched,
+            sentinel.master.clone(),
+            config.connect_timeout,
+            config.command_timeout,
+        );
+        let sentinels =
+            Sentinels::new(&sentinel.urls, &sentinel.master, config.connect_timeout, config.command_timeout)?;
+        let node = &config.node;
+        let mut settings = redis::RedisConnectionInfo::default().set_db(node.database);
+        if let Some(username) = &node.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = &node.password {
+            settings = settings.set_password(password);
+        }
+        // The address is the sentinels' to give; this one is never used.
+        let (host, port) = ("127.0.0.1".to_owned(), 6379);
+        let addr = if node.tls {
+            redis::ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
+        } else {
+            redis::ConnectionAddr::Tcp(host, port)
+        };
+        let template = redis::IntoConnectionInfo::into_connection_info(addr)
+            .map_err(|e| Error::invalid_config(e.to_string()))?
+            .set_redis_settings(settings)
+            .set_tcp_settings(nodelay);
+        #[cfg(feature = "tls")]
+        let (open, pubsub_tls): (OpenNode, _) = {
+            let options = config.tls.clone();
+            let pubsub_tls = crate::tls::apply(template.clone(), &options)?.1;
+            (Box::new(move |info| crate::tls::apply(info, &options).map(|(client, _)| client)), pubsub_tls)
+        };
+        #[cfg(not(feature = "tls"))]
+        let (open, pubsub_tls): (OpenNode, _) = (
+            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string()))),
+            None,
+        );
+        let primary = Primary::sentinel(sentinels, template, open);
+        return Ok((Arc::new(primary), pubsub_tls, Some(Arc::new(watch))));
+    }
+    let redis_client = redis::Client::open(config.url.as_str()).map_err(|e| bad_url(&config.url, e))?;
+    let info = redis_client.get_connection_info().clone().set_tcp_settings(nodelay);
+    #[cfg(feature = "tls")]
+    let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
+    #[cfg(not(feature = "tls"))]
+    let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
+    Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls, None))
+}
+
+/// Where the primary is, the pub/sub connection's TLS configuration, and,
+/// through Sentinel, the watch that follows the master.
+type PrimaryParts = (Arc<Primary>, Option<PubsubTls>, Option<Arc<SentinelWatch>>);
+
+/// Follows the sentinel watch's reports (see `pubsub/sentinel_watch.rs`).
+struct FollowPrimary(Arc<Primary>);
+
+impl Switches for FollowPrimary {
+    fn subscribed(&self, sentinel: usize) {
+        self.0.ask_sentinel(sentinel);
+    }
+
+    fn switched(&self, host: String, port: u16) {
+        self.0.observe_logged((host, port));
+    }
+}
+
+/// The primary's node, found (through Sentinel) after the access check.
+fn locate(primary: &Primary) -> Result<Arc<Node>> {
+    primary.locate().map_err(Error::redis)
+}
+
 /// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.
 fn bad_url(url: &str, e: redis::RedisError) -> Error {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
@@ -344,6 +512,18 @@ impl Background {
 }
 
 impl Inner {
+    /// The primary moved (a Sentinel failover): retire every command
+    /// connection (they go to the old one), stop failing fast, and move the
+    /// pub/sub connection, whose reconnection wakes every waiter and has
+    /// every hold verified on the new primary.
+    fn primary_moved(&self, target: Result<Target>) {
+        self.lanes.primary_moved();
+        match target {
+            Ok(target) => self.subscriber.retarget(target),
+            Err(e) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
+        }
+    }
+
     /// Runs `f` in a session on the shared connections (see
     /// `store/lanes.rs`).
     pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {
@@ -415,6 +595,9 @@ impl Inner {
         }
         self.stop.lock().take();
         self.subscriber.shut_down();
+        if let Some(watch) = &self.sentinel_watch {
+            watch.shut_down();
+        }
         let entries: Vec<Arc<Entry>> = self.entries.lock().map.values().cloned().collect();
         for entry in entries {
             entry.shut_down();

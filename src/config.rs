@@ -8,7 +8,13 @@ use crate::lease::MAX_LEASE;
 /// The settings a client was built with.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
+    /// The server's URL; unused through Sentinel.
     pub(crate) url: String,
+    /// Where the sentinels are and the master's name, for a client that
+    /// finds its primary through Sentinel.
+    pub(crate) sentinel: Option<SentinelSettings>,
+    /// Credentials and database of the primary found through Sentinel.
+    pub(crate) node: NodeSettings,
     pub(crate) pool_max_size: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
@@ -21,6 +27,56 @@ pub(crate) struct Config {
     /// Root CA, client certificate and the tests-only opt-out.
     #[cfg(feature = "tls")]
     pub(crate) tls: crate::tls::TlsOptions,
+}
+
+/// The sentinels of a client that finds its primary through Sentinel.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    /// `redis://[[user]:password@]host:port`, the sentinels' own credentials.
+    pub(crate) urls: Vec<String>,
+    pub(crate) master: String,
+}
+
+/// Never prints the sentinels' credentials.
+impl std::fmt::Debug for SentinelSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|url| without_credentials(url)).collect();
+        f.debug_struct("SentinelSettings").field("urls", &urls).field("master", &self.master).finish()
+    }
+}
+
+/// `url` with what sits between `://` and `@` (a user and password)
+/// replaced.
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}<redacted>{}", &url[..scheme_end + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// How to log in to a primary found through Sentinel (a URL carries these
+/// itself).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeSettings {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) database: i64,
+    /// TLS to the primary, with the builder's TLS settings.
+    pub(crate) tls: bool,
+}
+
+/// Never prints the password.
+impl std::fmt::Debug for NodeSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSettings")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
@@ -53,6 +109,8 @@ impl ClientBuilder {
         ClientBuilder {
             config: Config {
                 url: url.into(),
+                sentinel: None,
+                node: NodeSettings::default(),
                 pool_max_size: 16,
                 connect_timeout: Duration::from_secs(3),
                 command_timeout: Duration::from_secs(3),
@@ -64,6 +122,57 @@ impl ClientBuilder {
                 tls: crate::tls::TlsOptions::default(),
             },
         }
+    }
+
+    pub(crate) fn new_sentinel(urls: Vec<String>, master: String) -> Self {
+        let mut builder = ClientBuilder::new(String::new());
+        builder.config.sentinel = Some(SentinelSettings { urls, master });
+        builder
+    }
+
+    /// The ACL user to log in to the primary as, for a client built with
+    /// [`Client::builder_sentinel`](crate::Client::builder_sentinel) (a
+    /// `redis://` URL carries its user itself). The sentinels' own
+    /// credentials go in their URLs.
+    ///
+    /// Defaults to none (the `default` user).
+    pub fn node_username(mut self, username: impl Into<String>) -> Self {
+        self.config.node.username = Some(username.into());
+        self
+    }
+
+    /// The password to log in to the primary with, for a client built with
+    /// [`Client::builder_sentinel`](crate::Client::builder_sentinel).
+    ///
+    /// Defaults to none.
+    pub fn node_password(mut self, password: impl Into<String>) -> Self {
+        self.config.node.password = Some(password.into());
+        self
+    }
+
+    /// The database index of the primary's locks, for a client built with
+    /// [`Client::builder_sentinel`](crate::Client::builder_sentinel).
+    ///
+    /// Defaults to 0.
+    pub fn node_database(mut self, database: i64) -> Self {
+        self.config.node.database = database;
+        self
+    }
+
+    /// Speaks TLS to the primary (and the replica promoted after it), for a
+    /// client built with
+    /// [`Client::builder_sentinel`](crate::Client::builder_sentinel), with
+    /// the builder's TLS settings
+    /// ([`tls_ca_certificate`](ClientBuilder::tls_ca_certificate) and the
+    /// rest); the primary's certificate must name the address the sentinels
+    /// give for it (often an IP address). The sentinels themselves are
+    /// reached without TLS. (A `rediss://` URL says as much by itself.)
+    ///
+    /// Defaults to false. Requires the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn node_tls(mut self, tls: bool) -> Self {
+        self.config.node.tls = tls;
+        self
     }
 
     /// The most command connections the client opens, shared by all of its
@@ -236,6 +345,19 @@ impl ClientBuilder {
 impl Config {
     pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |what: String| Err(Error::invalid_config(what));
+        if self.sentinel.is_none() && self.node != NodeSettings::default() {
+            return invalid(
+                "node_username, node_password, node_database and node_tls are for clients built with \
+                 Client::builder_sentinel; a URL carries them itself"
+                    .into(),
+            );
+        }
+        #[cfg(feature = "tls")]
+        if self.sentinel.is_some() && self.tls.is_set() && !self.node.tls {
+            return invalid(
+                "TLS settings for a client built with Client::builder_sentinel need node_tls(true)".into(),
+            );
+        }
         if self.pool_max_size == 0 {
             return invalid("pool_max_size must be at least 1".into());
         }
@@ -293,6 +415,19 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_hides_every_password() {
+        let builder = ClientBuilder::new_sentinel(
+            vec!["redis://:sentinel-secret@10.0.0.1:26379".to_owned(), "redis://10.0.0.2:26379".to_owned()],
+            "orders".to_owned(),
+        )
+        .node_username("app")
+        .node_password("node-secret");
+        let printed = format!("{builder:?}");
+        assert!(!printed.contains("secret"), "{printed}");
+        assert!(printed.contains("10.0.0.1:26379") && printed.contains("app"), "{printed}");
+    }
+
+    #[test]
     fn out_of_range_settings_are_refused() {
         let bad = [
             Config { pool_max_size: 0, ..config() },
@@ -300,6 +435,7 @@ mod tests {
             Config { command_timeout: Duration::from_secs(7200), ..config() },
             Config { watchdog_timeout: Duration::from_millis(29), ..config() },
             Config { fairness_window: Duration::from_secs(3601), ..config() },
+            Config { node: NodeSettings { database: 1, ..NodeSettings::default() }, ..config() },
         ];
         for c in bad {
             assert!(c.validate().unwrap_err().is_invalid(), "{c:?}");

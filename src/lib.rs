@@ -76,7 +76,8 @@
 //!
 //! One client owns a few command connections shared by all of its threads
 //! (the commands of threads that call at once go out together, pipelined),
-//! one pub/sub connection with a reader thread, and one watchdog thread. Lua scripts
+//! one pub/sub connection with a reader thread, and one watchdog thread
+//! (and, through Sentinel, a thread that listens to a sentinel). Lua scripts
 //! under `lua/` acquire, release, hand over, renew and force-unlock
 //! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
 //! and a release; `docs/redisson-compat.md` documents the wire format.
@@ -85,9 +86,21 @@
 //!
 //! Mutual exclusion holds while leases hold: against one Redis primary,
 //! between holders whose pauses stay shorter than their lease. A failover
-//! with asynchronous replication can lose a lock. Redis 5 or newer; TCP
-//! (`redis://`), TLS (`rediss://`, with the `tls` feature) and Unix-socket
-//! (`redis+unix://`) connections.
+//! with asynchronous replication can lose a lock, unless it was
+//! acknowledged by the replica that is promoted
+//! ([`ClientBuilder::replica_acks`]). Redis 5 or newer; TCP (`redis://`),
+//! TLS (`rediss://`, with the `tls` feature) and Unix-socket
+//! (`redis+unix://`) connections, or the primary found through Redis
+//! Sentinel.
+//!
+//! # Sentinel
+//!
+//! [`Client::builder_sentinel`] takes the sentinels' URLs and the master's
+//! name instead of a URL; the rest of the API is unchanged. The client
+//! follows failovers (`+switch-master`, and the sentinels asked again after
+//! a refused connection or a `READONLY` reply), moves every connection to
+//! the new primary, and verifies every hold there at once, so a holder
+//! whose lock did not survive is told at the switch.
 //!
 //! # TLS
 //!

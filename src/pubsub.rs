@@ -1,9 +1,12 @@
-//! The client's pub/sub connection: the subscriber and its reader thread,
-//! and the little RESP it speaks on its own socket. It wakes `Waiters` and
-//! knows nothing else of locks.
+//! The client's pub/sub connections: the subscriber and its reader thread,
+//! the sentinel watch (through Sentinel), and the little RESP they speak on
+//! their own sockets. The subscriber wakes `Waiters`, the watch reports
+//! `Switches`; neither knows anything else of locks or primaries.
 
 mod resp;
+pub(crate) mod sentinel_watch;
 mod stream;
 pub(crate) mod subscriber;
+pub(crate) mod target;
 #[cfg(feature = "tls")]
 mod tls_stream;

@@ -1,4 +1,5 @@
-//! The Redis layer: the command connections (opening, timeouts,
+//! The Redis layer: where the primary is (a URL's server, or the master
+//! Sentinel names), the command connections (opening, timeouts,
 //! generations, the access check), the few connections shared by every
 //! thread through batched pipelines (lanes), one script call (EVALSHA with
 //! EVAL after NOSCRIPT), and the bundled scripts with their typed replies.
@@ -9,4 +10,6 @@ pub(crate) mod connection;
 pub(crate) mod eval;
 pub(crate) mod lane;
 pub(crate) mod lanes;
+pub(crate) mod primary;
 pub(crate) mod scripts;
+pub(crate) mod sentinel;

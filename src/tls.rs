@@ -60,7 +60,7 @@ impl fmt::Debug for TlsOptions {
 }
 
 impl TlsOptions {
-    fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.ca_pem.is_some() || self.client_pem.is_some() || self.accept_invalid_certs
     }
 }

@@ -10,6 +10,11 @@
 //! lost-signal listeners. Fixed-lease holds with a listener are watched the
 //! same way, without renewal.
 //!
+//! When the pub/sub connection is replaced (Redis restarted or failed over)
+//! every hold is renewed at once, which verifies it; a verification that
+//! cannot reach Redis yet is tried again soon (50 ms, doubling to 1 s) rather
+//! than a period later.
+//!
 //! A hold is registered before its guard is returned and deregistered by the
 //! release of its last guard, before that release returns. A renewal already
 //! in flight at that moment is harmless: the script renews only keys whose
@@ -133,11 +138,16 @@ pub(crate) struct Signals {
 pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals) {
     let Signals { stop, kick, verify } = signals;
     let mut next_renewal = Instant::now() + period;
+    // A verification that could not reach Redis (no command connection yet
+    // reaches the restarted or new primary) is tried again soon, not a period
+    // later: when, and the delay after that.
+    let mut reverify: Option<(Instant, Duration)> = None;
     loop {
         let wake_at = match client.upgrade() {
             Some(inner) => inner.registry().earliest_deadline().map_or(next_renewal, |d| d.min(next_renewal)),
             None => return,
         };
+        let wake_at = reverify.map_or(wake_at, |(at, _)| at.min(wake_at));
         let timeout = wake_at.saturating_duration_since(Instant::now());
         select! {
             recv(stop) -> _ => return,
@@ -147,7 +157,7 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
                 // if not, one round trip after Redis is reachable again,
                 // rather than at the next period or its lease deadline.
                 if let Some(inner) = client.upgrade() {
-                    renew_all(&*inner);
+                    reverify = (!renew_all(&*inner)).then(|| (Instant::now() + FIRST_REVERIFY, FIRST_REVERIFY));
                 }
                 continue;
             }
@@ -156,7 +166,15 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
         let Some(inner) = client.upgrade() else { return };
         let now = Instant::now();
         inner.registry().expire_overdue(now);
+        if let Some((at, delay)) = reverify
+            && now >= at
+            && now < next_renewal
+        {
+            let delay = (delay * 2).min(MAX_REVERIFY);
+            reverify = (!renew_all(&*inner)).then(|| (Instant::now() + delay, delay));
+        }
         if now >= next_renewal {
+            reverify = None;
             renew_all(&*inner);
             next_renewal += period;
             let now = Instant::now();
@@ -168,8 +186,14 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
     }
 }
 
-/// Renews every registered watchdog hold once, in batches.
-pub(crate) fn renew_all(inner: &dyn Renewals) {
+/// The first and the longest wait before a failed verification is tried
+/// again.
+const FIRST_REVERIFY: Duration = Duration::from_millis(50);
+const MAX_REVERIFY: Duration = Duration::from_secs(1);
+
+/// Renews every registered watchdog hold once, in batches; false when a
+/// batch could not be renewed (Redis failing), which ends the round.
+pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
     let registry = inner.registry();
     let timeout = inner.watchdog_timeout();
     let holds = registry.to_renew();
@@ -214,7 +238,7 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
                     batch.len(),
                     holds.len()
                 );
-                return;
+                return false;
             }
         }
         let now = Instant::now();
@@ -223,4 +247,5 @@ pub(crate) fn renew_all(inner: &dyn Renewals) {
             earliest = registry.earliest_deadline();
         }
     }
+    true
 }

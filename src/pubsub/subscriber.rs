@@ -14,28 +14,24 @@
 //! a PING, the reader reconnects, resubscribes every channel in use and wakes
 //! every waiter, since messages published meanwhile were lost. Waiters never
 //! depend on a message alone: every wait is bounded by the holder's lease.
+//!
+//! When the primary moves (a Sentinel failover), [`Subscriber::retarget`]
+//! points the subscriber at the new one and drops the old connection: the
+//! reader reconnects there at once, with the same consequences.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::io::{self, BufReader};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::{Address, Stream};
-
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(feature = "tls")]
-pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(not(feature = "tls"))]
-pub(crate) type PubsubTls = std::convert::Infallible;
+use crate::pubsub::stream::Stream;
+use crate::pubsub::target::Target;
 
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
@@ -71,97 +67,31 @@ pub(crate) struct Interest<'a> {
     pub(crate) waiters: Weak<dyn Waiters>,
 }
 
-/// Where and how to connect.
-#[derive(Clone)]
-pub(crate) struct Target {
-    address: Address,
-    username: Option<String>,
-    password: Option<String>,
-    /// The connection's `CLIENT SETNAME`.
-    name: String,
-}
-
-/// Never prints the password, so a `{:?}` in a log line cannot leak it.
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Target")
-            .field("address", &self.address)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl Target {
-    /// The pub/sub target of a redis-rs connection description: TCP, a Unix
-    /// socket, or, with the `tls` feature, TLS over TCP with `tls` (the
-    /// configuration made from the client's TLS settings).
-    pub(crate) fn from_info(
-        info: &redis::ConnectionInfo,
-        name: String,
-        tls: Option<PubsubTls>,
-    ) -> Result<Target> {
-        let address = match (info.addr(), tls) {
-            (redis::ConnectionAddr::Tcp(host, port), _) => Address::Tcp { host: host.clone(), port: *port },
-            #[cfg(feature = "tls")]
-            (redis::ConnectionAddr::TcpTls { host, port, .. }, Some(config)) => {
-                Address::Tls { host: host.clone(), port: *port, config }
-            }
-            #[cfg(unix)]
-            (redis::ConnectionAddr::Unix(path), _) => Address::Unix(path.clone()),
-            (other, _) => {
-                return Err(Error::invalid_config(format!(
-                    "keyholder connects to redis:// (TCP), rediss:// (TLS, with the `tls` feature) and \
-                     redis+unix:// URLs; got {other}"
-                )));
-            }
-        };
-        Ok(Target {
-            address,
-            username: info.redis_settings().username().map(str::to_owned),
-            password: info.redis_settings().password().map(str::to_owned),
-            name,
-        })
-    }
-}
-
-impl Target {
-    /// Why a TLS handshake with the server fails, if it does: one
-    /// connection and a PING, for `build()` to explain a refused pool
-    /// connection (see `tls.rs`). `None` when it succeeds, or fails for
-    /// another reason than TLS.
-    #[cfg(feature = "tls")]
-    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<Error> {
-        if !matches!(self.address, Address::Tls { .. }) {
-            return None;
-        }
-        let probe = || -> io::Result<()> {
-            let mut stream = self.address.connect(timeout)?;
-            stream.set_read_timeout(Some(timeout))?;
-            stream.set_write_timeout(Some(timeout))?;
-            // A server that refuses this client's certificate says so after
-            // the handshake (TLS 1.3): read one reply.
-            resp::write_command(&mut stream, &[b"PING"])?;
-            resp::read_value(&mut BufReader::new(stream)).map(drop)
-        };
-        crate::tls::refusal(probe().err()?).ok()
-    }
-}
-
 pub(crate) struct Subscriber {
-    target: Target,
+    /// Where to connect; replaced when the primary moves.
+    target: Mutex<Target>,
+    /// Counts [`Subscriber::retarget`] calls, so that a connection opened
+    /// to the previous target is not used.
+    target_epoch: AtomicU64,
+    /// Cuts a reconnect back-off short after a retarget.
+    retargeted: (Sender<()>, Receiver<()>),
     connect_timeout: Duration,
     command_timeout: Duration,
     state: Mutex<State>,
     confirmed: Condvar,
     /// Told when the connection was replaced (see [`Subscriber::new`]).
     reconnected: Sender<()>,
+    /// Called when connecting failed, before the back-off (see
+    /// [`Subscriber::on_unreachable`]).
+    unreachable: OnceLock<UnreachableHook>,
 }
+
+/// What the client does when the target cannot be reached.
+type UnreachableHook = Box<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscriber").field("target", &self.target.address.describe()).finish_non_exhaustive()
+        f.debug_struct("Subscriber").field("target", &self.target.lock().describe()).finish_non_exhaustive()
     }
 }
 
@@ -348,13 +278,23 @@ impl Subscriber {
         reconnected: Sender<()>,
     ) -> Self {
         Subscriber {
-            target,
+            target: Mutex::new(target),
+            target_epoch: AtomicU64::new(0),
+            retargeted: crossbeam_channel::bounded(1),
             connect_timeout,
             command_timeout,
             state: Mutex::new(State::default()),
             confirmed: Condvar::new(),
             reconnected,
+            unreachable: OnceLock::new(),
         }
+    }
+
+    /// Sets the hook called each time connecting fails, before the reader
+    /// backs off: through Sentinel the client asks where the primary is now,
+    /// and a move retargets the subscriber at once. Set once.
+    pub(crate) fn on_unreachable(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.unreachable.set(Box::new(hook));
     }
 
     /// Subscribes `entry`'s unlock and wake channels for the calling waiter
@@ -457,6 +397,18 @@ impl Subscriber {
         }
     }
 
+    /// Connects to `target` from now on (the primary moved): drops the
+    /// current connection so that the reader reconnects there at once,
+    /// resubscribes, wakes every waiter and has every hold verified.
+    pub(crate) fn retarget(&self, target: Target) {
+        *self.target.lock() = target;
+        self.target_epoch.fetch_add(1, Ordering::AcqRel);
+        if let Some(writer) = self.state.lock().writer.as_ref() {
+            writer.shutdown();
+        }
+        let _ = self.retargeted.0.try_send(());
+    }
+
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
@@ -476,10 +428,17 @@ impl Subscriber {
             if self.state.lock().shutdown {
                 return;
             }
+            let epoch = self.target_epoch.load(Ordering::Acquire);
             match self.connect() {
+                Ok((_, writer)) if epoch != self.target_epoch.load(Ordering::Acquire) => {
+                    // Connected to where the primary was: try the new one.
+                    writer.shutdown();
+                    reconnecting = true;
+                    continue;
+                }
                 Ok((mut reader, writer)) => {
                     backoff = FIRST_BACKOFF;
-                    if !self.attach(writer) {
+                    if !self.attach(writer, epoch) {
                         return;
                     }
                     if reconnecting {
@@ -493,50 +452,39 @@ impl Subscriber {
                     // Reconnect at once; back off only when connecting fails.
                     continue;
                 }
-                Err(e) => log::debug!("keyholder pub/sub connect failed: {e}"),
+                Err(e) => {
+                    log::debug!("keyholder pub/sub connect failed: {e}");
+                    if let Some(hook) = self.unreachable.get() {
+                        hook();
+                    }
+                }
             }
-            match stop.recv_timeout(backoff) {
-                Err(RecvTimeoutError::Timeout) => backoff = (backoff * 2).min(MAX_BACKOFF),
-                _ => return,
+            crossbeam_channel::select! {
+                recv(stop) -> _ => return,
+                recv(self.retargeted.1) -> _ => backoff = FIRST_BACKOFF,
+                default(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
             }
         }
     }
 
     fn connect(&self) -> io::Result<(BufReader<Stream>, Stream)> {
-        let stream = self.target.address.connect(self.connect_timeout)?;
-        stream.set_write_timeout(Some(self.command_timeout))?;
-        let mut writer = stream.try_clone()?;
-        let mut reader = BufReader::new(stream);
-        self.authenticate(&mut reader, &mut writer)?;
-        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-        Ok((reader, writer))
-    }
-
-    /// Authenticates (when the URL has a password) and names the connection
-    /// (best effort: an ACL may deny `CLIENT SETNAME`).
-    fn authenticate(&self, reader: &mut BufReader<Stream>, writer: &mut Stream) -> io::Result<()> {
-        reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-        if let Some(password) = self.target.password.as_deref() {
-            match self.target.username.as_deref() {
-                Some(user) => resp::write_command(writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?,
-                None => resp::write_command(writer, &[b"AUTH", password.as_bytes()])?,
-            }
-            if let Resp::Error(e) = resp::read_value(reader)? {
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
-            }
-        }
-        resp::write_command(writer, &[b"CLIENT", b"SETNAME", self.target.name.as_bytes()])?;
-        resp::read_value(reader)?;
-        Ok(())
+        let target = self.target.lock().clone();
+        target.open(self.connect_timeout, self.command_timeout)
     }
 
     /// Publishes a fresh connection and resubscribes every channel in use.
-    /// False when the subscriber was shut down meanwhile.
-    fn attach(&self, writer: Stream) -> bool {
+    /// False when the subscriber was shut down meanwhile. A connection
+    /// opened before a retarget (`epoch` is past) is closed at once: the
+    /// reader finds it closed and connects again.
+    fn attach(&self, writer: Stream, epoch: u64) -> bool {
         let mut st = self.state.lock();
         if st.shutdown {
             writer.shutdown();
             return false;
+        }
+        if epoch != self.target_epoch.load(Ordering::Acquire) {
+            writer.shutdown();
+            return true;
         }
         st.writer = Some(writer);
         st.acks_pending.clear();

@@ -26,6 +26,7 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use crate::error::{Error, Result};
+use crate::store::primary::Primary;
 
 /// A command connection that remembers whether an I/O error left it in an
 /// unknown state.
@@ -70,7 +71,7 @@ impl Conn {
             }
         }
         while values.len() < replies {
-            match self.inner.recv_response() {
+            match self.inner.recv_response().and_then(refuse_demoted) {
                 Ok(value) => values.push(value),
                 Err(e) => {
                     self.fail(&e);
@@ -115,6 +116,12 @@ impl Generation {
         self.0.load(Ordering::Acquire)
     }
 
+    /// Starts a new generation at once: every connection opened before is
+    /// stale (the primary moved).
+    pub(crate) fn advance(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Starts a new generation, unless one started since `opened` (the
     /// generation of the connection found dead): every connection opened
     /// before is stale.
@@ -129,10 +136,38 @@ pub(crate) fn is_transport_error(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped()
 }
 
+/// A primary demoted by a failover refuses writes with `READONLY` but
+/// still answers PING: its connections are as useless as dropped ones. The
+/// refusal is turned into a reset connection, so that the connection's
+/// generation is retired, calls that are safe to repeat run again on a new
+/// connection (which `ROLE` sends to the new primary), and the rest report a
+/// connection error. The script did not write anything: on a replica, its
+/// first write fails.
+fn demoted_as_dropped(e: redis::RedisError) -> redis::RedisError {
+    if e.code() != Some("READONLY") {
+        return e;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        format!("the primary was demoted (a failover): {e}"),
+    )
+    .into()
+}
+
+/// A `READONLY` error reply, turned into the reset connection it means
+/// (see [`demoted_as_dropped`]); other replies, error replies included, pass.
+fn refuse_demoted(value: Value) -> redis::RedisResult<Value> {
+    match value {
+        Value::ServerError(e) if e.code() == "READONLY" => Err(demoted_as_dropped(e.into())),
+        other => Ok(other),
+    }
+}
+
 /// Opens command connections.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
-    client: redis::Client,
+    /// Where connections go: asked at every connect.
+    primary: Arc<Primary>,
     connect_timeout: Duration,
     command_timeout: Duration,
     generation: Arc<Generation>,
@@ -142,13 +177,13 @@ pub(crate) struct Connector {
 
 impl Connector {
     pub(crate) fn new(
-        client: redis::Client,
+        primary: Arc<Primary>,
         connect_timeout: Duration,
         command_timeout: Duration,
         generation: Arc<Generation>,
         name: Arc<str>,
     ) -> Self {
-        Connector { client, connect_timeout, command_timeout, generation, name }
+        Connector { primary, connect_timeout, command_timeout, generation, name }
     }
 }
 
@@ -182,6 +217,9 @@ fn access_error(e: redis::RedisError) -> Error {
     if refused {
         return Error::access_denied(e);
     }
+    if e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel {
+        return Error::invalid_config(format!("no sentinel monitors that master: {e}"));
+    }
     if e.to_string().contains("DB index is out of range") {
         return Error::invalid_config(format!("the database index is out of range: {e}"));
     }
@@ -189,17 +227,55 @@ fn access_error(e: redis::RedisError) -> Error {
 }
 
 impl Connector {
-    /// Opens a connection with its timeouts set. Its name goes out with
-    /// its first commands, in the same write, so that a new connection
-    /// costs no round trip of its own.
+    /// Opens a connection with its timeouts set, to the node
+    /// [`Primary::locate`] names (confirmed a master when it was found
+    /// through Sentinel). Through Sentinel, a node that refuses the
+    /// connection or is no longer a master sends the next attempt to the
+    /// sentinels: once.
     pub(crate) fn connect(&self) -> redis::RedisResult<Conn> {
+        match self.connect_to_primary() {
+            Err(e) if self.primary.is_discovered() && is_transport_error(&e) => self.connect_to_primary(),
+            outcome => outcome,
+        }
+    }
+
+    /// One connection to the primary. Its name goes out with its first
+    /// commands, in the same write, so that a new connection costs no round
+    /// trip of its own (through Sentinel, `ROLE` costs one).
+    fn connect_to_primary(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
-        let inner = self.client.get_connection_with_timeout(self.connect_timeout)?;
+        let node = self.primary.locate()?;
+        let mut inner = match node.client().get_connection_with_timeout(self.connect_timeout) {
+            Ok(inner) => inner,
+            Err(e) => {
+                self.primary.lost(&node);
+                return Err(e);
+            }
+        };
         inner.set_read_timeout(Some(self.command_timeout))?;
         inner.set_write_timeout(Some(self.command_timeout))?;
+        self.primary.confirm(&node, &mut inner)?;
         // So that CLIENT LIST tells keyholder's connections, and whose they
         // are.
         let naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
         Ok(Conn { inner, broken: false, dead: false, generation, naming, naming_reply: false })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_demoted_primary_counts_as_a_reset_connection() {
+        let readonly = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        let mapped = demoted_as_dropped(readonly);
+        assert!(is_transport_error(&mapped) && !mapped.is_timeout(), "{mapped:?}");
+        let other =
+            redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::NoScript), "NOSCRIPT"));
+        assert!(!is_transport_error(&demoted_as_dropped(other)));
     }
 }

@@ -136,6 +136,14 @@ impl Lanes {
         }
     }
 
+    /// The primary moved (a Sentinel failover): every connection to the
+    /// old one is replaced before its next use, and calls stop failing
+    /// fast, since the unreachable node is not the one they will reach.
+    pub(crate) fn primary_moved(&self) {
+        self.connector.generation().advance();
+        self.unreachable_until.store(0, Ordering::Release);
+    }
+
     fn mark_unreachable(&self) {
         let until = self.nanos_since_start(Instant::now() + self.connect_timeout);
         self.unreachable_until.store(until, Ordering::Release);
@@ -176,6 +184,9 @@ impl Session<'_> {
             None => lanes.claim(),
         };
         let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };
+        // A wait that outlives a move of the primary says nothing of the
+        // new one: only a failure within one generation fails fast.
+        let generation = lanes.connector.generation().current();
         match lane.call(request, lanes.call_timeout, wiring) {
             Ok(replies) => Ok(replies),
             Err(Failure::Transport { error, dead }) => {
@@ -185,7 +196,7 @@ impl Session<'_> {
             Err(Failure::Connect(error)) => {
                 // A refused connection fails fast by itself; one that timed
                 // out would cost every caller a connect timeout.
-                if error.is_timeout() {
+                if error.is_timeout() && lanes.connector.generation().current() == generation {
                     lanes.mark_unreachable();
                 }
                 Err(Error::connect(error))

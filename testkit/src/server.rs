@@ -76,12 +76,28 @@ impl RedisServer {
     /// Starts a replica of `primary` and waits (bounded) until the primary
     /// counts it as a connected replica.
     pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
-        let mut con = primary.conn();
+        let args = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
+        primary.start_replica(|| RedisServer::start_with(args))
+    }
+
+    /// Starts a replica of the TLS server `primary` that replicates over TLS
+    /// and listens for TLS only, with `primary`'s certificates, and waits
+    /// (bounded) until the primary counts it as a connected replica.
+    #[cfg(feature = "tls")]
+    pub fn start_tls_replica_of(primary: &RedisServer) -> RedisServer {
+        let tls = primary.tls.clone().expect("not a TLS server");
+        let args = ["--replicaof", "127.0.0.1", &primary.port.to_string(), "--tls-replication", "yes"]
+            .map(str::to_owned)
+            .to_vec();
+        primary.start_replica(|| RedisServer::start_configured(args, Some(tls)))
+    }
+
+    fn start_replica(&self, start: impl FnOnce() -> RedisServer) -> RedisServer {
+        let mut con = self.conn();
         // Start the full sync at once, not after the default 5 s delay.
         let _: () =
             redis::cmd("CONFIG").arg("SET").arg("repl-diskless-sync-delay").arg(0).query(&mut con).unwrap();
-        let args = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
-        let replica = RedisServer::start_with(args);
+        let replica = start();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // Online on the primary, and acknowledging writes: a replica that
@@ -247,6 +263,12 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// A file in the server's temp dir (a TLS server's `server.crt`,
+    /// `server.key`, `ca.crt`).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
     /// The server's Unix socket, in its temp dir.
