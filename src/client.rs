@@ -237,6 +237,7 @@ impl Client {
             Some(target) => target,
             None => target_of(&*locate(&primary)?)?,
         };
+        check_subscriptions(&target, &uuid.to_string(), &config)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
@@ -474,6 +475,23 @@ fn locate(primary: &Primary) -> Result<Arc<Node>> {
 }
 
 /// A URL redis-rs refused, or a `rediss://` one without the `tls` feature.
+/// Fails `build()` with `AccessDenied` when the server refuses this client
+/// the subscriptions every wait needs: Redisson's unlock channels and
+/// keyholder's wake channels (an ACL user's `&pattern`s, or `-subscribe`).
+fn check_subscriptions(target: &Target, client_id: &str, config: &Config) -> Result<()> {
+    const PROBE: &str = "keyholder:access-check";
+    let channels = [crate::names::unlock_channel(PROBE), crate::names::wake_channel(PROBE, client_id)];
+    let channels = [channels[0].as_str(), channels[1].as_str()];
+    match target.refused_subscription(config.connect_timeout, config.command_timeout, &channels) {
+        Ok(None) => Ok(()),
+        Ok(Some(refusal)) => Err(Error::access_denied_to(format!(
+            "this user may not subscribe to keyholder's channels ({}, {}), which waiting needs: {refusal}",
+            channels[0], channels[1]
+        ))),
+        Err(e) => Err(Error::connect(e.into())),
+    }
+}
+
 fn bad_url(url: &str, e: redis::RedisError) -> Error {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str()) {

@@ -291,6 +291,11 @@ impl Error {
         Error::new(ErrorKind::BadFencingCounter).with_name(name).with_key(key)
     }
 
+    /// The server refuses this client something it needs, as `detail` says.
+    pub(crate) fn access_denied_to(detail: String) -> Error {
+        Error::new(ErrorKind::AccessDenied).with_detail(detail)
+    }
+
     pub(crate) fn access_denied(e: redis::RedisError) -> Error {
         let mut error = Error::new(ErrorKind::AccessDenied).with_detail(e.to_string());
         error.inner.source = Some(Box::new(e));

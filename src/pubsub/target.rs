@@ -131,6 +131,39 @@ impl Target {
         Ok((reader, writer))
     }
 
+    /// Subscribes to `channels` on a connection of its own, and closes it
+    /// (which leaves them): the server's refusal, if it refuses (an ACL user
+    /// denied SUBSCRIBE or these channels), so that `build()` can say so
+    /// instead of every wait failing later.
+    pub(crate) fn refused_subscription(
+        &self,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+        channels: &[&str],
+    ) -> io::Result<Option<String>> {
+        let (mut reader, mut writer) = self.open(connect_timeout, command_timeout)?;
+        let mut command: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+        command.extend(channels.iter().map(|c| c.as_bytes()));
+        resp::write_command(&mut writer, &command)?;
+        // One confirmation per channel, or one error for the command.
+        for _ in channels {
+            if let Resp::Error(refusal) = resp::read_value(&mut reader)? {
+                return Ok(Some(refusal));
+            }
+        }
+        // Leave as the server sees it: QUIT, its +OK, then the server's
+        // close (end of file), so that no probe outlives `build()` in
+        // `CLIENT LIST`.
+        resp::write_command(&mut writer, &[b"QUIT"])?;
+        for _ in 0..2 {
+            if resp::read_value(&mut reader).is_err() {
+                break;
+            }
+        }
+        writer.shutdown();
+        Ok(None)
+    }
+
     /// For logs and `Debug`.
     pub(crate) fn describe(&self) -> String {
         self.address.describe()

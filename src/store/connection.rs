@@ -163,6 +163,10 @@ fn refuse_demoted(value: Value) -> redis::RedisResult<Value> {
     }
 }
 
+/// The SHA1 of no script: `EVALSHA` of it answers `NOSCRIPT` to a user
+/// allowed to run scripts, `NOPERM` to one who is not.
+const ABSENT_SCRIPT_SHA: &str = "0000000000000000000000000000000000000000";
+
 /// Opens command connections.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
@@ -193,19 +197,41 @@ impl Connector {
         &self.generation
     }
 
-    /// Opens one connection and pings on it, so that a server that refuses
-    /// this client (no password, a wrong one, an ACL user that may not PING,
-    /// a database index out of range) fails `build()` with an error that
-    /// says so, at once, rather than every later call. Returns the
-    /// connection, the client's first.
+    /// Opens one connection and tries on it what keyholder will need, so
+    /// that a server that refuses this client (no password, a wrong one, a
+    /// database index out of range, an ACL user that may not PING or run
+    /// scripts) fails `build()` with an error that says so, at once, rather
+    /// than every later call. One write: `PING`, an `EVALSHA` of a script no
+    /// server has (`NOSCRIPT` is the answer of a user who may run it) and a
+    /// trivial `EVAL`. Returns the connection, the client's first.
     pub(crate) fn check_access(&self) -> Result<Conn> {
         let mut conn = self.connect().map_err(access_error)?;
-        conn.send(&redis::cmd("PING").get_packed_command()).map_err(access_error)?;
-        let (mut replies, failure) = conn.receive(1);
+        let probes = [
+            redis::cmd("PING"),
+            redis::cmd("EVALSHA").arg(ABSENT_SCRIPT_SHA).arg(0).clone(),
+            redis::cmd("EVAL").arg("return 1").arg(0).clone(),
+        ];
+        let packed: Vec<u8> = probes.iter().flat_map(redis::Cmd::get_packed_command).collect();
+        conn.send(&packed).map_err(access_error)?;
+        let (replies, failure) = conn.receive(probes.len());
         if let Some(e) = failure {
             return Err(access_error(e));
         }
-        replies.pop().unwrap_or(Value::Nil).extract_error().map_err(access_error)?;
+        let mut replies = replies.into_iter();
+        replies.next().unwrap_or(Value::Nil).extract_error().map_err(access_error)?;
+        for (command, reply) in ["EVALSHA", "EVAL"].into_iter().zip(replies) {
+            match reply {
+                Value::ServerError(e) if e.code() == "NOPERM" => {
+                    return Err(Error::access_denied_to(format!(
+                        "this user may not run {command}, which every lock operation needs: {}",
+                        e.details().unwrap_or_default()
+                    )));
+                }
+                // NOSCRIPT, the EVAL's 1, or another refusal that is not
+                // about this user's rights (a busy script, say).
+                _ => {}
+            }
+        }
         Ok(conn)
     }
 }
