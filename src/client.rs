@@ -26,7 +26,7 @@ use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
 use crate::pubsub::subscriber::Subscriber;
 use crate::pubsub::target::{PubsubTls, Target};
 use crate::store::batch::Wait;
-use crate::store::connection::Connector;
+use crate::store::connection::{Connector, Generation};
 use crate::store::lanes::{Lanes, Session};
 use crate::store::primary::{Node, OpenNode, Primary};
 use crate::store::scripts::{Scripts, Turns};
@@ -219,11 +219,12 @@ impl Client {
         // cannot subscribe through is refused before any); through
         // Sentinel, the access check finds the primary.
         let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
+        let generation = Arc::new(Generation::default());
         let connector = Connector::new(
             Arc::clone(&primary),
             config.connect_timeout,
             config.command_timeout,
-            Arc::new(crate::store::connection::Generation::default()),
+            Arc::clone(&generation),
             Arc::clone(&connection_name),
         );
         let first = connector.check_access();
@@ -239,6 +240,13 @@ impl Client {
         };
         check_subscriptions(&target, &uuid.to_string(), &config)?;
         let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
+        // A command connection found dead (Redis restarted, failed over, or
+        // a proxy dropped it) has every hold verified at once, as the pub/sub
+        // connection's reconnect does.
+        let verify = verify_tx.clone();
+        generation.on_dead(move || {
+            let _ = verify.try_send(());
+        });
         let subscriber =
             Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
         let wait = config

@@ -242,3 +242,43 @@ fn a_flushed_script_cache_never_fails_a_call() {
     assert!(rounds >= 50, "only {rounds} rounds");
     assert!(flushes >= 100, "only {flushes} flushes: the test did not exercise the race");
 }
+
+/// Kills the command connections of `client` (named `keyholder:<id>`), not
+/// its pub/sub connection (`keyholder:<id>:pubsub`).
+fn kill_command_connections_of(con: &mut redis::Connection, client: &Client) -> usize {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    let name = format!("name=keyholder:{}", client.id());
+    let ids: Vec<String> = list
+        .lines()
+        .filter(|line| line.split(' ').any(|field| field == name))
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")).map(str::to_owned))
+        .collect();
+    for id in &ids {
+        let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(con).unwrap();
+    }
+    ids.len()
+}
+
+/// A command that finds its connection dead (Redis restarted or failed
+/// over, or a proxy dropped it) has every hold verified at once, as a
+/// pub/sub reconnect does: a holder whose lock vanished meanwhile is told
+/// then, not at its next renewal (10 s with the default watchdog).
+#[test]
+fn a_dead_command_connection_has_every_hold_verified_at_once() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.client();
+    let guard = client.lock("verified").unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    // The lock vanishes behind the holder's back, as in a restart without
+    // persistence, while its pub/sub connection stays up.
+    let _: i64 = redis::cmd("DEL").arg("verified").query(&mut con).unwrap();
+    assert!(kill_command_connections_of(&mut con, &client) >= 1);
+    let failed_at = Instant::now();
+    // Any call meets the dead connection (and runs again on a new one).
+    assert!(!client.lock("another").unwrap().is_locked().unwrap());
+    let reason = lost.recv_timeout(2 * SECOND).expect("the holder was not told within 2 s");
+    assert_eq!(reason, keyholder::LostReason::RenewalRefused);
+    assert!(failed_at.elapsed() < SECOND, "told {:?} after the dead connection", failed_at.elapsed());
+    assert!(guard.is_lost());
+}

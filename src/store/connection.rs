@@ -19,8 +19,9 @@
 //! retry it once on a new connection. One outage costs one reconnect per
 //! connection in use, not one failed call per connection.
 
-use std::sync::Arc;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::{RedisError, Value};
@@ -107,26 +108,48 @@ impl Conn {
 }
 
 /// The current connection generation, shared by the connector and the
-/// lanes.
-#[derive(Debug, Default)]
-pub(crate) struct Generation(AtomicU64);
+/// lanes, and whom to tell when a dead connection starts a new one.
+#[derive(Default)]
+pub(crate) struct Generation {
+    current: AtomicU64,
+    /// Called when a connection found dead starts a new generation: Redis
+    /// may have restarted or failed over, so every hold is verified.
+    on_dead: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl fmt::Debug for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Generation").field("current", &self.current).finish_non_exhaustive()
+    }
+}
 
 impl Generation {
     pub(crate) fn current(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        self.current.load(Ordering::Acquire)
+    }
+
+    /// Sets what to do when a dead connection starts a new generation
+    /// (once; later calls are ignored).
+    pub(crate) fn on_dead(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_dead.set(Box::new(hook));
     }
 
     /// Starts a new generation at once: every connection opened before is
     /// stale (the primary moved).
     pub(crate) fn advance(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.current.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Starts a new generation, unless one started since `opened` (the
     /// generation of the connection found dead): every connection opened
     /// before is stale.
     pub(crate) fn advance_past(&self, opened: u64) {
-        let _ = self.0.compare_exchange(opened, opened + 1, Ordering::AcqRel, Ordering::Acquire);
+        let started = self.current.compare_exchange(opened, opened + 1, Ordering::AcqRel, Ordering::Acquire);
+        if started.is_ok()
+            && let Some(hook) = self.on_dead.get()
+        {
+            hook();
+        }
     }
 }
 
