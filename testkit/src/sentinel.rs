@@ -259,31 +259,9 @@ impl Sentinel {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel ({e})"));
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(_)) = child.try_wait()
-            {
-                self.child = None;
-                return false;
-            }
-            if let Ok(mut con) = self.try_conn()
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                // Only a sentinel with our child's PID is ours (a port race).
-                let pid = self.child.as_ref().map(Child::id).unwrap_or(0);
-                let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap_or_default();
-                if info
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("process_id:"))
-                    .any(|v| v.trim() == pid.to_string())
-                {
-                    return true;
-                }
-                self.stop();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let url = self.url();
+        if crate::server::serving(&mut self.child, || crate::server::open(&url)) {
+            return true;
         }
         self.stop();
         false
@@ -297,10 +275,7 @@ impl Sentinel {
     }
 
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(self.url())?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        con.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(con)
+        crate::server::open(&self.url())
     }
 
     /// `SENTINEL MASTER <name>` as field-value pairs (empty when it fails).

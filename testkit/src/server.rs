@@ -197,27 +197,9 @@ impl RedisServer {
             panic!("cannot start {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
         });
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(_)) = child.try_wait()
-            {
-                self.child = None;
-                return false; // exited: most likely the port was taken
-            }
-            if let Ok(mut con) = self.try_conn()
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                // Another test's server may have taken the port between
-                // free_port() and our bind, answering while ours is about
-                // to exit: only a server with our child's PID is ours.
-                if self.answers_as_our_child(&mut con) {
-                    return true;
-                }
-                self.stop();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let url = self.conn_url();
+        if serving(&mut self.child, || open(&url)) {
+            return true;
         }
         self.stop();
         false
@@ -254,13 +236,6 @@ impl RedisServer {
         vec!["--port".into(), self.port.to_string()]
     }
 
-    /// True if the server answering on our port is our own child process.
-    fn answers_as_our_child(&self, con: &mut redis::Connection) -> bool {
-        let Some(pid) = self.child.as_ref().map(Child::id) else { return false };
-        let info: String = redis::cmd("INFO").arg("server").query(con).unwrap_or_default();
-        info.lines().filter_map(|l| l.strip_prefix("process_id:")).any(|v| v.trim() == pid.to_string())
-    }
-
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -290,18 +265,19 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// The harness's own connections: over TCP, or over the Unix socket to
-    /// a TLS server (which binds its port before it opens the socket, so an
-    /// answer there also means the port is ours).
-    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+    /// The URL the harness itself talks to the server by: TCP, or, for a
+    /// TLS-only server, its Unix socket (the server binds its port before it
+    /// opens the socket, so an answer there also means the port is ours).
+    fn conn_url(&self) -> String {
         #[cfg(feature = "tls")]
-        let url = if self.tls.is_some() { self.unix_url() } else { self.url() };
-        #[cfg(not(feature = "tls"))]
-        let url = self.url();
-        let client = redis::Client::open(url)?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
-        con.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(con)
+        if self.tls.is_some() {
+            return self.unix_url();
+        }
+        self.url()
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        open(&self.conn_url())
     }
 
     /// A raw redis-rs connection, for inspecting and arranging state.
@@ -333,6 +309,42 @@ impl RedisServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
+}
+
+/// A harness connection to `url`: connect within 1 s, replies within 5 s.
+pub(crate) fn open(url: &str) -> redis::RedisResult<redis::Connection> {
+    let con = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(1))?;
+    con.set_read_timeout(Some(Duration::from_secs(5)))?;
+    Ok(con)
+}
+
+/// Waits (at most 10 s) until the process just spawned into `child` answers
+/// PING through `connect`: true once it does; false if it exited first (most
+/// likely its port was taken) or another process answers on its port
+/// (another test's server took the port between `free_port()` and our bind:
+/// only a server with our child's PID is ours) or time ran out. The caller
+/// stops the child when false.
+pub(crate) fn serving(
+    child: &mut Option<Child>,
+    connect: impl Fn() -> redis::RedisResult<redis::Connection>,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let Some(process) = child.as_mut() else { return false };
+        if let Ok(Some(_)) = process.try_wait() {
+            *child = None;
+            return false;
+        }
+        if let Ok(mut con) = connect()
+            && redis::cmd("PING").query::<String>(&mut con).is_ok()
+        {
+            let pid = process.id().to_string();
+            let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap_or_default();
+            return info.lines().filter_map(|l| l.strip_prefix("process_id:")).any(|v| v.trim() == pid);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 impl Drop for RedisServer {
