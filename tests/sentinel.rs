@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{exists, free_port, hgetall};
-use keyholder::{Client, ClientBuilder, LostReason};
+use keyholder::{Client, ClientBuilder, LockGuard, LostReason};
 use keyholder_testkit::SentinelSet;
 use keyholder_testkit::sentinel::MASTER_NAME;
 
@@ -32,6 +32,21 @@ type Served = Option<(Instant, Duration, u32)>;
 /// A thread's attempts to get `name` until `limit` passes, retrying after
 /// errors (what a caller does during a failover); `None` if it never got
 /// the lock.
+/// Releases `guard` while a thread of `other` waits for `name`, and checks
+/// that the waiter is woken by the release (not by the lease's end) and
+/// met no error.
+fn released_to_a_waiter(guard: LockGuard, other: &Client, name: &'static str) {
+    let waiting = waiter(other.clone(), name, 10 * SECOND);
+    common::wait_subscribed(other, 1);
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    let (served, _, errors) =
+        waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
+    assert_eq!(errors, 0);
+    let woken = served - released;
+    assert!(woken < 2 * SECOND, "the waiter was not woken ({woken:?})");
+}
+
 fn waiter(client: Client, name: &'static str, limit: Duration) -> mpsc::Receiver<Served> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -83,15 +98,7 @@ fn the_client_finds_the_primary_through_the_sentinels() {
     assert_eq!(on_primary.get(guard.owner_id()).map(String::as_str), Some("1"));
 
     // A waiter of another client is woken by the release.
-    let waiting = waiter(other.clone(), "found", 10 * SECOND);
-    common::wait_subscribed(&other, 1);
-    let released = Instant::now();
-    guard.unlock().unwrap();
-    let (served, _, errors) =
-        waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
-    assert_eq!(errors, 0);
-    let woken = served - released;
-    assert!(woken < 2 * SECOND, "the waiter was not woken ({woken:?})");
+    released_to_a_waiter(guard, &other, "found");
     assert!(!exists(&mut set.primary().conn(), "found"));
 
     // Dropping a client does not wait for its quiet sentinel subscription
@@ -147,14 +154,7 @@ fn a_password_protected_primary_is_reached_with_the_node_credentials() {
     let _: () = redis::cmd("AUTH").arg("node-secret").query(&mut primary).unwrap();
     assert!(exists(&mut primary, "protected"));
     // The pub/sub connection logs in too: the waiter is woken.
-    let waiting = waiter(other.clone(), "protected", 10 * SECOND);
-    common::wait_subscribed(&other, 1);
-    let released = Instant::now();
-    guard.unlock().unwrap();
-    let (served, _, errors) =
-        waiting.recv_timeout(15 * SECOND).unwrap().expect("the waiter never got the lock");
-    assert_eq!(errors, 0);
-    assert!(served - released < 2 * SECOND, "the waiter was not woken ({:?})", served - released);
+    released_to_a_waiter(guard, &other, "protected");
 }
 
 #[test]
