@@ -105,7 +105,7 @@
 //! # TLS
 //!
 //! With the `tls` cargo feature, `rediss://` URLs carry every connection of
-//! a client (the command pool and the pub/sub connection) over TLS
+//! a client (the command connections and the pub/sub connection) over TLS
 //! (rustls, with the *ring* provider). A private CA and a client
 //! certificate for mutual TLS are set on the builder; a certificate either
 //! side refuses fails [`ClientBuilder::build`] with [`ErrorKind::Tls`]:
