@@ -1,7 +1,7 @@
 //! TLS for `rediss://` URLs (the `tls` feature): the settings a builder
 //! collects, checked once, and made into what each kind of connection needs.
 //!
-//! The command pool connects through redis-rs's own rustls support, which
+//! The command connections connect through redis-rs's own rustls support, which
 //! takes PEM bytes and builds its rustls configuration for every connection.
 //! The pub/sub connection is keyholder's own (see `pubsub/tls_stream.rs`) and
 //! takes a rustls configuration built here, once, from the same PEM bytes, so
@@ -66,7 +66,7 @@ impl TlsOptions {
 }
 
 /// Applies the TLS settings to a parsed URL: the redis-rs client for the
-/// command pool, and, for a `rediss://` URL, the rustls configuration for the
+/// command connections, and, for a `rediss://` URL, the rustls configuration for the
 /// pub/sub connection.
 pub(crate) fn apply(
     info: redis::ConnectionInfo,
