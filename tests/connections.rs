@@ -209,22 +209,7 @@ fn a_flushed_script_cache_never_fails_a_call() {
     let client = server.client();
     let rival = server.client();
     let stop = Arc::new(AtomicBool::new(false));
-    let flusher = {
-        let stop = Arc::clone(&stop);
-        let mut con = server.conn();
-        spawn(move || {
-            let until = Instant::now() + 20 * SECOND;
-            let mut flushes = 0u64;
-            while !stop.load(Ordering::Acquire) && Instant::now() < until {
-                // An error here means the test is over (its server stopped).
-                if redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut con).is_err() {
-                    break;
-                }
-                flushes += 1;
-            }
-            flushes
-        })
-    };
+    let flusher = common::flush_scripts_until(&server, &stop);
     let lock = client.lock("flushed").unwrap();
     let rival_lock = rival.lock("flushed").unwrap();
     let started = Instant::now();

@@ -262,20 +262,7 @@ fn a_flushed_script_cache_fails_no_batched_call() {
     let server = RedisServer::start();
     let client = server.builder().pool_max_size(2).build().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let flusher = {
-        let (stop, mut con) = (Arc::clone(&stop), server.conn());
-        spawn(move || {
-            let until = Instant::now() + 20 * SECOND;
-            let mut flushes = 0u64;
-            while !stop.load(Ordering::Acquire) && Instant::now() < until {
-                if redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut con).is_err() {
-                    break;
-                }
-                flushes += 1;
-            }
-            flushes
-        })
-    };
+    let flusher = common::flush_scripts_until(&server, &stop);
     let locks = Arc::new(locks(&client, "flushed", THREADS));
     let flushed = Arc::clone(&locks);
     let rounds = on_threads(THREADS, 60 * SECOND, move |t| {

@@ -141,6 +141,25 @@ pub fn recv_within<T>(rx: &Receiver<T>, limit: Duration, what: &str) -> T {
     }
 }
 
+/// Flushes the server's script cache in a tight loop on a thread of its own
+/// until `stop` is set (or 20 s pass, or the server stops); the number of
+/// flushes arrives on the returned channel.
+pub fn flush_scripts_until(server: &RedisServer, stop: &Arc<AtomicBool>) -> Receiver<u64> {
+    let (stop, mut con) = (Arc::clone(stop), server.conn());
+    spawn(move || {
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut flushes = 0u64;
+        while !stop.load(Ordering::Acquire) && Instant::now() < until {
+            // An error here means the test is over (its server stopped).
+            if redis::cmd("SCRIPT").arg("FLUSH").query::<()>(&mut con).is_err() {
+                break;
+            }
+            flushes += 1;
+        }
+        flushes
+    })
+}
+
 /// Waits (bounded) until `client` is subscribed to `n` unlock channels: the
 /// observable sign that one of its threads is waiting in Redis.
 #[track_caller]
