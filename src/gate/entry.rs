@@ -644,8 +644,11 @@ mod tests {
         let (entry, _redis, _holder, second) =
             held_with_one_queued(Some(Instant::now() + Duration::from_millis(100)));
         entry.reserve_successor(10, Duration::from_secs(60)).unwrap();
-        std::thread::sleep(Duration::from_millis(200)); // its deadline passes mid hand-off
-        assert!(second.try_recv().is_err(), "the successor gave up while the lock was on its way");
+        // Its deadline passes mid hand-off, and it keeps waiting.
+        assert!(
+            second.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the successor gave up while the lock was on its way"
+        );
         entry.finish_handoff(Some(hold(&entry, 11, 2)));
         assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Handed(_)))));
     }
