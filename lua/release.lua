@@ -17,6 +17,8 @@
 -- ARGV[2]  lease in milliseconds re-applied while holds remain
 -- ARGV[3]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[4]  optional publish command, "publish" (default) or "spublish"
+--          (Redis Cluster shard channels: listeners are then counted with
+--          PUBSUB SHARDNUMSUB, on this node)
 -- ARGV[5]  latch TTL in milliseconds (required with KEYS[7])
 -- ARGV[6]  request id: a decimal number unique to this release (required
 --          with KEYS[7]); a retry of the same release sends the same id
@@ -117,7 +119,8 @@ local function pass_on(now)
     local has_grants = redis.call('type', grants).ok == 'hash'
     local kind = redis.call('type', marker).ok
     local markable = kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
-    local listeners = redis.call('pubsub', 'numsub', channel)[2]
+    local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
+    local listeners = redis.call('pubsub', numsub, channel)[2]
     local others = tonumber(listeners) - redis.call('zcard', queue) - lingering(now)
         - (ARGV[10] ~= '0' and 1 or 0)
     while true do

@@ -9,7 +9,7 @@
 //! keeps the threads running, but a live guard still releases its own lock
 //! when dropped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -22,15 +22,19 @@ use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
+use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Subscribers};
 use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
 use crate::pubsub::subscriber::Subscriber;
 use crate::pubsub::target::{PubsubTls, Target};
 use crate::store::batch::Wait;
+use crate::store::cluster::{Cluster, NodeSettings as ClusterNodes, Shard};
 use crate::store::connection::{Connector, Generation};
 use crate::store::lanes::{Lanes, Session};
 use crate::store::primary::{Node, OpenNode, Primary};
+use crate::store::routes::Routes;
 use crate::store::scripts::{Scripts, Turns};
 use crate::store::sentinel::Sentinels;
+use crate::store::slots::{Addr, key_slot};
 use crate::watchdog::{self, Registry, Renewals, Signals};
 
 /// A keyholder client: the entry point for locks.
@@ -82,22 +86,25 @@ pub(crate) struct Inner {
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
     pub(crate) config: Config,
-    /// The command connections, shared by every thread; closed on
-    /// shutdown, after which each call opens its own.
-    lanes: Lanes,
+    /// The command connections, shared by every thread (on a cluster, per
+    /// node); closed on shutdown, after which each call opens its own.
+    routes: Routes,
     pub(crate) scripts: Scripts,
     entries: Mutex<Entries>,
     /// Numbers release requests, for their latches.
     pub(crate) next_request: AtomicU64,
-    pub(crate) subscriber: Arc<Subscriber>,
+    /// The pub/sub connection (on a cluster, one per node in use).
+    pub(crate) subscribers: Subscribers,
     /// Through Sentinel: the `+switch-master` subscription.
-    sentinel_watch: Option<Arc<SentinelWatch>>,
+    sentinel_watch: Mutex<Option<Arc<SentinelWatch>>>,
     pub(crate) watchdog: Registry,
     next_hold_id: AtomicU64,
     shutdown: AtomicBool,
     /// Dropped on shutdown: its disconnection stops the background threads.
     stop: Mutex<Option<Sender<()>>>,
     threads: Mutex<Vec<Background>>,
+    /// Asks the watchdog to verify every hold now.
+    verify: Sender<()>,
 }
 
 impl std::fmt::Debug for Client {
@@ -197,6 +204,54 @@ impl Client {
         ClientBuilder::new_sentinel(sentinels.into_iter().map(Into::into).collect(), master_name.into())
     }
 
+    /// A builder for a client of a Redis Cluster, reached through `seeds`:
+    /// the URLs of one or more of its nodes,
+    /// `redis://[[user]:password@]host:port` (with the `tls` feature,
+    /// `rediss://`). Every node is reached with the first seed's
+    /// credentials and TLS setting, as cluster nodes share them.
+    ///
+    /// [`build`](ClientBuilder::build) reads the slot map (`CLUSTER SLOTS`)
+    /// from the first seed that answers and checks access on one primary.
+    /// Every call about a lock then goes to the primary that serves the
+    /// lock's slot (its name's hash tag, shared by every key and channel
+    /// derived from it), on shared connections to that node (up to
+    /// [`pool_max_size`](ClientBuilder::pool_max_size) per node, opened as
+    /// needed). Waiting threads subscribe on that node too, with
+    /// `SSUBSCRIBE` where the servers have shard channels (Redis 7 and
+    /// newer), as Redisson does; one pub/sub connection per node in use.
+    /// The client follows `MOVED` and `ASK` during a resharding and reads
+    /// the slot map again after a failover, verifying every hold then: a
+    /// hold that did not survive is reported lost at that moment.
+    /// docs/cluster.md has the details and measurements.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// let client = keyholder::Client::builder_cluster([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .build()?;
+    /// let _guard = client.lock("orders:42")?.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> ClientBuilder {
+        ClientBuilder::new_cluster(seeds.into_iter().map(Into::into).collect())
+    }
+
+    /// A client of a Redis Cluster with default settings; shorthand for
+    /// `Client::builder_cluster(seeds).build()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::build`]; `InvalidConfig` also when the seeds are
+    /// no cluster nodes.
+    pub fn cluster<S: Into<String>>(seeds: impl IntoIterator<Item = S>) -> Result<Client> {
+        Client::builder_cluster(seeds).build()
+    }
+
     /// A client with default settings; shorthand for
     /// `Client::builder(url).build()`.
     ///
@@ -210,105 +265,36 @@ impl Client {
     pub(crate) fn start(config: Config) -> Result<Client> {
         let uuid = uuid::Uuid::new_v4();
         let connection_name: Arc<str> = Arc::from(format!("keyholder:{uuid}"));
-        let (primary, pubsub_tls, sentinel_watch) = primary_of(&config, &connection_name)?;
-        let pubsub_name = format!("{connection_name}:pubsub");
-        let target_of = move |node: &Node| {
-            Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned())
+        let short_id: String = uuid.to_string().chars().take(8).collect();
+        let signals = BackgroundSignals::new();
+        let connections = if config.cluster.is_some() {
+            cluster_connections(&config, &connection_name, uuid, &signals, &short_id)?
+        } else {
+            primary_connections(&config, &connection_name, uuid, &signals)?
         };
-        // A URL's server is known before any I/O (and a URL keyholder
-        // cannot subscribe through is refused before any); through
-        // Sentinel, the access check finds the primary.
-        let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
-        let generation = Arc::new(Generation::default());
-        let connector = Connector::new(
-            Arc::clone(&primary),
-            config.connect_timeout,
-            config.command_timeout,
-            Arc::clone(&generation),
-            Arc::clone(&connection_name),
-        );
-        let first = connector.check_access();
-        #[cfg(feature = "tls")]
-        let first = match &fixed_target {
-            Some(target) => first.map_err(|e| explain_tls(e, target, config.connect_timeout)),
-            None => first,
-        };
-        let first = first?;
-        let target = match fixed_target {
-            Some(target) => target,
-            None => target_of(&*locate(&primary)?)?,
-        };
-        check_subscriptions(&target, &uuid.to_string(), &config)?;
-        let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
-        // A command connection found dead (Redis restarted, failed over, or
-        // a proxy dropped it) has every hold verified at once, as the pub/sub
-        // connection's reconnect does.
-        let verify = verify_tx.clone();
-        generation.on_dead(move || {
-            let _ = verify.try_send(());
-        });
-        let subscriber =
-            Arc::new(Subscriber::new(target, config.connect_timeout, config.command_timeout, verify_tx));
-        let wait = config
-            .replica_acks
-            .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) });
-        let lanes = Lanes::new(
-            connector,
-            first,
-            config.pool_max_size,
-            wait,
-            config.connect_timeout,
-            config.command_timeout,
-        );
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
+        let Connections { routes, subscribers, sharded, wait, on_start } = connections;
+        let BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx } = signals;
         let inner = Arc::new(Inner {
             uuid,
             id: uuid.to_string(),
             config,
-            lanes,
-            scripts: Scripts::new(wait.is_some()),
+            routes,
+            scripts: Scripts::new(wait.is_some(), sharded),
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
-            subscriber: Arc::clone(&subscriber),
-            sentinel_watch,
+            subscribers,
+            sentinel_watch: Mutex::new(None),
             watchdog: Registry::new(kick_tx),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
+            verify: verify_tx,
         });
-        if primary.is_discovered() {
-            let asked = Arc::clone(&primary);
-            subscriber.on_unreachable(move || asked.recheck());
+        if let Err(e) = on_start(&inner, &stop_rx, &short_id) {
+            inner.shut_down();
+            return Err(e);
         }
-        let moved = Arc::downgrade(&inner);
-        primary.on_move(move |node| {
-            if let Some(inner) = moved.upgrade() {
-                inner.primary_moved(target_of(node));
-            }
-        });
-        let short_id: String = inner.id.chars().take(8).collect();
-        if let Some(watch) = inner.sentinel_watch.clone() {
-            let watch_stop = stop_rx.clone();
-            let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
-                let first = primary.preferred_sentinel();
-                watch.run(first, &watch_stop, &FollowPrimary(primary));
-            });
-            match watcher {
-                Ok(thread) => inner.threads.lock().push(thread),
-                Err(e) => {
-                    inner.shut_down();
-                    return Err(Error::spawn("sentinel", e));
-                }
-            }
-        }
-        let subscriber_stop = stop_rx.clone();
-        let reader = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
-            subscriber.run(subscriber_stop);
-        })
-        .map_err(|e| Error::spawn("pub/sub", e))?;
-        inner.threads.lock().push(reader);
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
         let renewer = Background::spawn(format!("keyholder-watchdog-{short_id}"), move || {
@@ -347,7 +333,13 @@ impl Client {
     /// The number of unlock channels this client is subscribed to (one per
     /// lock name that has a waiting thread).
     pub fn subscribed_channels(&self) -> usize {
-        self.inner().subscriber.channel_count()
+        self.inner().subscribers.channel_count()
+    }
+
+    /// The number of pub/sub connections this client has: one, or on a
+    /// Redis Cluster one per node that has had a waiting thread.
+    pub fn pubsub_connections(&self) -> usize {
+        self.inner().subscribers.connection_count()
     }
 
     /// Stops the client's background threads and refuses new acquisitions
@@ -374,12 +366,49 @@ impl Renewals for Inner {
         self.config.watchdog_timeout
     }
 
+    fn renewal_group(&self, name: &str) -> Option<Addr> {
+        self.routes.node_of(name)
+    }
+
     fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
-        // Renewing is safe to repeat: a dead connection costs no period.
-        self.with_live_conn(|conn| {
-            let held = self.scripts.renew(conn, pairs, lease_ms)?;
+        let Some(&(first, _)) = pairs.first() else { return Ok((Vec::new(), true)) };
+        let renew = |pairs: &[(&str, &str)], declared: bool, conn: &mut Session<'_>| {
+            let held = self.scripts.renew(conn, pairs, lease_ms, declared)?;
             Ok((held, conn.replicated() != Some(false)))
-        })
+        };
+        let Some(cluster) = self.routes.cluster() else {
+            // Renewing is safe to repeat: a dead connection costs no period.
+            return self.with_live_conn(first, |conn| renew(pairs, true, conn));
+        };
+        // The watchdog groups holds by node: one call renews up to a batch
+        // of one node's locks, whatever their slots.
+        let node = cluster.node_of(first);
+        if node.is_some() && pairs.iter().all(|(key, _)| cluster.node_of(key) == node) {
+            let outcome = cluster
+                .shard_of_slot(key_slot(first.as_bytes()))
+                .and_then(|shard| renew(pairs, false, &mut shard.session()?));
+            match outcome {
+                Ok(renewed) => return Ok(renewed),
+                Err(e) => log::debug!("keyholder: renewing per slot after a node's batch failed: {e}"),
+            }
+        }
+        // A slot moved or a node failed: one call per slot, keys declared,
+        // redirections followed.
+        let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (at, (key, _)) in pairs.iter().enumerate() {
+            slots.entry(key_slot(key.as_bytes())).or_default().push(at);
+        }
+        let mut held = vec![false; pairs.len()];
+        let mut replicated = true;
+        for positions in slots.values() {
+            let group: Vec<(&str, &str)> = positions.iter().map(|&at| pairs[at]).collect();
+            let (renewed, acked) = self.with_live_conn(group[0].0, |conn| renew(&group, true, conn))?;
+            for (&at, renewed) in positions.iter().zip(renewed) {
+                held[at] = renewed;
+            }
+            replicated &= acked;
+        }
+        Ok((held, replicated))
     }
 }
 
@@ -437,17 +466,7 @@ fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
             .map_err(|e| Error::invalid_config(e.to_string()))?
             .set_redis_settings(settings)
             .set_tcp_settings(nodelay);
-        #[cfg(feature = "tls")]
-        let (open, pubsub_tls): (OpenNode, _) = {
-            let options = config.tls.clone();
-            let pubsub_tls = crate::tls::apply(template.clone(), &options)?.1;
-            (Box::new(move |info| crate::tls::apply(info, &options).map(|(client, _)| client)), pubsub_tls)
-        };
-        #[cfg(not(feature = "tls"))]
-        let (open, pubsub_tls): (OpenNode, _) = (
-            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string()))),
-            None,
-        );
+        let (open, pubsub_tls) = node_opener(config, &template)?;
         let primary = Primary::sentinel(sentinels, template, open);
         return Ok((Arc::new(primary), pubsub_tls, Some(Arc::new(watch))));
     }
@@ -459,6 +478,271 @@ fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
     let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
     Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls, None))
 }
+
+/// Makes each node's redis-rs client from its connection description (with
+/// the builder's TLS certificates, when there are some), and the pub/sub
+/// connections' TLS configuration, for nodes found through Sentinel or a
+/// cluster's slot map.
+fn node_opener(config: &Config, template: &redis::ConnectionInfo) -> Result<(OpenNode, Option<PubsubTls>)> {
+    #[cfg(feature = "tls")]
+    {
+        let options = config.tls.clone();
+        let pubsub_tls = crate::tls::apply(template.clone(), &options)?.1;
+        let open: OpenNode =
+            Box::new(move |info| crate::tls::apply(info, &options).map(|(client, _)| client));
+        Ok((open, pubsub_tls))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = (config, template);
+        let open: OpenNode =
+            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string())));
+        Ok((open, None))
+    }
+}
+
+/// The channels a new client's background threads wait on.
+struct BackgroundSignals {
+    /// Dropped on shutdown.
+    stop_tx: Sender<()>,
+    stop_rx: Receiver<()>,
+    /// A hold to watch was registered.
+    kick_tx: Sender<()>,
+    kick_rx: Receiver<()>,
+    /// Every hold is worth verifying now.
+    verify_tx: Sender<()>,
+    verify_rx: Receiver<()>,
+}
+
+impl BackgroundSignals {
+    fn new() -> BackgroundSignals {
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
+        let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
+        BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx }
+    }
+}
+
+/// A new client's connections, checked, and what to start once the client
+/// exists (hooks that need it, reader threads).
+struct Connections {
+    routes: Routes,
+    subscribers: Subscribers,
+    /// Messages go out on shard channels (`SPUBLISH`).
+    sharded: bool,
+    wait: Option<Wait>,
+    on_start: OnStart,
+}
+
+/// Run once the client exists, with its stop channel and short id.
+type OnStart = Box<dyn FnOnce(&Arc<Inner>, &Receiver<()>, &str) -> Result<()>>;
+
+/// The replica acknowledgement every write asks for, if any.
+fn wait_of(config: &Config) -> Option<Wait> {
+    config
+        .replica_acks
+        .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) })
+}
+
+/// The connections of a client of one server, or of the primary Sentinel
+/// names: the first command connection (with the access check), the
+/// subscription check, the pub/sub connection.
+fn primary_connections(
+    config: &Config,
+    connection_name: &Arc<str>,
+    uuid: uuid::Uuid,
+    signals: &BackgroundSignals,
+) -> Result<Connections> {
+    let (primary, pubsub_tls, sentinel_watch) = primary_of(config, connection_name)?;
+    let pubsub_name = format!("{connection_name}:pubsub");
+    let target_of =
+        move |node: &Node| Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned());
+    // A URL's server is known before any I/O (and a URL keyholder
+    // cannot subscribe through is refused before any); through
+    // Sentinel, the access check finds the primary.
+    let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
+    let generation = Arc::new(Generation::default());
+    let connector = Connector::new(
+        Arc::clone(&primary),
+        config.connect_timeout,
+        config.command_timeout,
+        Arc::clone(&generation),
+        Arc::clone(connection_name),
+    );
+    let first = connector.check_access();
+    #[cfg(feature = "tls")]
+    let first = match &fixed_target {
+        Some(target) => first.map_err(|e| explain_tls(e, target, config.connect_timeout)),
+        None => first,
+    };
+    let first = first?;
+    let target = match fixed_target {
+        Some(target) => target,
+        None => target_of(&*locate(&primary)?)?,
+    };
+    check_subscriptions(&target, &uuid.to_string(), config)?;
+    // A command connection found dead (Redis restarted, failed over, or
+    // a proxy dropped it) has every hold verified at once, as the pub/sub
+    // connection's reconnect does.
+    let verify = signals.verify_tx.clone();
+    generation.on_dead(move || {
+        let _ = verify.try_send(());
+    });
+    let subscriber = Arc::new(Subscriber::new(
+        target,
+        config.connect_timeout,
+        config.command_timeout,
+        signals.verify_tx.clone(),
+        false,
+    ));
+    let wait = wait_of(config);
+    let lanes = Lanes::new(
+        connector,
+        Some(first),
+        config.pool_max_size,
+        wait,
+        config.connect_timeout,
+        config.command_timeout,
+    );
+    let reader = Arc::clone(&subscriber);
+    let on_start: OnStart = Box::new(move |inner, stop_rx, short_id| {
+        if primary.is_discovered() {
+            let asked = Arc::clone(&primary);
+            reader.on_unreachable(move || asked.recheck());
+        }
+        let moved = Arc::downgrade(inner);
+        primary.on_move(move |node| {
+            if let Some(inner) = moved.upgrade() {
+                inner.primary_moved(target_of(node));
+            }
+        });
+        if let Some(watch) = sentinel_watch {
+            *inner.sentinel_watch.lock() = Some(Arc::clone(&watch));
+            let watch_stop = stop_rx.clone();
+            let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
+                let first = primary.preferred_sentinel();
+                watch.run(first, &watch_stop, &FollowPrimary(primary));
+            })
+            .map_err(|e| Error::spawn("sentinel", e))?;
+            inner.threads.lock().push(watcher);
+        }
+        let subscriber_stop = stop_rx.clone();
+        let thread = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
+            reader.run(subscriber_stop);
+        })
+        .map_err(|e| Error::spawn("pub/sub", e))?;
+        inner.threads.lock().push(thread);
+        Ok(())
+    });
+    Ok(Connections {
+        routes: Routes::Primary(Arc::new(lanes)),
+        subscribers: Subscribers::One(subscriber),
+        sharded: false,
+        wait,
+        on_start,
+    })
+}
+
+/// The connections of a Redis Cluster client: the slot map and the access
+/// check (see `store/cluster.rs`), whether the servers have shard
+/// channels, the subscription check, and a pub/sub connection per node,
+/// opened when a thread first waits for a lock there.
+fn cluster_connections(
+    config: &Config,
+    connection_name: &Arc<str>,
+    uuid: uuid::Uuid,
+    signals: &BackgroundSignals,
+    short_id: &str,
+) -> Result<Connections> {
+    let urls = config.cluster.as_ref().map(|seeds| seeds.0.as_slice()).unwrap_or_default();
+    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    let mut seeds = Vec::with_capacity(urls.len());
+    let mut template = None;
+    for url in urls {
+        let info =
+            redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?.get_connection_info().clone();
+        match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                seeds.push((host.clone(), *port));
+            }
+            _ => return Err(Error::invalid_config(format!("a cluster node is reached over TCP, not {url}"))),
+        }
+        if info.redis_settings().db() != 0 {
+            return Err(Error::invalid_config("a Redis Cluster has database 0 only".to_owned()));
+        }
+        template.get_or_insert(info.set_tcp_settings(nodelay.clone()));
+    }
+    let Some(template) = template else {
+        return Err(Error::invalid_config("a cluster client needs at least one seed node URL".to_owned()));
+    };
+    let (open, pubsub_tls) = node_opener(config, &template)?;
+    let wait = wait_of(config);
+    let cluster = Arc::new(Cluster::new(
+        seeds,
+        ClusterNodes {
+            template,
+            open,
+            connect_timeout: config.connect_timeout,
+            command_timeout: config.command_timeout,
+            lanes: config.pool_max_size,
+            wait,
+            name: Arc::clone(connection_name),
+        },
+    ));
+    let verify = signals.verify_tx.clone();
+    cluster.on_dead(move || {
+        let _ = verify.try_send(());
+    });
+    cluster.start()?;
+    // Redisson's AUTO mode: shard channels when the servers have them.
+    let sharded = {
+        let mut session = cluster.session(PROBE_CHANNEL)?;
+        session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
+    };
+    let pubsub_name = format!("{connection_name}:pubsub");
+    let target_of =
+        move |shard: &Shard| Target::from_info(&shard.info, pubsub_name.clone(), pubsub_tls.clone());
+    check_subscriptions(&target_of(&*cluster.shard_of_slot(0)?)?, &uuid.to_string(), config)?;
+    let located = Arc::clone(&cluster);
+    let locate: Locate = Box::new(move |channel| {
+        let shard = located.shard_of_slot(key_slot(channel.as_bytes())).ok()?;
+        let target = target_of(&shard).ok()?;
+        Some((format!("{}:{}", shard.addr.0, shard.addr.1), target))
+    });
+    let refreshed = Arc::clone(&cluster);
+    let subscribers = NodeSubscribers::new(
+        locate,
+        NodeSubscriberSettings {
+            sharded,
+            connect_timeout: config.connect_timeout,
+            command_timeout: config.command_timeout,
+            reconnected: signals.verify_tx.clone(),
+            unreachable: Arc::new(move || refreshed.refresh_soon()),
+            stop: signals.stop_rx.clone(),
+            thread_prefix: format!("keyholder-pubsub-{short_id}"),
+        },
+    );
+    let hooked = Arc::clone(&cluster);
+    let on_start: OnStart = Box::new(move |inner, _, _| {
+        let moved = Arc::downgrade(inner);
+        hooked.on_change(move || {
+            if let Some(inner) = moved.upgrade() {
+                inner.slots_moved();
+            }
+        });
+        Ok(())
+    });
+    Ok(Connections {
+        routes: Routes::Cluster(cluster),
+        subscribers: Subscribers::PerNode(subscribers),
+        sharded,
+        wait,
+        on_start,
+    })
+}
+
+/// A channel name for probes: never subscribed or published to by locks.
+const PROBE_CHANNEL: &str = "keyholder:access-check";
 
 /// Where the primary is, the pub/sub connection's TLS configuration, and,
 /// through Sentinel, the watch that follows the master.
@@ -487,7 +771,7 @@ fn locate(primary: &Primary) -> Result<Arc<Node>> {
 /// the subscriptions every wait needs: Redisson's unlock channels and
 /// keyholder's wake channels (an ACL user's `&pattern`s, or `-subscribe`).
 fn check_subscriptions(target: &Target, client_id: &str, config: &Config) -> Result<()> {
-    const PROBE: &str = "keyholder:access-check";
+    const PROBE: &str = PROBE_CHANNEL;
     let channels = [crate::names::unlock_channel(PROBE), crate::names::wake_channel(PROBE, client_id)];
     let channels = [channels[0].as_str(), channels[1].as_str()];
     match target.refused_subscription(config.connect_timeout, config.command_timeout, &channels) {
@@ -543,17 +827,28 @@ impl Inner {
     /// pub/sub connection, whose reconnection wakes every waiter and has
     /// every hold verified on the new primary.
     fn primary_moved(&self, target: Result<Target>) {
-        self.lanes.primary_moved();
-        match target {
-            Ok(target) => self.subscriber.retarget(target),
-            Err(e) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
+        self.routes.primary_moved();
+        match (target, &self.subscribers) {
+            (Ok(target), Subscribers::One(subscriber)) => subscriber.retarget(target),
+            (Ok(_), Subscribers::PerNode(_)) => {}
+            (Err(e), _) => log::warn!("keyholder: cannot subscribe on the new primary: {e}"),
         }
     }
 
+    /// Slots of the cluster changed hands (a failover, a resharding):
+    /// subscriptions move to the slots' new primaries, and every hold is
+    /// verified, so that a holder whose lock did not survive is told.
+    fn slots_moved(&self) {
+        if let Subscribers::PerNode(nodes) = &self.subscribers {
+            nodes.slots_moved();
+        }
+        let _ = self.verify.try_send(());
+    }
+
     /// Runs `f` in a session on the shared connections (see
-    /// `store/lanes.rs`).
-    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {
-        f(&mut self.lanes.session()?)
+    /// `store/lanes.rs`) that reach the lock whose key is `key`.
+    pub(crate) fn with_conn<T>(&self, key: &str, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {
+        f(&mut self.routes.session(key)?)
     }
 
     /// Runs `f` like [`with_conn`](Inner::with_conn), and once more if a
@@ -561,14 +856,18 @@ impl Inner {
     /// second run goes out on new connections. Only for calls that are safe
     /// to repeat: reads, renewals, a new hold's acquire (it sets the count
     /// to 1), leaving a lock's queue.
-    pub(crate) fn with_live_conn<T>(&self, f: impl Fn(&mut Session<'_>) -> Result<T>) -> Result<T> {
-        let mut session = self.lanes.session()?;
+    pub(crate) fn with_live_conn<T>(
+        &self,
+        key: &str,
+        f: impl Fn(&mut Session<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut session = self.routes.session(key)?;
         let outcome = f(&mut session);
         if !session.is_dead() {
             return outcome;
         }
         drop(session);
-        self.with_conn(f)
+        self.with_conn(key, f)
     }
 
     /// The waiter queue of `entry`'s lock, as this client takes part in it.
@@ -620,8 +919,8 @@ impl Inner {
             return;
         }
         self.stop.lock().take();
-        self.subscriber.shut_down();
-        if let Some(watch) = &self.sentinel_watch {
+        self.subscribers.shut_down();
+        if let Some(watch) = self.sentinel_watch.lock().as_ref() {
             watch.shut_down();
         }
         let entries: Vec<Arc<Entry>> = self.entries.lock().map.values().cloned().collect();
@@ -639,6 +938,6 @@ impl Inner {
         }
         // Close the connections: a guard still held (or leaked) must not
         // keep them. Its release opens a connection of its own.
-        self.lanes.close();
+        self.routes.close();
     }
 }

@@ -13,6 +13,8 @@ pub(crate) struct Config {
     /// Where the sentinels are and the master's name, for a client that
     /// finds its primary through Sentinel.
     pub(crate) sentinel: Option<SentinelSettings>,
+    /// The seed nodes' URLs, for a client of a Redis Cluster.
+    pub(crate) cluster: Option<ClusterSeeds>,
     /// Credentials and database of the primary found through Sentinel.
     pub(crate) node: NodeSettings,
     pub(crate) pool_max_size: u32,
@@ -42,6 +44,19 @@ impl std::fmt::Debug for SentinelSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let urls: Vec<String> = self.urls.iter().map(|url| without_credentials(url)).collect();
         f.debug_struct("SentinelSettings").field("urls", &urls).field("master", &self.master).finish()
+    }
+}
+
+/// The seed node URLs of a cluster client,
+/// `redis://[[user]:password@]host:port`: every node is reached with the
+/// first one's credentials and TLS setting.
+#[derive(Clone)]
+pub(crate) struct ClusterSeeds(pub(crate) Vec<String>);
+
+/// Never prints the nodes' credentials.
+impl std::fmt::Debug for ClusterSeeds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|url| without_credentials(url))).finish()
     }
 }
 
@@ -110,6 +125,7 @@ impl ClientBuilder {
             config: Config {
                 url: url.into(),
                 sentinel: None,
+                cluster: None,
                 node: NodeSettings::default(),
                 pool_max_size: 16,
                 connect_timeout: Duration::from_secs(3),
@@ -122,6 +138,12 @@ impl ClientBuilder {
                 tls: crate::tls::TlsOptions::default(),
             },
         }
+    }
+
+    pub(crate) fn new_cluster(seeds: Vec<String>) -> Self {
+        let mut builder = ClientBuilder::new(String::new());
+        builder.config.cluster = Some(ClusterSeeds(seeds));
+        builder
     }
 
     pub(crate) fn new_sentinel(urls: Vec<String>, master: String) -> Self {
@@ -357,6 +379,15 @@ impl Config {
             return invalid(
                 "TLS settings for a client built with Client::builder_sentinel need node_tls(true)".into(),
             );
+        }
+        if let Some(ClusterSeeds(seeds)) = &self.cluster {
+            if seeds.is_empty() {
+                return invalid("a cluster client needs at least one seed node URL".into());
+            }
+            let scheme = |url: &str| url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if seeds.iter().any(|url| scheme(url) != scheme(&seeds[0])) {
+                return invalid("the cluster's seed URLs mix schemes (redis:// and rediss://)".into());
+            }
         }
         if self.pool_max_size == 0 {
             return invalid("pool_max_size must be at least 1".into());

@@ -261,7 +261,7 @@ impl Lock {
     ///
     /// As [`is_locked`](Lock::is_locked).
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(|conn| {
+        let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(&self.name, |conn| {
             let reply =
                 conn.query_all(&[redis::cmd("TYPE").arg(&*self.name), redis::cmd("PTTL").arg(&*self.name)])?;
             reply.map_err(|e| Error::from_redis(&self.name, e))
@@ -289,7 +289,7 @@ impl Lock {
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(|conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
+        inner.with_live_conn(&self.name, |conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
     }
 
     fn current_owner(&self) -> String {
@@ -299,7 +299,7 @@ impl Lock {
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
         self.client
             .inner()
-            .with_live_conn(|conn| conn.query(cmd)?.map_err(|e| Error::from_redis(&self.name, e)))
+            .with_live_conn(&self.name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(&self.name, e)))
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
@@ -493,10 +493,13 @@ impl Lock {
             if !block || deadline.is_some_and(|d| now >= d) {
                 break Ok(None);
             }
+            // A subscription whose slot moved to another cluster node
+            // hears nothing more: subscribe again, where the slot went.
+            subscribed = subscribed && entry.is_subscribed();
             if !subscribed {
                 // Subscribe, then try again at once: a release between the
                 // first try and the subscription would otherwise go unheard.
-                match inner.subscriber.subscribe(entry.interest(), deadline) {
+                match inner.subscribers.subscribe(entry.interest(), deadline) {
                     Ok(subscription) => entry.keep_subscription(subscription),
                     Err(e) => break Err(e),
                 }
@@ -536,7 +539,7 @@ impl Lock {
             // client was given meanwhile. (With Redis failing, the place is
             // dropped when its turn comes and nobody listens.)
             let turns = inner.turns(entry);
-            let _ = inner.with_live_conn(|conn| {
+            let _ = inner.with_live_conn(&self.name, |conn| {
                 inner.scripts.dequeue(conn, &entry.keys.name, &entry.keys.channel, turns, owner)
             });
         }
@@ -546,7 +549,7 @@ impl Lock {
     /// Takes the lock's channels back if they still linger, subscribed and
     /// confirmed, from this client's last wait: no round trip.
     fn resubscribe_lingering(&self, entry: &Arc<Entry>) -> bool {
-        match self.client.inner().subscriber.resume(entry.interest()) {
+        match self.client.inner().subscribers.resume(entry.interest()) {
             Some(subscription) => {
                 entry.keep_subscription(subscription);
                 true
@@ -576,16 +579,16 @@ impl Lock {
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
-            inner.with_live_conn(|conn| inner.scripts.acquire(conn, &args))
+            inner.with_live_conn(&self.name, |conn| inner.scripts.acquire(conn, &args))
         } else {
-            inner.with_conn(|conn| inner.scripts.acquire(conn, &args))
+            inner.with_conn(&self.name, |conn| inner.scripts.acquire(conn, &args))
         }
     }
 }
 
 impl GateRedis for Lock {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
-        self.client.inner().subscriber.subscribe(entry.interest(), None)
+        self.client.inner().subscribers.subscribe(entry.interest(), None)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {

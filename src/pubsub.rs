@@ -4,6 +4,7 @@
 //! `Switches`; neither knows anything else of locks or primaries.
 
 mod resp;
+pub(crate) mod router;
 pub(crate) mod sentinel_watch;
 mod stream;
 pub(crate) mod subscriber;

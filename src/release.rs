@@ -38,9 +38,9 @@ impl Inner {
         let request = self.next_request.fetch_add(1, Ordering::Relaxed);
         let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
         let latch = Latch { key: &key, ttl_ms, request, retry: false };
-        match self.with_conn(|conn| script(conn, latch)) {
+        match self.with_conn(&entry.keys.name, |conn| script(conn, latch)) {
             Err(e) if retry && e.is_transport() => {
-                self.with_conn(|conn| script(conn, Latch { retry: true, ..latch }))
+                self.with_conn(&entry.keys.name, |conn| script(conn, Latch { retry: true, ..latch }))
             }
             outcome => outcome,
         }
@@ -67,8 +67,8 @@ impl Inner {
             let outcome = self.scripts.release(conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         };
-        match self.with_conn(release) {
-            Err(e) if e.is_transport() => (self.with_conn(release), true),
+        match self.with_conn(&entry.keys.name, release) {
+            Err(e) if e.is_transport() => (self.with_conn(&entry.keys.name, release), true),
             outcome => (outcome, false),
         }
     }
@@ -77,7 +77,7 @@ impl Inner {
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
         let args = self.release_args(entry, owner, lease_ms, None);
-        self.with_live_conn(|conn| self.scripts.release(conn, &args))
+        self.with_live_conn(&entry.keys.name, |conn| self.scripts.release(conn, &args))
     }
 
     /// What `release.lua` needs to release one hold of `owner` on `entry`'s
@@ -96,7 +96,7 @@ impl Inner {
             lease_ms,
             owner,
             latch,
-            listening: self.subscriber.listening_for(&entry.keys.channel),
+            listening: self.subscribers.listening_for(&entry.keys.channel),
         }
     }
 

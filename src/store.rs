@@ -6,10 +6,13 @@
 //! Nothing here knows about gates or guards.
 
 pub(crate) mod batch;
+pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod eval;
 pub(crate) mod lane;
 pub(crate) mod lanes;
 pub(crate) mod primary;
+pub(crate) mod routes;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
+pub(crate) mod slots;

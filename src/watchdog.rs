@@ -31,6 +31,10 @@ use crate::error::LostReason;
 use crate::error::Result;
 use crate::gate::entry::Entry;
 use crate::gate::hold::Hold;
+use crate::store::slots::Addr;
+
+/// A watched hold and its lock's entry.
+type Held = (Arc<Hold>, Arc<Entry>);
 
 /// Keys renewed per script call.
 pub(crate) const BATCH: usize = 100;
@@ -78,7 +82,7 @@ impl Registry {
         self.holds.lock().values().filter(|w| w.renew).count()
     }
 
-    fn to_renew(&self) -> Vec<(Arc<Hold>, Arc<Entry>)> {
+    fn to_renew(&self) -> Vec<Held> {
         self.holds
             .lock()
             .values()
@@ -120,6 +124,13 @@ pub(crate) trait Renewals: Send + Sync {
     /// connection; `true` = still held. The flag is false when the replicas
     /// asked for did not acknowledge the renewal.
     fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)>;
+
+    /// Which node `name`'s lock lives on, when the client talks to several
+    /// (a Redis Cluster): holds are batched per node, so that one call
+    /// renews up to [`BATCH`] locks of one node.
+    fn renewal_group(&self, _name: &str) -> Option<Addr> {
+        None
+    }
 }
 
 /// What wakes the watchdog thread besides its own timer.
@@ -196,12 +207,33 @@ const MAX_REVERIFY: Duration = Duration::from_secs(1);
 pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
     let registry = inner.registry();
     let timeout = inner.watchdog_timeout();
-    let holds = registry.to_renew();
+    let mut holds = registry.to_renew();
+    // A node's holds next to each other, each batch within one node.
+    let mut groups: Vec<Option<Addr>> = Vec::new();
+    if holds.first().is_some_and(|(hold, _)| inner.renewal_group(&hold.name).is_some()) {
+        let mut keyed: Vec<(Option<Addr>, Held)> =
+            holds.into_iter().map(|held| (inner.renewal_group(&held.0.name), held)).collect();
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        (groups, holds) = keyed.into_iter().unzip();
+    }
+    let batches: Vec<&[Held]> = if groups.is_empty() {
+        holds.chunks(BATCH).collect()
+    } else {
+        let mut batches = Vec::new();
+        let mut start = 0;
+        for end in 1..=holds.len() {
+            if end == holds.len() || groups[end] != groups[start] {
+                batches.extend(holds[start..end].chunks(BATCH));
+                start = end;
+            }
+        }
+        batches
+    };
     // Deadlines only move later while a round runs, so one look at the
     // earliest tells when a slow round must stop to mark holds lost.
     let mut earliest = registry.earliest_deadline();
     let lease_ms = crate::lease::millis_ceil(timeout);
-    for batch in holds.chunks(BATCH) {
+    for batch in batches {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|(h, _)| (&*h.name, h.owner.as_str())).collect();
         let sent = Instant::now();
         // Renewing is safe to repeat: a dead connection costs no period.

@@ -255,7 +255,7 @@ impl Entry {
     fn subscribe_for_queue(self: &Arc<Self>, redis: &dyn GateRedis) {
         {
             let mut st = self.state.lock();
-            if st.subscription.is_some() || st.subscribing || st.shutdown {
+            if st.has_live_subscription() || st.subscribing || st.shutdown {
                 return;
             }
             st.subscribing = true;
@@ -355,9 +355,11 @@ impl Entry {
         matches!(st.gate, Gate::Free) && st.queue.is_empty()
     }
 
-    /// True when the entry keeps an unlock-channel subscription.
+    /// True when the entry keeps an unlock-channel subscription that still
+    /// hears its lock: on a Redis Cluster, one whose slot moved to another
+    /// node is dropped here, and the caller subscribes again.
     pub(crate) fn is_subscribed(&self) -> bool {
-        self.state.lock().subscription.is_some()
+        self.state.lock().has_live_subscription()
     }
 
     /// Keeps `subscription` for the local waiters, unless one is kept already.
@@ -481,6 +483,15 @@ impl State {
             let _ = next.wake.try_send(());
         }
         self.drop_unneeded_subscription();
+    }
+
+    /// Drops a subscription that no longer hears the lock (see
+    /// `Subscription::is_live`); true when one is kept.
+    fn has_live_subscription(&mut self) -> bool {
+        if self.subscription.as_ref().is_some_and(|s| !s.is_live()) {
+            self.subscription = None;
+        }
+        self.subscription.is_some()
     }
 
     /// Lets the subscription go once no local thread waits for the lock.

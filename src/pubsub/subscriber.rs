@@ -169,6 +169,11 @@ struct State {
     channels: HashMap<String, Channel>,
     /// SUBSCRIBE confirmations still expected on the current connection.
     acks_pending: HashMap<String, u32>,
+    /// Unsubscriptions sent and not yet confirmed, so that a confirmation
+    /// is told apart from a sharded channel the server dropped.
+    unsubscribes_pending: HashMap<String, u32>,
+    /// Shard channels (Redis Cluster, Redis 7+): `SSUBSCRIBE`.
+    sharded: bool,
     shutdown: bool,
 }
 
@@ -191,9 +196,40 @@ impl State {
         for channel in channels {
             *self.acks_pending.entry(channel.clone()).or_insert(0) += 1;
         }
-        let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+        let verb: &[u8] = if self.sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
+        let mut args: Vec<&[u8]> = vec![verb];
         args.extend(channels.iter().map(|c| c.as_bytes()));
         self.send(&args);
+    }
+
+    fn send_unsubscribe(&mut self, channels: &[String]) {
+        if self.writer.is_none() || channels.is_empty() {
+            return;
+        }
+        for channel in channels {
+            *self.unsubscribes_pending.entry(channel.clone()).or_insert(0) += 1;
+        }
+        let verb: &[u8] = if self.sharded { b"SUNSUBSCRIBE" } else { b"UNSUBSCRIBE" };
+        let mut args: Vec<&[u8]> = vec![verb];
+        args.extend(channels.iter().map(|c| c.as_bytes()));
+        self.send(&args);
+    }
+
+    /// Drops the channels `moved` names (their slot moved to another node)
+    /// and returns their waiters, to be woken: they subscribe again, where
+    /// the slot is now.
+    fn evict(&mut self, moved: impl Fn(&str) -> bool) -> Vec<Arc<dyn Waiters>> {
+        let names: Vec<String> = self.channels.keys().filter(|name| moved(name)).cloned().collect();
+        let mut waiters = Vec::new();
+        for name in &names {
+            if let Some(channel) = self.channels.remove(name) {
+                waiters.extend(channel.waiters());
+            }
+            self.acks_pending.remove(name);
+        }
+        // Not unsubscribed: the node no longer serves the slot (it would
+        // answer MOVED), and drops the channel itself when it loses it.
+        waiters
     }
 
     fn is_confirmed(&self, channel: &str) -> bool {
@@ -216,11 +252,7 @@ impl State {
         for name in &expired {
             self.channels.remove(name);
         }
-        if !expired.is_empty() {
-            let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
-            args.extend(expired.iter().map(|c| c.as_bytes()));
-            self.send(&args);
-        }
+        self.send_unsubscribe(&expired);
         self.channels.values().any(|c| c.idle_since.is_some())
     }
 }
@@ -232,6 +264,19 @@ pub(crate) struct Subscription {
     channels: [String; 2],
     /// The lock name it was made for.
     name: Arc<str>,
+}
+
+impl Subscription {
+    /// False once the subscriber dropped the subscription's channels (their
+    /// slot moved to another cluster node) or stopped: the waiter must
+    /// subscribe again to hear its lock's unlocks.
+    pub(crate) fn is_live(&self) -> bool {
+        let st = self.subscriber.state.lock();
+        !st.shutdown
+            && self.channels.iter().all(|name| {
+                st.channels.get(name).is_some_and(|c| c.listeners.iter().any(|l| l.name == self.name))
+            })
+    }
 }
 
 impl Drop for Subscription {
@@ -271,11 +316,15 @@ impl Subscriber {
     /// `reconnected` hears (without blocking) each time the connection was
     /// replaced: Redis may have restarted or failed over, and holds are
     /// worth checking at once.
+    ///
+    /// `sharded`: subscribe with `SSUBSCRIBE` (shard channels, on the Redis
+    /// Cluster node that serves their slot; Redis 7 and newer).
     pub(crate) fn new(
         target: Target,
         connect_timeout: Duration,
         command_timeout: Duration,
         reconnected: Sender<()>,
+        sharded: bool,
     ) -> Self {
         Subscriber {
             target: Mutex::new(target),
@@ -283,7 +332,7 @@ impl Subscriber {
             retargeted: crossbeam_channel::bounded(1),
             connect_timeout,
             command_timeout,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { sharded, ..State::default() }),
             confirmed: Condvar::new(),
             reconnected,
             unreachable: OnceLock::new(),
@@ -409,6 +458,21 @@ impl Subscriber {
         let _ = self.retargeted.0.try_send(());
     }
 
+    /// Drops the channels `moved` names (their slot is served by another
+    /// cluster node now) and wakes their waiters, which subscribe again
+    /// where the slot went.
+    pub(crate) fn evict(&self, moved: impl Fn(&str) -> bool) {
+        let waiters = self.state.lock().evict(moved);
+        for waiters in waiters {
+            waiters.notify();
+        }
+    }
+
+    /// True when no channel is subscribed, lingering ones included.
+    pub(crate) fn is_unused(&self) -> bool {
+        self.state.lock().channels.is_empty()
+    }
+
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
@@ -488,6 +552,7 @@ impl Subscriber {
         }
         st.writer = Some(writer);
         st.acks_pending.clear();
+        st.unsubscribes_pending.clear();
         // Lingering channels are not worth resubscribing.
         st.channels.retain(|_, c| c.refs() > 0);
         for channel in st.channels.values_mut() {
@@ -568,7 +633,7 @@ impl Subscriber {
     fn dispatch(&self, value: Resp) {
         let Resp::Array(Some(items)) = value else { return };
         match items.first().and_then(Resp::text) {
-            Some("message") => {
+            Some("message" | "smessage") => {
                 let (Some(channel), Some(payload)) =
                     (items.get(1).and_then(Resp::text), items.get(2).and_then(Resp::text))
                 else {
@@ -590,7 +655,29 @@ impl Subscriber {
                     }
                 }
             }
-            Some("subscribe") => {
+            Some("sunsubscribe" | "unsubscribe") => {
+                let Some(channel) = items.get(1).and_then(Resp::text) else { return };
+                let mut st = self.state.lock();
+                match st.unsubscribes_pending.get_mut(channel) {
+                    Some(pending) => {
+                        *pending = pending.saturating_sub(1);
+                        if *pending == 0 {
+                            st.unsubscribes_pending.remove(channel);
+                        }
+                    }
+                    // Not asked for: the server dropped a shard channel
+                    // whose slot moved to another node (a resharding, a
+                    // failover). Its waiters subscribe again there.
+                    None => {
+                        let waiters = st.evict(|name| name == channel);
+                        drop(st);
+                        for waiters in waiters {
+                            waiters.notify();
+                        }
+                    }
+                }
+            }
+            Some("subscribe" | "ssubscribe") => {
                 let Some(channel) = items.get(1).and_then(Resp::text) else { return };
                 let mut st = self.state.lock();
                 if let Some(pending) = st.acks_pending.get_mut(channel) {

@@ -68,6 +68,14 @@ impl Request {
         Request { packed, commands: cmds.len(), acked: false }
     }
 
+    /// The same commands behind an `ASKING` (Redis Cluster: a slot being
+    /// migrated, and the key already moved), whose reply comes first.
+    pub(crate) fn asking(self) -> Request {
+        let mut packed = b"*1\r\n$6\r\nASKING\r\n".to_vec();
+        packed.extend_from_slice(&self.packed);
+        Request { packed, commands: self.commands + 1, acked: self.acked }
+    }
+
     /// Asks for the replicas' acknowledgement of what these commands write
     /// (when the client waits for replicas at all).
     pub(crate) fn acknowledged(mut self) -> Request {
@@ -213,6 +221,16 @@ mod tests {
             .collect();
         assert_eq!(batch.bytes(), expected.as_slice());
         assert_eq!(batch.replies(), 2);
+    }
+
+    #[test]
+    fn asking_goes_in_front_and_has_a_reply_of_its_own() {
+        let mut asked = get("a").acknowledged().asking();
+        let batch = Batch::new([&mut asked], Some(WAIT));
+        let mut expected = redis::cmd("ASKING").get_packed_command();
+        expected.extend(redis::cmd("GET").arg("a").get_packed_command());
+        assert!(batch.bytes().starts_with(&expected));
+        assert_eq!(batch.replies(), 3, "ASKING, GET and the WAIT");
     }
 
     #[test]

@@ -260,7 +260,7 @@ impl Connector {
 }
 
 /// Classifies a failure to open or use a first connection.
-fn access_error(e: redis::RedisError) -> Error {
+pub(crate) fn access_error(e: redis::RedisError) -> Error {
     let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"));
     if refused {

@@ -331,6 +331,16 @@ impl Lane {
         state.leading = false;
     }
 
+    /// Takes `conn` as the lane's connection if it has none and nobody
+    /// leads it (a connection opened for it beforehand, by a check).
+    pub(crate) fn adopt(&self, conn: Conn) {
+        let mut state = self.state.lock();
+        if state.conn.is_none() && !state.leading && !state.closed {
+            state.conn = Some(conn);
+            self.connected.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Closes the connection, now if idle, else when its leader is done.
     pub(crate) fn close(&self) {
         let mut state = self.state.lock();

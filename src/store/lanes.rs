@@ -26,6 +26,7 @@
 //! would otherwise take 500 timeouts); a refused connection fails at once
 //! by itself. After shutdown, each call opens a connection of its own.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ use crate::owner;
 use crate::store::batch::{Replies, Request, Wait};
 use crate::store::connection::{Conn, Connector};
 use crate::store::lane::{Failure, Lane, Wiring};
+use crate::store::slots::{self, Redirect};
 
 /// How long a batch may wait for its replies before callers stop joining
 /// its lane while another will do: far above a round trip, even on a
@@ -60,17 +62,18 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    /// `count` lanes, the first on `first`, the others connecting on first
-    /// use; batches that ask for acknowledgement end with `wait`.
+    /// `count` lanes, the first on `first` (when given), the others
+    /// connecting on first use; batches that ask for acknowledgement end
+    /// with `wait`.
     pub(crate) fn new(
         connector: Connector,
-        first: Conn,
+        first: Option<Conn>,
         count: u32,
         wait: Option<Wait>,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Lanes {
-        let mut first = Some(first);
+        let mut first = first;
         let lanes = (0..count.max(1)).map(|_| Lane::new(first.take())).collect();
         Lanes {
             lanes,
@@ -90,12 +93,31 @@ impl Lanes {
     ///
     /// `ErrorKind::Connection` at once while Redis is taken to be
     /// unreachable.
-    pub(crate) fn session(&self) -> Result<Session<'_>> {
+    pub(crate) fn session(self: &Arc<Self>) -> Result<Session<'static>> {
+        self.session_with(None)
+    }
+
+    /// A session for one call on a Redis Cluster node's lanes, which
+    /// follows the node's redirections through `redirects`.
+    ///
+    /// # Errors
+    ///
+    /// As [`session`](Lanes::session).
+    pub(crate) fn routed_session<'a>(self: &Arc<Self>, redirects: &'a dyn Redirects) -> Result<Session<'a>> {
+        self.session_with(Some(redirects))
+    }
+
+    fn session_with<'a>(self: &Arc<Self>, redirects: Option<&'a dyn Redirects>) -> Result<Session<'a>> {
+        self.check_reachable()?;
+        let own = self.closed.load(Ordering::Acquire).then(|| Lane::new(None));
+        Ok(Session { lanes: Arc::clone(self), redirects, own, dead: false, replicated: None })
+    }
+
+    fn check_reachable(&self) -> Result<()> {
         if self.nanos_since_start(Instant::now()) < self.unreachable_until.load(Ordering::Acquire) {
             return Err(Error::unreachable());
         }
-        let own = self.closed.load(Ordering::Acquire).then(|| Lane::new(None));
-        Ok(Session { lanes: self, own, dead: false, replicated: None })
+        Ok(())
     }
 
     /// Claims a lane for the calling thread: the lane with the largest
@@ -127,6 +149,19 @@ impl Lanes {
         lane
     }
 
+    /// Opens this node's connections.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    /// Takes `conn`, opened beforehand (by the access check), as a lane's
+    /// connection.
+    pub(crate) fn adopt(&self, conn: Conn) {
+        if let Some(lane) = self.lanes.first() {
+            lane.adopt(conn);
+        }
+    }
+
     /// Closes every connection (those in use once their batch is done);
     /// later calls open their own.
     pub(crate) fn close(&self) {
@@ -154,12 +189,34 @@ impl Lanes {
     }
 }
 
+/// What a Redis Cluster session needs to follow a node's redirections
+/// (`store/cluster.rs` implements it).
+pub(crate) trait Redirects: Sync {
+    /// The lanes of the node `redirect` names; a `MOVED` also updates the
+    /// slot map. Not called for `TRYAGAIN`.
+    fn follow(&self, redirect: &Redirect) -> Result<Arc<Lanes>>;
+    /// A call on `lanes` failed in transit or could not connect: the node
+    /// may be gone, and the slot map stale.
+    fn failed(&self, lanes: &Lanes);
+}
+
+/// The most redirections one call follows (a slot moves once at a time;
+/// more means the cluster is being reconfigured under it).
+const MAX_REDIRECTS: u32 = 5;
+
+/// The first pause after a `TRYAGAIN`, doubled after each: a slot's keys
+/// are being moved, which takes one `MIGRATE` round trip per batch of
+/// keys. Five tries wait 155 ms at most.
+const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(5);
+
 /// One call's use of the shared connections: what it sends, whether a
 /// connection it used was found dead (so that a call safe to repeat runs
 /// once more on a new one), and whether its last write reached the
-/// replicas.
+/// replicas. On a Redis Cluster, the node's lanes, and the way to the
+/// others when a slot has moved.
 pub(crate) struct Session<'a> {
-    lanes: &'a Lanes,
+    lanes: Arc<Lanes>,
+    redirects: Option<&'a dyn Redirects>,
     /// After shutdown: a lane of the call's own, closed with the session.
     own: Option<Lane>,
     dead: bool,
@@ -168,6 +225,10 @@ pub(crate) struct Session<'a> {
 
 impl Session<'_> {
     /// Sends `request` and waits for its replies (error replies included).
+    /// On a Redis Cluster, follows `MOVED` and `ASK` to the node that
+    /// serves the slot now, and sends again after a `TRYAGAIN` (none of
+    /// them ran the command), at most [`MAX_REDIRECTS`] times; the replies
+    /// after the last are returned as they are.
     ///
     /// # Errors
     ///
@@ -175,7 +236,46 @@ impl Session<'_> {
     /// run; [`Error::is_transport`]), no connection, or the call's time
     /// ran out before a shared connection could send it (it never ran).
     pub(crate) fn send(&mut self, request: Request) -> Result<Replies> {
-        let lanes = self.lanes;
+        let Some(redirects) = self.redirects else {
+            let lanes = Arc::clone(&self.lanes);
+            return self.send_on(&lanes, request);
+        };
+        let mut pause = TRY_AGAIN_PAUSE;
+        let mut hops = 0;
+        loop {
+            let lanes = Arc::clone(&self.lanes);
+            let replies = self.send_on(&lanes, request.clone()).inspect_err(|_| redirects.failed(&lanes))?;
+            hops += 1;
+            let Some(redirect) = replies.values.iter().find_map(slots::redirect) else { return Ok(replies) };
+            if hops > MAX_REDIRECTS {
+                return Ok(replies);
+            }
+            match redirect {
+                Redirect::Moved { .. } => self.lanes = redirects.follow(&redirect)?,
+                Redirect::Ask { .. } => {
+                    let target = redirects.follow(&redirect)?;
+                    let mut replies = self
+                        .send_on(&target, request.clone().asking())
+                        .inspect_err(|_| redirects.failed(&target))?;
+                    // ASKING's own reply.
+                    if !replies.values.is_empty() {
+                        replies.values.remove(0);
+                    }
+                    if !replies.values.iter().any(|v| slots::redirect(v).is_some()) {
+                        return Ok(replies);
+                    }
+                }
+                Redirect::TryAgain => {
+                    // Nothing to wait on but the migration's next step: a
+                    // short, bounded pause, as the server asks.
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                }
+            }
+        }
+    }
+
+    fn send_on(&mut self, lanes: &Lanes, request: Request) -> Result<Replies> {
         let lane = match &self.own {
             Some(own) => {
                 own.claim();

@@ -165,13 +165,7 @@ impl Primary {
             current.trusted = true;
             return Ok(node);
         }
-        let addr = match discovered.template.addr() {
-            redis::ConnectionAddr::TcpTls { insecure, .. } => {
-                redis::ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
-            }
-            _ => redis::ConnectionAddr::Tcp(host, port),
-        };
-        let client = (discovered.open)(discovered.template.clone().set_addr(addr))?;
+        let client = (discovered.open)(at_address(&discovered.template, host, port))?;
         let node = Arc::new(Node { client });
         let previous = current.node.replace(Arc::clone(&node));
         current.trusted = true;
@@ -256,6 +250,19 @@ impl Primary {
         )
         .into())
     }
+}
+
+/// `template`'s settings (credentials, database, socket settings, and TLS
+/// when it speaks TLS) for the node at `host:port`: a node named by a
+/// sentinel or by a cluster's slot map.
+pub(crate) fn at_address(template: &redis::ConnectionInfo, host: String, port: u16) -> redis::ConnectionInfo {
+    let addr = match template.addr() {
+        redis::ConnectionAddr::TcpTls { insecure, .. } => {
+            redis::ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
+        }
+        _ => redis::ConnectionAddr::Tcp(host, port),
+    };
+    template.clone().set_addr(addr)
 }
 
 /// True when `addr` is `host:port`, over TCP or TLS.

@@ -64,13 +64,19 @@ pub(crate) struct Scripts {
     /// Acquire, release, hand-off and renewal calls ask for the replicas'
     /// acknowledgement.
     acks: bool,
+    /// The command unlock and wake messages go out with: `PUBLISH`, or
+    /// `SPUBLISH` on a Redis Cluster with shard channels.
+    publish: &'static str,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
-/// The command the scripts publish unlock messages with.
+/// The commands the scripts publish unlock messages with: to every
+/// subscriber, or (Redis Cluster, Redis 7+) to the subscribers of the
+/// channel's shard, as Redisson's `shardedSubscriptionMode` does.
 const PUBLISH: &str = "publish";
+const SPUBLISH: &str = "spublish";
 
 /// How long a client woken by a release has to claim the lock before other
 /// waiters may take it: its wake-up and one round trip, with room for a
@@ -158,9 +164,12 @@ pub(crate) struct Latch<'a> {
 }
 
 impl Scripts {
-    pub(crate) fn new(acks: bool) -> Self {
+    /// With `acks`, writes ask for the replicas' acknowledgement; with
+    /// `sharded`, messages go out on shard channels.
+    pub(crate) fn new(acks: bool, sharded: bool) -> Self {
         Scripts {
             acks,
+            publish: if sharded { SPUBLISH } else { PUBLISH },
             acquire: LuaScript::new(include_str!("../../lua/acquire.lua")),
             release: LuaScript::new(include_str!("../../lua/release.lua")),
             handoff: LuaScript::new(include_str!("../../lua/handoff.lua")),
@@ -210,7 +219,7 @@ impl Scripts {
         let mut invocation = self.release.call();
         invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
         invocation.key(turns.recent);
-        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(PUBLISH);
+        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(self.publish);
         match latch {
             Some(latch) => {
                 invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry))
@@ -236,7 +245,7 @@ impl Scripts {
         let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
         let mut invocation = self.handoff.call();
         invocation.key(name).key(channel).key(turns.marker).key(latch.key);
-        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(PUBLISH).arg(latch.ttl_ms);
+        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(self.publish).arg(latch.ttl_ms);
         invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
         let (reply, acked) = invocation.invoke(session, self.acks)?;
         let reply = reply.map_err(|e| Error::from_redis(name, e))?;
@@ -262,23 +271,31 @@ impl Scripts {
     ) -> Result<()> {
         let mut invocation = self.dequeue.call();
         invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
-        invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(self.publish);
         let (reply, _) = invocation.invoke(session, false)?;
         reply.map_err(Error::redis)?;
         Ok(())
     }
 
     /// Renews the `(key, owner)` pairs in one call; `true` = still held.
+    /// `declared`: the lock keys go out as the script's `KEYS`, as they
+    /// must unless the session is on a cluster node that serves all of
+    /// them (see `lua/renew.lua`).
     pub(crate) fn renew(
         &self,
         session: &mut Session<'_>,
         holds: &[(&str, &str)],
         lease_ms: u64,
+        declared: bool,
     ) -> Result<Vec<bool>> {
         let mut invocation = self.renew.call();
         invocation.arg(lease_ms);
         for (key, owner) in holds {
-            invocation.key(*key).arg(*owner);
+            if declared {
+                invocation.key(*key).arg(*owner);
+            } else {
+                invocation.arg(*key).arg(*owner);
+            }
         }
         let (reply, acked) = invocation.invoke(session, self.acks)?;
         let reply = reply.map_err(Error::redis)?;
@@ -299,7 +316,7 @@ impl Scripts {
     /// Deletes the lock whoever holds it; `true` when there was one.
     pub(crate) fn force_unlock(&self, session: &mut Session<'_>, name: &str, channel: &str) -> Result<bool> {
         let mut invocation = self.force_unlock.call();
-        invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(self.publish);
         let (reply, _) = invocation.invoke(session, false)?;
         let reply = reply.map_err(|e| Error::from_redis(name, e))?;
         match reply {

@@ -1,0 +1,219 @@
+//! Which pub/sub connection a waiter subscribes on: the client's one
+//! subscriber, or, on a Redis Cluster, the subscriber of the node that
+//! serves the lock's slot.
+//!
+//! On a cluster, a lock's unlock and wake channels share its slot (the
+//! name's hash tag), and keyholder subscribes to them on that slot's
+//! primary, as Redisson does: with `SSUBSCRIBE` where the servers have
+//! shard channels (Redis 7 and newer; the scripts then publish with
+//! `SPUBLISH`), with `SUBSCRIBE` otherwise (a plain `PUBLISH` reaches every
+//! node). There is one subscriber, with its reader thread, per node that has
+//! had a waiter, not one per lock. When slots change hands, the channels of
+//! the slots that moved are dropped and their waiters woken, and they
+//! subscribe again on the new owner (see `gate/entry.rs`); a subscriber
+//! whose node serves no slot any more is stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::pubsub::subscriber::{Interest, Subscriber, Subscription};
+use crate::pubsub::target::Target;
+
+/// The client's subscribers.
+pub(crate) enum Subscribers {
+    /// One server (or the primary Sentinel names): one subscriber.
+    One(Arc<Subscriber>),
+    /// A Redis Cluster: one subscriber per node.
+    PerNode(NodeSubscribers),
+}
+
+/// Where a channel is served: the node's key (`host:port`) and how to reach
+/// it; `None` when no node serves its slot right now.
+pub(crate) type Locate = Box<dyn Fn(&str) -> Option<(String, Target)> + Send + Sync>;
+
+/// A cluster client's subscribers, one per node.
+pub(crate) struct NodeSubscribers {
+    locate: Locate,
+    sharded: bool,
+    nodes: Mutex<HashMap<String, Arc<Subscriber>>>,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    /// Told when a subscriber reconnected (holds are worth verifying).
+    reconnected: Sender<()>,
+    /// Called when a subscriber cannot reach its node (the slot map is
+    /// worth reading again).
+    unreachable: Arc<dyn Fn() + Send + Sync>,
+    /// Disconnects on shutdown: ends the readers' back-off waits.
+    stop: Receiver<()>,
+    /// The readers' thread names start with this.
+    thread_prefix: String,
+    /// Set under `nodes`' lock: no subscriber starts after shutdown.
+    shutdown: AtomicBool,
+}
+
+/// What a cluster client's subscribers need besides `locate`.
+pub(crate) struct NodeSubscriberSettings {
+    pub(crate) sharded: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) reconnected: Sender<()>,
+    pub(crate) unreachable: Arc<dyn Fn() + Send + Sync>,
+    pub(crate) stop: Receiver<()>,
+    pub(crate) thread_prefix: String,
+}
+
+impl NodeSubscribers {
+    pub(crate) fn new(locate: Locate, settings: NodeSubscriberSettings) -> NodeSubscribers {
+        let NodeSubscriberSettings {
+            sharded,
+            connect_timeout,
+            command_timeout,
+            reconnected,
+            unreachable,
+            stop,
+            thread_prefix,
+        } = settings;
+        NodeSubscribers {
+            locate,
+            sharded,
+            nodes: Mutex::new(HashMap::new()),
+            connect_timeout,
+            command_timeout,
+            reconnected,
+            unreachable,
+            stop,
+            thread_prefix,
+            shutdown: AtomicBool::new(false),
+        }
+    }
+
+    /// The subscriber of the node that serves `channel`, started (with its
+    /// reader thread) on first use.
+    fn subscriber_for(&self, channel: &str) -> Result<Arc<Subscriber>> {
+        let Some((key, target)) = (self.locate)(channel) else {
+            return Err(Error::redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "no cluster node serves this channel's slot",
+                channel.to_owned(),
+            ))));
+        };
+        let mut nodes = self.nodes.lock();
+        if self.shutdown.load(Ordering::Acquire) {
+            return Err(Error::shutdown());
+        }
+        if let Some(subscriber) = nodes.get(&key) {
+            return Ok(Arc::clone(subscriber));
+        }
+        let subscriber = Arc::new(Subscriber::new(
+            target,
+            self.connect_timeout,
+            self.command_timeout,
+            self.reconnected.clone(),
+            self.sharded,
+        ));
+        let unreachable = Arc::clone(&self.unreachable);
+        subscriber.on_unreachable(move || unreachable());
+        let reader = Arc::clone(&subscriber);
+        let stop = self.stop.clone();
+        std::thread::Builder::new()
+            .name(format!("{}-{key}", self.thread_prefix))
+            .spawn(move || reader.run(stop))
+            .map_err(|e| Error::spawn("pub/sub", e))?;
+        nodes.insert(key, Arc::clone(&subscriber));
+        Ok(subscriber)
+    }
+
+    /// Slots changed hands: drops every channel its subscriber's node no
+    /// longer serves (waking its waiters, who subscribe again where it
+    /// went) and stops the subscribers of nodes left without channels that
+    /// serve none of them.
+    pub(crate) fn slots_moved(&self) {
+        let nodes: Vec<(String, Arc<Subscriber>)> =
+            self.nodes.lock().iter().map(|(key, s)| (key.clone(), Arc::clone(s))).collect();
+        for (key, subscriber) in nodes {
+            subscriber.evict(|channel| (self.locate)(channel).is_none_or(|(owner, _)| owner != key));
+            if subscriber.is_unused() {
+                let mut nodes = self.nodes.lock();
+                if nodes.get(&key).is_some_and(|s| Arc::ptr_eq(s, &subscriber)) {
+                    nodes.remove(&key);
+                    subscriber.shut_down();
+                }
+            }
+        }
+    }
+}
+
+impl Subscribers {
+    /// Subscribes the lock's channels for a waiter (see
+    /// [`Subscriber::subscribe`]), on the node that serves them.
+    pub(crate) fn subscribe(
+        &self,
+        interest: Interest<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<Subscription> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.subscribe(interest, deadline),
+            Subscribers::PerNode(nodes) => {
+                nodes.subscriber_for(interest.channel)?.subscribe(interest, deadline)
+            }
+        }
+    }
+
+    /// Takes the lock's lingering channels back without a round trip (see
+    /// [`Subscriber::resume`]).
+    pub(crate) fn resume(&self, interest: Interest<'_>) -> Option<Subscription> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.resume(interest),
+            Subscribers::PerNode(nodes) => nodes.subscriber_for(interest.channel).ok()?.resume(interest),
+        }
+    }
+
+    /// For how much longer `channel` stays subscribed if nobody else waits
+    /// on it (see [`Subscriber::listening_for`]).
+    pub(crate) fn listening_for(&self, channel: &str) -> Duration {
+        match self {
+            Subscribers::One(subscriber) => subscriber.listening_for(channel),
+            Subscribers::PerNode(nodes) => {
+                let nodes = nodes.nodes.lock();
+                nodes.values().map(|s| s.listening_for(channel)).max().unwrap_or(Duration::ZERO)
+            }
+        }
+    }
+
+    /// The number of unlock channels subscribed for waiters, over every
+    /// node.
+    pub(crate) fn channel_count(&self) -> usize {
+        match self {
+            Subscribers::One(subscriber) => subscriber.channel_count(),
+            Subscribers::PerNode(nodes) => nodes.nodes.lock().values().map(|s| s.channel_count()).sum(),
+        }
+    }
+
+    /// The number of pub/sub connections (subscribers) the client has.
+    pub(crate) fn connection_count(&self) -> usize {
+        match self {
+            Subscribers::One(_) => 1,
+            Subscribers::PerNode(nodes) => nodes.nodes.lock().len(),
+        }
+    }
+
+    /// Stops every subscriber.
+    pub(crate) fn shut_down(&self) {
+        match self {
+            Subscribers::One(subscriber) => subscriber.shut_down(),
+            Subscribers::PerNode(nodes) => {
+                let subscribers = nodes.nodes.lock();
+                nodes.shutdown.store(true, Ordering::Release);
+                for subscriber in subscribers.values() {
+                    subscriber.shut_down();
+                }
+            }
+        }
+    }
+}
