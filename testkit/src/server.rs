@@ -51,11 +51,11 @@ pub struct TlsSetup {
     pub auth: ClientAuth,
 }
 
-fn server_bin() -> String {
+pub(crate) fn server_bin() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_string())
 }
 
-fn server_major_version() -> u32 {
+pub(crate) fn server_major_version() -> u32 {
     let out = Command::new(server_bin()).arg("--version").output().unwrap_or_else(|e| {
         panic!("cannot run {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
     });
