@@ -35,13 +35,19 @@
 //! --tls-port`, `--tls-cluster yes --tls-replication yes`). The harness talks
 //! to TLS nodes over their Unix sockets, as [`crate::RedisServer`] does.
 //!
+//! Worth knowing when testing a client against it: redis-server 7.0 leaves a
+//! replica out of `CLUSTER SLOTS` while its replication offset is 0 (in an
+//! idle new cluster, until the primary's first replication ping, 10 s);
+//! `start` writes to every primary so that the map it returns with names
+//! every replica. `CLUSTER SLOTS` never lists a failed node.
+//!
 //! `REDIS_SERVER_BIN` and `REDIS_CLI_BIN` override the binaries.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 #[cfg(feature = "tls")]
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -323,8 +329,12 @@ struct Node {
     dir: PathBuf,
     /// Its cluster node id, known once it runs.
     id: String,
-    /// `None` once killed.
+    /// The server (the wrapper's PID); `None` once killed.
     process: Option<Child>,
+    /// The watcher's pipes, held apart from `process` so that they outlive
+    /// a failed start (which [`serving`] reaps and drops): a watcher is
+    /// only ever told to stop, with or without its dir, by [`Node::kill`].
+    watcher: Option<(ChildStdin, ChildStdout)>,
 }
 
 impl Node {
@@ -337,28 +347,25 @@ impl Node {
     /// for a restart), waits until the watcher has exited (its own kill
     /// then hit our zombie, not a reused PID) and reaps the server.
     fn kill(&mut self, keep_dir: bool) {
-        let Some(mut child) = self.process.take() else { return };
-        let _ = child.kill();
-        finish_wrapper(&mut child, keep_dir);
+        let mut child = self.process.take();
+        if let Some(child) = &mut child {
+            let _ = child.kill();
+        }
+        if let Some((mut stdin, mut stdout)) = self.watcher.take() {
+            if keep_dir {
+                let _ = stdin.write_all(b"keep\n");
+            }
+            drop(stdin);
+            let _ = stdout.read_to_end(&mut Vec::new());
+        }
+        if let Some(child) = &mut child {
+            let _ = child.wait();
+        }
     }
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
-}
-
-/// Closes the wrapper's pipe, waits for its watcher to exit, reaps the child.
-fn finish_wrapper(child: &mut Child, keep_dir: bool) {
-    if let Some(mut stdin) = child.stdin.take() {
-        if keep_dir {
-            let _ = stdin.write_all(b"keep\n");
-        }
-        drop(stdin);
-    }
-    if let Some(mut stdout) = child.stdout.take() {
-        let _ = stdout.read_to_end(&mut Vec::new());
-    }
-    let _ = child.wait();
 }
 
 /// Three primaries and three replicas; see the module docs.
@@ -427,7 +434,8 @@ impl RedisCluster {
                 std::process::id(),
                 NEXT_DIR.fetch_add(1, Ordering::Relaxed)
             ));
-            let mut node = Node { port: 0, bus_port: 0, dir, id: String::new(), process: None };
+            let mut node =
+                Node { port: 0, bus_port: 0, dir, id: String::new(), process: None, watcher: None };
             cluster.spawn_on_free_ports(&mut node);
             cluster.nodes.push(node);
         }
@@ -514,7 +522,7 @@ impl RedisCluster {
         }
         let stderr =
             std::fs::File::create(node.dir.join("redis.err")).map_or_else(|_| Stdio::null(), Stdio::from);
-        let child = Command::new("sh")
+        let mut child = Command::new("sh")
             .args(["-c", WRAPPER, "keyholder-cluster-node", &dir, &server_bin()])
             .args(&args)
             .stdin(Stdio::piped())
@@ -522,14 +530,16 @@ impl RedisCluster {
             .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run sh to start {} ({e})", server_bin()));
+        node.watcher = Some((child.stdin.take().unwrap(), child.stdout.take().unwrap()));
         node.process = Some(child);
         let access = self.access.clone();
         let port = node.port;
         if serving(&mut node.process, || access.open(port)) {
             return true;
         }
-        // `serving` reaped a child that exited; either way the watcher
-        // must go (it kills an unreaped PID or, at once, a just-reaped one).
+        // Not ours, or it exited (then `serving` reaped it, and the watcher
+        // kills a PID just freed: not one reused that soon). Keep the dir:
+        // a restart needs its `nodes.conf`.
         node.kill(true);
         false
     }
@@ -810,6 +820,15 @@ impl RedisCluster {
     #[cfg(feature = "tls")]
     pub fn tls(&self) -> &TlsSetup {
         self.tls.as_deref().expect("not a TLS cluster")
+    }
+
+    /// A TLS cluster's certificate files, in the first node's temp dir:
+    /// `ca.crt`, `client.crt`, `client.key` (and the servers' `server.crt`,
+    /// `server.key`).
+    #[cfg(feature = "tls")]
+    pub fn tls_file(&self, name: &str) -> PathBuf {
+        assert!(self.tls.is_some(), "not a TLS cluster");
+        self.nodes[0].dir.join(name)
     }
 
     /// The slot map as a running node sees it (`CLUSTER SLOTS`).

@@ -198,7 +198,7 @@ fn a_killed_primary_is_replaced_by_its_replica() {
 #[test]
 fn an_acl_cluster_refuses_a_wrong_password() {
     let begun = Instant::now();
-    let cluster = ClusterOptions::new().acl_user("keyholder", "s3cret:pw").start();
+    let mut cluster = ClusterOptions::new().acl_user("keyholder", "s3cret:pw").start();
     println!("ACL cluster ready in {:?}", begun.elapsed());
     let urls = cluster.seed_urls();
     assert!(urls.iter().all(|u| u.starts_with("redis://keyholder:s3cret%3Apw@127.0.0.1:")), "{urls:?}");
@@ -215,6 +215,14 @@ fn an_acl_cluster_refuses_a_wrong_password() {
     let mut con = redis::Client::open(anonymous.as_str()).unwrap().get_connection().unwrap();
     let e = redis::cmd("GET").arg("k").query::<redis::Value>(&mut con).unwrap_err();
     assert_eq!(e.code(), Some("NOAUTH"), "{e}");
+
+    // MIGRATE logs in to the target with the user (AUTH2).
+    let key = "acl-key";
+    let _: () = redis::cmd("SET").arg(key).arg("v").query(&mut cluster.conn_for_key(key)).unwrap();
+    let (slot, from) = (cluster.keyslot(key), cluster.primary_of_key(key));
+    let to = *cluster.primaries().iter().find(|p| **p != from).unwrap();
+    cluster.migrate_slot(slot, to);
+    assert_eq!(cluster.conn_to(to).get_value(key), "v");
 }
 
 #[cfg(feature = "tls")]
@@ -223,7 +231,7 @@ fn a_tls_cluster_listens_for_tls_only() {
     use keyholder_testkit::ClientAuth;
 
     let begun = Instant::now();
-    let cluster = ClusterOptions::new().tls(ClientAuth::Required).acl_user("default", "tls-pw").start();
+    let mut cluster = ClusterOptions::new().tls(ClientAuth::Required).acl_user("default", "tls-pw").start();
     println!("TLS cluster ready in {:?}", begun.elapsed());
     let urls = cluster.seed_urls();
     assert!(urls.iter().all(|u| u.starts_with("rediss://default:tls-pw@127.0.0.1:")), "{urls:?}");
@@ -232,19 +240,8 @@ fn a_tls_cluster_listens_for_tls_only() {
     let _: () = redis::cmd("SET").arg("tls-key").arg("v").query(&mut con).unwrap();
 
     // A TLS client with the CA and the client certificate is served.
-    let dir = std::env::temp_dir().join(format!("keyholder-cluster-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tls = cluster.tls();
-    let write = |name: &str, pem: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, pem).unwrap();
-        path.display().to_string()
-    };
-    let (ca, cert, key) = (
-        write("ca.crt", tls.ca.cert_pem()),
-        write("client.crt", &tls.client.cert),
-        write("client.key", &tls.client.key),
-    );
+    let file = |name: &str| cluster.tls_file(name).display().to_string();
+    let (ca, cert, key) = (file("ca.crt"), file("client.crt"), file("client.key"));
     let cli = |extra: &[&str]| {
         let out = std::process::Command::new("redis-cli")
             .args(["-p", &port.to_string(), "--user", "default", "-a", "tls-pw", "--no-auth-warning"])
@@ -255,7 +252,14 @@ fn a_tls_cluster_listens_for_tls_only() {
         String::from_utf8_lossy(&out.stdout).trim().to_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     assert_eq!(cli(&["--tls", "--cacert", &ca, "--cert", &cert, "--key", &key]), "v");
-    // Plain TCP is not.
+    // Without a client certificate, or without TLS, it is not.
+    assert_ne!(cli(&["--tls", "--cacert", &ca]), "v");
     assert_ne!(cli(&[]), "v");
-    let _ = std::fs::remove_dir_all(&dir);
+
+    // MIGRATE between TLS nodes (`tls-cluster`) moves the key.
+    let slot = cluster.keyslot("tls-key");
+    let to = *cluster.primaries().iter().find(|p| **p != port).unwrap();
+    cluster.migrate_slot(slot, to);
+    assert_eq!(cluster.conn_for_key("tls-key").get_value("tls-key"), "v");
+    assert_eq!(cluster.primary_of_slot(slot), to);
 }
