@@ -204,10 +204,12 @@ pub(crate) trait Redirects: Sync {
 /// more means the cluster is being reconfigured under it).
 const MAX_REDIRECTS: u32 = 5;
 
-/// The first pause after a `TRYAGAIN`, doubled after each: a slot's keys
-/// are being moved, which takes one `MIGRATE` round trip per batch of
-/// keys. Five tries wait 155 ms at most.
+/// The first pause after a `TRYAGAIN`, doubled after each up to
+/// [`MAX_TRY_AGAIN_PAUSE`], for as long as the call may take (a connect
+/// and a command timeout): a slot's keys are being moved, one `MIGRATE`
+/// round trip per batch of keys, and the slot then handed over.
 const TRY_AGAIN_PAUSE: Duration = Duration::from_millis(5);
+const MAX_TRY_AGAIN_PAUSE: Duration = Duration::from_millis(100);
 
 /// One call's use of the shared connections: what it sends, whether a
 /// connection it used was found dead (so that a call safe to repeat runs
@@ -226,9 +228,10 @@ pub(crate) struct Session<'a> {
 impl Session<'_> {
     /// Sends `request` and waits for its replies (error replies included).
     /// On a Redis Cluster, follows `MOVED` and `ASK` to the node that
-    /// serves the slot now, and sends again after a `TRYAGAIN` (none of
-    /// them ran the command), at most [`MAX_REDIRECTS`] times; the replies
-    /// after the last are returned as they are.
+    /// serves the slot now (at most [`MAX_REDIRECTS`] times), and sends
+    /// again after a `TRYAGAIN` within the call's time (none of them ran
+    /// the command); past those bounds the last replies are returned as
+    /// they are.
     ///
     /// # Errors
     ///
@@ -240,36 +243,52 @@ impl Session<'_> {
             let lanes = Arc::clone(&self.lanes);
             return self.send_on(&lanes, request);
         };
+        let started = Instant::now();
         let mut pause = TRY_AGAIN_PAUSE;
         let mut hops = 0;
         loop {
             let lanes = Arc::clone(&self.lanes);
-            let replies = self.send_on(&lanes, request.clone()).inspect_err(|_| redirects.failed(&lanes))?;
-            hops += 1;
-            let Some(redirect) = replies.values.iter().find_map(slots::redirect) else { return Ok(replies) };
-            if hops > MAX_REDIRECTS {
-                return Ok(replies);
+            let mut replies =
+                self.send_on(&lanes, request.clone()).inspect_err(|_| redirects.failed(&lanes))?;
+            let mut redirect = replies.values.iter().find_map(slots::redirect);
+            if let Some(ask @ Redirect::Ask { .. }) = &redirect {
+                let target = redirects.follow(ask)?;
+                replies = self
+                    .send_on(&target, request.clone().asking())
+                    .inspect_err(|_| redirects.failed(&target))?;
+                // ASKING's own reply.
+                if !replies.values.is_empty() {
+                    replies.values.remove(0);
+                }
+                redirect = replies.values.iter().find_map(slots::redirect);
             }
             match redirect {
-                Redirect::Moved { .. } => self.lanes = redirects.follow(&redirect)?,
-                Redirect::Ask { .. } => {
-                    let target = redirects.follow(&redirect)?;
-                    let mut replies = self
-                        .send_on(&target, request.clone().asking())
-                        .inspect_err(|_| redirects.failed(&target))?;
-                    // ASKING's own reply.
-                    if !replies.values.is_empty() {
-                        replies.values.remove(0);
-                    }
-                    if !replies.values.iter().any(|v| slots::redirect(v).is_some()) {
+                None => return Ok(replies),
+                Some(Redirect::TryAgain) => {
+                    // The slot's keys are being moved, and a command on
+                    // several of them must wait until they are all on one
+                    // side: nothing to wait on but the migration's next
+                    // step, so a short pause, as the server asks, within
+                    // the call's time.
+                    if started.elapsed() + pause > lanes.call_timeout {
                         return Ok(replies);
                     }
-                }
-                Redirect::TryAgain => {
-                    // Nothing to wait on but the migration's next step: a
-                    // short, bounded pause, as the server asks.
                     std::thread::sleep(pause);
-                    pause *= 2;
+                    pause = (pause * 2).min(MAX_TRY_AGAIN_PAUSE);
+                }
+                Some(moved @ Redirect::Moved { .. }) => {
+                    hops += 1;
+                    if hops > MAX_REDIRECTS {
+                        return Ok(replies);
+                    }
+                    self.lanes = redirects.follow(&moved)?;
+                }
+                // ASK from the node ASKed: the migration moved on; start over.
+                Some(Redirect::Ask { .. }) => {
+                    hops += 1;
+                    if hops > MAX_REDIRECTS {
+                        return Ok(replies);
+                    }
                 }
             }
         }
