@@ -115,6 +115,9 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) enqueue: bool,
     /// The caller takes the lock handed over by a release (unfenced).
     pub(crate) grantable: bool,
+    /// Migration mode: a string key at the name is a hand-rolled lock's
+    /// holder (refused with its PTTL), not a `WRONGTYPE` error.
+    pub(crate) legacy: bool,
 }
 
 /// What `handoff.lua` needs.
@@ -172,11 +175,14 @@ impl Scripts {
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable } = *args;
+        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } = *args;
         let mut invocation = self.acquire.call();
         invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
         invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
         invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+        if legacy {
+            invocation.arg(1);
+        }
         if let Some(token_key) = token_key {
             invocation.key(token_key);
         }
@@ -323,6 +329,9 @@ fn parse_token(value: &Value) -> Option<u64> {
 /// lock key.
 fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> Error {
     let text = e.to_string();
+    if text.contains("LEGACYNOTTL") {
+        return Error::legacy_lock_without_ttl(name);
+    }
     match token_key {
         Some(key) if text.contains("BADCOUNTER") => Error::bad_fencing_counter(name, key),
         Some(key) if text.contains("WRONGTYPE") && text.contains("fencing counter") => {
