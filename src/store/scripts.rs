@@ -175,7 +175,8 @@ impl Scripts {
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } = *args;
+        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } =
+            *args;
         let mut invocation = self.acquire.call();
         invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
         invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
