@@ -128,6 +128,7 @@
 mod client;
 mod config;
 mod guard;
+mod job;
 mod lock;
 mod release;
 // Renewal.
@@ -149,6 +150,7 @@ pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
 pub use guard::LockGuard;
+pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;

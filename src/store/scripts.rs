@@ -52,6 +52,17 @@ pub(crate) enum Handoff {
     HandedOver,
 }
 
+/// Outcome of `job_finish.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobFinish {
+    /// The run no longer held the lock; nothing changed.
+    NotOwner,
+    /// Kept for the rest of the job's minimum hold time.
+    Kept,
+    /// Released: key deleted, unlock message published.
+    Released,
+}
+
 /// The scripts of one client.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -61,6 +72,7 @@ pub(crate) struct Scripts {
     renew: LuaScript,
     force_unlock: LuaScript,
     dequeue: LuaScript,
+    job_finish: LuaScript,
     /// Acquire, release, hand-off and renewal calls ask for the replicas'
     /// acknowledgement.
     acks: bool,
@@ -170,6 +182,7 @@ impl Scripts {
             renew: LuaScript::new(include_str!("../../lua/renew.lua")),
             force_unlock: LuaScript::new(include_str!("../../lua/force_unlock.lua")),
             dequeue: LuaScript::new(include_str!("../../lua/dequeue.lua")),
+            job_finish: LuaScript::new(include_str!("../../lua/job_finish.lua")),
         }
     }
 
@@ -313,6 +326,32 @@ impl Scripts {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(unexpected("force_unlock", &other)),
+        }
+    }
+}
+
+impl Scripts {
+    /// Ends a run-once job's hold: kept for `keep` more (shortened, never
+    /// lengthened), or released now when `keep` is zero.
+    pub(crate) fn job_finish(
+        &self,
+        session: &mut Session<'_>,
+        name: &str,
+        channel: &str,
+        owner: &str,
+        keep: Duration,
+    ) -> Result<JobFinish> {
+        let mut invocation = self.job_finish.call();
+        invocation.key(name).key(channel);
+        invocation.arg(owner).arg(crate::lease::millis_ceil(keep)).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
+        session.note_replicated(acked);
+        match reply {
+            Value::Int(0) => Ok(JobFinish::NotOwner),
+            Value::Int(1) => Ok(JobFinish::Kept),
+            Value::Int(2) => Ok(JobFinish::Released),
+            other => Err(unexpected("job_finish", &other)),
         }
     }
 }
