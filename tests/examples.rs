@@ -1,5 +1,5 @@
-//! The demo runs to completion: a short run against the private
-//! redis-server it starts itself. `cargo test` builds examples before it
+//! The examples run to completion: short runs against the private
+//! redis-servers they start themselves. `cargo test` builds examples before it
 //! runs tests. (The benchmark, a crate of its own, has its smoke test in
 //! `bench/tests/quick.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -52,4 +52,23 @@ fn the_demo_runs_and_its_checks_pass() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The scheduled job from several processes: each tick ran on one node.
+#[test]
+fn the_scheduled_job_runs_once_per_tick_across_processes() {
+    let mut cmd = Command::new(example("scheduled_job"));
+    cmd.args(["--nodes", "3", "--ticks", "3", "--tick-ms", "1000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("ran once per tick"),
+        "scheduled_job failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Every node took part: the late ones skipped.
+    assert_eq!(stdout.matches(": ran\n").count(), 3, "{stdout}");
+    assert_eq!(stdout.matches(": skipped\n").count(), 6, "{stdout}");
 }
