@@ -426,3 +426,19 @@ fn a_reentrant_hold_taken_over_by_a_legacy_key_is_lost_not_wrong_type() {
     drop(guard);
     assert_eq!(get(&mut con, "orders:9").as_deref(), Some("old"));
 }
+
+#[test]
+fn a_hold_whose_name_an_old_node_took_after_its_lease_fails_its_release_untouched() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let lock = migrating_client(&server)
+        .lock_with_lease("orders:10", keyholder::Lease::Fixed(Duration::from_millis(200)))
+        .unwrap();
+    let guard = lock.lock().unwrap();
+    assert!(common::eventually(5 * SECOND, || !exists(&mut con, "orders:10")));
+    legacy_set(&mut con, "orders:10", "old", 5_000);
+    let e = guard.unlock().unwrap_err();
+    // As docs/migrating.md says: WrongType, the old node's key left alone.
+    assert!(e.is_wrong_type(), "{e:?}");
+    assert_eq!(get(&mut con, "orders:10").as_deref(), Some("old"));
+}
