@@ -284,7 +284,8 @@ impl ClientBuilder {
     /// finds out); a run-once [`Job`](crate::Job) is skipped. The key is
     /// only read, never modified. A string key without a TTL is
     /// [`ErrorKind::LegacyLockWithoutTtl`](crate::ErrorKind::LegacyLockWithoutTtl):
-    /// waiting on it could last forever. Old code is kept out while
+    /// waiting on it could last forever (a waiting call first gives it 1 s to
+    /// get one, as `SETNX` + `EXPIRE` sets it a round trip late). Old code is kept out while
     /// keyholder holds a lock because its `SET NX` fails on keyholder's hash.
     ///
     /// Per lock: [`Lock::with_migration_mode`](crate::Lock::with_migration_mode).

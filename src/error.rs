@@ -70,7 +70,10 @@ pub enum ErrorKind {
     /// [`ClientBuilder::migration_mode`](crate::ClientBuilder::migration_mode)),
     /// the string key at the lock's name, a hand-rolled `SET NX` lock, has
     /// no TTL: its holder never expires it, so waiting for it could last
-    /// forever. See [`Error::key`]. keyholder leaves it untouched; delete it
+    /// forever. A waiting acquire reports it only if the key still has no
+    /// TTL 1 s after it first saw it (`SETNX` + `EXPIRE` sets the TTL one
+    /// round trip after the key); `try_lock` and a job's run, which never
+    /// wait, report it at once. See [`Error::key`]. keyholder leaves it untouched; delete it
     /// by hand once its holder is known dead (or give the old code a TTL).
     LegacyLockWithoutTtl,
     /// The fencing-token counter of a fenced lock holds a value no token can

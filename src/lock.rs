@@ -199,7 +199,10 @@ impl Lock {
     /// [`ErrorKind::Redis`]), [`ErrorKind::WrongType`] when a foreign key sits
     /// at the lock name (or the fencing counter),
     /// [`ErrorKind::LegacyLockWithoutTtl`] in migration mode when a string
-    /// key without a TTL sits at the lock name,
+    /// key at the lock name has no TTL and still has none 1 s later (an old
+    /// `SETNX` + `EXPIRE` holder sets it one round trip after the key; a
+    /// timed wait whose deadline comes first returns `Ok(None)`;
+    /// [`try_lock`](Lock::try_lock), which cannot wait, reports it at once),
     /// [`ErrorKind::BadFencingCounter`], or [`ErrorKind::Shutdown`].
     ///
     /// In migration mode (see [`with_migration_mode`](Lock::with_migration_mode))
@@ -513,6 +516,8 @@ impl Lock {
         // Send time of the last refused attempt that queued this client: a
         // grant is measured from there (see `granted`).
         let mut queued_at: Option<Instant> = None;
+        // When a legacy holder's string was first seen without a TTL.
+        let mut no_ttl_since: Option<Instant> = None;
         if let Some(stale) = entry.take_grant()
             && stale.owner != owner
         {
@@ -530,9 +535,22 @@ impl Lock {
                     entry.take_grant();
                     return Ok(Some(Won { sent, token, replicated }));
                 }
-                Ok(Acquire::Held { remaining }) => remaining,
+                Ok(Acquire::Held { remaining }) => {
+                    no_ttl_since = None;
+                    remaining
+                }
                 // Only a re-entry is told the lock is free; retry at once.
                 Ok(Acquire::Free) => Some(Duration::ZERO),
+                Err(e) if e.is_legacy_lock_without_ttl() && block => {
+                    // `SETNX` + `EXPIRE` leaves a live holder's key without a
+                    // TTL between its two commands: only a key that stays so
+                    // for the grace period is an error.
+                    let since = *no_ttl_since.get_or_insert(sent);
+                    match (since + LEGACY_NO_TTL_GRACE).checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => Some(left),
+                        _ => break Err(e),
+                    }
+                }
                 Err(e) => break Err(e),
             };
             if subscribed {
@@ -642,6 +660,11 @@ impl GateRedis for Lock {
         self.query(redis::cmd("HEXISTS").arg(&*hold.name).arg(&hold.owner)).unwrap_or(true)
     }
 }
+
+/// How long a waiter in migration mode gives a legacy holder's string key
+/// without a TTL to get one (`SETNX` + `EXPIRE` sets it one round trip after
+/// the key) before failing with `LegacyLockWithoutTtl`.
+pub(crate) const LEGACY_NO_TTL_GRACE: Duration = Duration::from_secs(1);
 
 /// A successful fresh acquisition.
 #[derive(Debug, Clone, Copy)]

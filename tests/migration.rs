@@ -381,15 +381,38 @@ fn a_legacy_key_without_ttl_is_a_typed_error_naming_it() {
     assert!(e.is_legacy_lock_without_ttl());
     assert_eq!(e.key(), Some("orders:7"));
     assert!(e.to_string().contains("no TTL"), "{e}");
-    // A blocking acquire fails at once rather than waiting forever.
+    // A blocking acquire gives the key 1 s to get a TTL (SETNX + EXPIRE sets
+    // it a round trip later), then fails rather than waiting forever.
     let (outcome, took) = common::timed(|| lock.lock());
     assert!(outcome.unwrap_err().is_legacy_lock_without_ttl());
-    assert!(took < SLACK, "{took:?}");
+    assert!(took >= Duration::from_millis(950) && took < SECOND + SLACK, "{took:?}");
+    // A timed wait that ends within that grace is just not acquired.
+    assert!(lock.try_lock_for(Duration::from_millis(200)).unwrap().is_none());
     // A fenced handle too, with its counter left alone.
     assert!(lock.fenced().try_lock().unwrap_err().is_legacy_lock_without_ttl());
     assert!(!exists(&mut con, "redisson_lock_token:{orders:7}"));
     assert_eq!(get(&mut con, "orders:7").as_deref(), Some("forever"));
     assert_eq!(pttl(&mut con, "orders:7"), -1);
+}
+
+#[test]
+fn a_setnx_holder_between_its_setnx_and_expire_is_waited_on_not_an_error() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let _: i64 = redis::cmd("SETNX").arg("orders:11").arg("old").query(&mut con).unwrap();
+    let expire = {
+        let mut con = server.conn();
+        spawn(move || {
+            // The old node's EXPIRE comes late (a slow round trip).
+            std::thread::sleep(Duration::from_millis(300));
+            let _: i64 = redis::cmd("PEXPIRE").arg("orders:11").arg(400).query(&mut con).unwrap();
+        })
+    };
+    let lock = migrating_client(&server).lock("orders:11").unwrap();
+    let (guard, took) = common::timed(|| lock.try_lock_for(10 * SECOND).unwrap());
+    recv_within(&expire, 5 * SECOND, "expire");
+    assert!(guard.is_some(), "acquired once the key got its TTL and expired");
+    assert!(took >= Duration::from_millis(600) && took < SECOND + SLACK, "{took:?}");
 }
 
 #[test]
