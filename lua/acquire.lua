@@ -43,6 +43,11 @@
 -- ARGV[7]  optional "1" (with ARGV[5]) when the caller accepts the lock
 --          handed to it by a release (see release.lua): its entry in KEYS[4]
 --          is written; otherwise removed
+-- ARGV[8]  optional "1": migration mode. A STRING at KEYS[1] is a lock
+--          held by a hand-rolled `SET key token NX PX` holder: it is read
+--          (TYPE, PTTL) and never modified, and the caller is refused with
+--          its PTTL, without queueing. Absent or "0": such a key is a
+--          WRONGTYPE error, as before
 --
 -- Returns, without KEYS[6]
 --   nil      acquired or re-entered: a new hold's count set to 1, a
@@ -60,8 +65,11 @@
 -- range, where Lua's numbers are not); {ms, -1} when not.
 --
 -- Errors (nothing is changed)
---   WRONGTYPE when a key of another type sits at the lock's name, or at the
---   counter ("WRONGTYPE fencing counter <key> ...").
+--   WRONGTYPE when a key of another type sits at the lock's name (with
+--   ARGV[8] = "1", a STRING is not one), or at the counter ("WRONGTYPE
+--   fencing counter <key> ...").
+--   LEGACYNOTTL with ARGV[8] = "1", when the STRING at the lock's name has no
+--   TTL: a legacy holder that never expires ("LEGACYNOTTL <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
 local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -100,6 +108,16 @@ if counter then
             return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
         end
     end
+end
+
+-- Migration mode: a hand-rolled holder's STRING is read, never written.
+if ARGV[8] == '1' and redis.call('type', key).ok == 'string' then
+    local ttl = redis.call('pttl', key)
+    if ttl < 0 then
+        return redis.error_reply('LEGACYNOTTL ' .. key .. ' is a string without a TTL')
+    end
+    -- A key in its last millisecond still holds: wait at least 1 ms.
+    return refuse(math.max(ttl, 1))
 end
 
 -- Mints the next token: exact, as the counter's string.

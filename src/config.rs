@@ -26,6 +26,8 @@ pub(crate) struct Config {
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// Missing acknowledgements of an acquisition or release are errors.
     pub(crate) replica_acks_required: bool,
+    /// A string key at a lock's name is a hand-rolled lock's holder.
+    pub(crate) migration_mode: bool,
     /// Root CA, client certificate and the tests-only opt-out.
     #[cfg(feature = "tls")]
     pub(crate) tls: crate::tls::TlsOptions,
@@ -134,6 +136,7 @@ impl ClientBuilder {
                 fairness_window: Duration::from_millis(10),
                 replica_acks: None,
                 replica_acks_required: false,
+                migration_mode: false,
                 #[cfg(feature = "tls")]
                 tls: crate::tls::TlsOptions::default(),
             },
@@ -289,6 +292,33 @@ impl ClientBuilder {
     /// Defaults to false.
     pub fn replica_acks_required(mut self, required: bool) -> Self {
         self.config.replica_acks_required = required;
+        self
+    }
+
+    /// Migration mode, for rolling out keyholder over code that locks with
+    /// hand-rolled `SET key token NX PX` (or `SETNX` + `EXPIRE`): a string
+    /// key at a lock's name counts as a lock held by a legacy holder instead
+    /// of being an [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
+    /// error. [`Lock::try_lock`](crate::Lock::try_lock) returns `Ok(None)`;
+    /// [`lock`](crate::Lock::lock) and the timed forms wait until the key is
+    /// deleted or expires, re-checking at its PTTL (a legacy holder
+    /// publishes nothing when it deletes its key, so that is when a waiter
+    /// finds out); a run-once [`Job`](crate::Job) is skipped. The key is
+    /// only read, never modified. A string key without a TTL is
+    /// [`ErrorKind::LegacyLockWithoutTtl`](crate::ErrorKind::LegacyLockWithoutTtl):
+    /// waiting on it could last forever (a waiting call first gives it 1 s to
+    /// get one, as `SETNX` + `EXPIRE` sets it a round trip late). Old code is kept out while
+    /// keyholder holds a lock because its `SET NX` fails on keyholder's hash.
+    ///
+    /// Per lock: [`Lock::with_migration_mode`](crate::Lock::with_migration_mode).
+    /// See `docs/migrating.md` for the rollout.
+    ///
+    /// Defaults to false: outside a migration a string at a lock's name is
+    /// a mistake (a name shared with unrelated data), and reporting it is
+    /// safer than waiting on it; and each acquire attempt in migration mode
+    /// costs the script one more `TYPE`.
+    pub fn migration_mode(mut self, on: bool) -> Self {
+        self.config.migration_mode = on;
         self
     }
 

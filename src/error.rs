@@ -66,6 +66,16 @@ pub enum ErrorKind {
     /// without (the fencing-token counter); see [`Error::key`]. keyholder
     /// leaves it untouched.
     WrongType,
+    /// In migration mode (see
+    /// [`ClientBuilder::migration_mode`](crate::ClientBuilder::migration_mode)),
+    /// the string key at the lock's name, a hand-rolled `SET NX` lock, has
+    /// no TTL: its holder never expires it, so waiting for it could last
+    /// forever. A waiting acquire reports it only if the key still has no
+    /// TTL 1 s after it first saw it (`SETNX` + `EXPIRE` sets the TTL one
+    /// round trip after the key); `try_lock` and a job's run, which never
+    /// wait, report it at once. See [`Error::key`]. keyholder leaves it untouched; delete it
+    /// by hand once its holder is known dead (or give the old code a TTL).
+    LegacyLockWithoutTtl,
     /// The fencing-token counter of a fenced lock holds a value no token can
     /// follow: not a decimal integer, negative, or at the largest 64-bit
     /// integer. Nothing was acquired; the counter is left untouched.
@@ -172,9 +182,10 @@ impl Error {
         self.inner.name.as_deref()
     }
 
-    /// For [`ErrorKind::WrongType`] and [`ErrorKind::BadFencingCounter`]: the
-    /// key that holds what keyholder cannot use (the lock name itself, or
-    /// the fencing counter `redisson_lock_token:{<name>}`).
+    /// For [`ErrorKind::WrongType`], [`ErrorKind::LegacyLockWithoutTtl`] and
+    /// [`ErrorKind::BadFencingCounter`]: the key that holds what keyholder
+    /// cannot use (the lock name itself, or the fencing counter
+    /// `redisson_lock_token:{<name>}`).
     pub fn key(&self) -> Option<&str> {
         self.inner.key.as_deref()
     }
@@ -208,6 +219,11 @@ impl Error {
     /// True for [`ErrorKind::WrongType`].
     pub fn is_wrong_type(&self) -> bool {
         self.kind() == ErrorKind::WrongType
+    }
+
+    /// True for [`ErrorKind::LegacyLockWithoutTtl`].
+    pub fn is_legacy_lock_without_ttl(&self) -> bool {
+        self.kind() == ErrorKind::LegacyLockWithoutTtl
     }
 
     /// True for [`ErrorKind::BadFencingCounter`].
@@ -285,6 +301,10 @@ impl Error {
 
     pub(crate) fn wrong_type(name: &str, key: &str) -> Error {
         Error::new(ErrorKind::WrongType).with_name(name).with_key(key)
+    }
+
+    pub(crate) fn legacy_lock_without_ttl(name: &str) -> Error {
+        Error::new(ErrorKind::LegacyLockWithoutTtl).with_name(name).with_key(name)
     }
 
     pub(crate) fn bad_fencing_counter(name: &str, key: &str) -> Error {
@@ -392,6 +412,11 @@ impl fmt::Display for Error {
             ErrorKind::WrongType => {
                 write!(f, "key '{key}', which lock '{name}' needs, holds a value of another type")
             }
+            ErrorKind::LegacyLockWithoutTtl => write!(
+                f,
+                "lock '{name}': the string key '{key}' (a hand-rolled SET NX lock) has no TTL, \
+                 so it may never be released; keyholder does not wait on it nor delete it"
+            ),
             ErrorKind::BadFencingCounter => write!(
                 f,
                 "the fencing-token counter '{key}' of lock '{name}' does not hold a \
@@ -467,6 +492,10 @@ mod tests {
         assert_eq!(e.to_string(), "a key of another type already exists at lock name 'f'");
         assert_eq!(Error::lock_lost("x", LostReason::Gone).lost_reason(), Some(LostReason::Gone));
         assert!(Error::invalid_argument("empty").is_invalid());
+        let e = Error::legacy_lock_without_ttl("jobs:nightly");
+        assert!(e.is_legacy_lock_without_ttl());
+        assert_eq!(e.key(), Some("jobs:nightly"));
+        assert!(e.to_string().contains("'jobs:nightly'") && e.to_string().contains("no TTL"));
         assert!(Error::spawn("watchdog", std::io::Error::other("no threads")).source().is_some());
     }
 

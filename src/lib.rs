@@ -65,6 +65,24 @@
 //! release hands a contended lock straight to the next local thread for up
 //! to the client's fairness window (see [`ClientBuilder::fairness_window`]).
 //!
+//! # Run-once jobs
+//!
+//! [`Client::job`] gives a [`Job`]: a scheduled job that runs on one node at a
+//! time with ShedLock's semantics. [`Job::run`] calls its closure only if the
+//! lock is free (a held lock means skip, never wait), holds it at most
+//! [`Job::at_most`] even if the node hangs, and keeps it at least
+//! [`Job::at_least`] after the start, so nodes with skewed clocks do not run
+//! the same tick twice; the [`JobOutcome`] says whether it ran, was skipped,
+//! or lost its lock while running.
+//!
+//! # Migrating from hand-rolled locks
+//!
+//! During a node-by-node rollout, old nodes' `SET key token NX PX` strings and
+//! keyholder's hashes meet at the same names. With
+//! [`ClientBuilder::migration_mode`] (or [`Lock::with_migration_mode`]) such a
+//! string counts as held by a legacy holder: waited on by its PTTL, never
+//! modified. `docs/migrating.md` has the rollout.
+//!
 //! # Errors
 //!
 //! [`Error`] tells apart Redis and connection failures, releasing what one
@@ -128,6 +146,7 @@
 mod client;
 mod config;
 mod guard;
+mod job;
 mod lock;
 mod release;
 // Renewal.
@@ -149,6 +168,7 @@ pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
 pub use guard::LockGuard;
+pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;

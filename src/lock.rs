@@ -92,17 +92,25 @@ pub struct Lock {
     lease: Lease,
     /// The fencing-token counter, for fenced handles.
     token_key: Option<Arc<str>>,
+    /// Migration mode: a string key at the name is a legacy holder.
+    migration: bool,
 }
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).field("lease", &self.lease).finish_non_exhaustive()
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("migration", &self.migration)
+            .finish_non_exhaustive()
     }
 }
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &str, lease: Lease) -> Self {
+        let migration = client.inner().config.migration_mode;
         Lock {
+            migration,
             client,
             name: Arc::from(name),
             channel: Arc::from(names::unlock_channel(name)),
@@ -150,6 +158,23 @@ impl Lock {
         Lock { token_key: Some(Arc::from(names::token_key(&self.name))), ..self.clone() }
     }
 
+    /// A handle to the same lock with migration mode on or off, whatever
+    /// the client's setting: on, a string key at the lock's name (a
+    /// hand-rolled `SET NX` lock of code not yet migrated) counts as held by
+    /// a legacy holder, is waited on until it is deleted or expires, and is
+    /// never modified. See
+    /// [`ClientBuilder::migration_mode`](crate::ClientBuilder::migration_mode)
+    /// and `docs/migrating.md`. No I/O.
+    pub fn with_migration_mode(&self, on: bool) -> Lock {
+        Lock { migration: on, ..self.clone() }
+    }
+
+    /// True when this handle treats a string key at its name as a legacy
+    /// holder (see [`with_migration_mode`](Lock::with_migration_mode)).
+    pub fn is_migration_mode(&self) -> bool {
+        self.migration
+    }
+
     /// True for handles made by [`fenced`](Lock::fenced).
     pub fn is_fenced(&self) -> bool {
         self.token_key.is_some()
@@ -173,8 +198,19 @@ impl Lock {
     /// A Redis or connection failure ([`ErrorKind::Connection`],
     /// [`ErrorKind::Redis`]), [`ErrorKind::WrongType`] when a foreign key sits
     /// at the lock name (or the fencing counter),
+    /// [`ErrorKind::LegacyLockWithoutTtl`] in migration mode when a string
+    /// key at the lock name has no TTL and still has none 1 s later (an old
+    /// `SETNX` + `EXPIRE` holder sets it one round trip after the key; a
+    /// timed wait whose deadline comes first returns `Ok(None)`;
+    /// [`try_lock`](Lock::try_lock), which cannot wait, reports it at once),
     /// [`ErrorKind::BadFencingCounter`], or [`ErrorKind::Shutdown`].
     ///
+    /// In migration mode (see [`with_migration_mode`](Lock::with_migration_mode))
+    /// a legacy holder's string key is waited on like any holder, but it
+    /// publishes no unlock message: the wait re-checks at the key's PTTL
+    /// (each time again if the legacy holder renews it).
+    ///
+    /// [`ErrorKind::LegacyLockWithoutTtl`]: crate::ErrorKind::LegacyLockWithoutTtl
     /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
     /// [`ErrorKind::Redis`]: crate::ErrorKind::Redis
     /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
@@ -218,7 +254,8 @@ impl Lock {
         self.acquire(Some(deadline), true)
     }
 
-    /// True if any owner holds the lock (one `TYPE` command).
+    /// True if any owner holds the lock (one `TYPE` command); in migration
+    /// mode, a legacy holder's string key counts.
     ///
     /// # Errors
     ///
@@ -229,6 +266,7 @@ impl Lock {
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
+            "string" if self.migration => Ok(true),
             _ => Err(Error::wrong_type(&self.name, &self.name)),
         }
     }
@@ -240,7 +278,8 @@ impl Lock {
     ///
     /// As [`is_locked`](Lock::is_locked).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()))
+        let held = self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()));
+        self.legacy_holds_none(held, false)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
@@ -250,8 +289,20 @@ impl Lock {
     ///
     /// As [`is_locked`](Lock::is_locked).
     pub fn hold_count(&self) -> Result<u32> {
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()))?;
-        Ok(count.unwrap_or(0))
+        let count = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()));
+        Ok(self.legacy_holds_none(count, None)?.unwrap_or(0))
+    }
+
+    /// In migration mode, `WRONGTYPE` from a hash command on a legacy
+    /// holder's string key means this thread holds nothing: `none`.
+    fn legacy_holds_none<T>(&self, reply: Result<T>, none: T) -> Result<T> {
+        match reply {
+            Err(e) if self.migration && e.is_wrong_type() => {
+                let kind: String = self.query(redis::cmd("TYPE").arg(&*self.name))?;
+                if kind == "string" { Ok(none) } else { Err(e) }
+            }
+            other => other,
+        }
     }
 
     /// The lock's remaining lease (its key's PTTL), whoever holds it; `None`
@@ -268,6 +319,7 @@ impl Lock {
         })?;
         match kind.as_str() {
             "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
+            "string" if self.migration => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
             _ => Err(Error::wrong_type(&self.name, &self.name)),
         }
     }
@@ -464,6 +516,8 @@ impl Lock {
         // Send time of the last refused attempt that queued this client: a
         // grant is measured from there (see `granted`).
         let mut queued_at: Option<Instant> = None;
+        // When a legacy holder's string was first seen without a TTL.
+        let mut no_ttl_since: Option<Instant> = None;
         if let Some(stale) = entry.take_grant()
             && stale.owner != owner
         {
@@ -481,9 +535,22 @@ impl Lock {
                     entry.take_grant();
                     return Ok(Some(Won { sent, token, replicated }));
                 }
-                Ok(Acquire::Held { remaining }) => remaining,
+                Ok(Acquire::Held { remaining }) => {
+                    no_ttl_since = None;
+                    remaining
+                }
                 // Only a re-entry is told the lock is free; retry at once.
                 Ok(Acquire::Free) => Some(Duration::ZERO),
+                Err(e) if e.is_legacy_lock_without_ttl() && block => {
+                    // `SETNX` + `EXPIRE` leaves a live holder's key without a
+                    // TTL between its two commands: only a key that stays so
+                    // for the grace period is an error.
+                    let since = *no_ttl_since.get_or_insert(sent);
+                    match (since + LEGACY_NO_TTL_GRACE).checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => Some(left),
+                        _ => break Err(e),
+                    }
+                }
                 Err(e) => break Err(e),
             };
             if subscribed {
@@ -576,6 +643,7 @@ impl Lock {
             fresh,
             enqueue,
             grantable,
+            legacy: self.migration,
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
@@ -595,6 +663,11 @@ impl GateRedis for Lock {
         self.query(redis::cmd("HEXISTS").arg(&*hold.name).arg(&hold.owner)).unwrap_or(true)
     }
 }
+
+/// How long a waiter in migration mode gives a legacy holder's string key
+/// without a TTL to get one (`SETNX` + `EXPIRE` sets it one round trip after
+/// the key) before failing with `LegacyLockWithoutTtl`.
+pub(crate) const LEGACY_NO_TTL_GRACE: Duration = Duration::from_secs(1);
 
 /// A successful fresh acquisition.
 #[derive(Debug, Clone, Copy)]

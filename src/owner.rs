@@ -20,6 +20,13 @@ pub(crate) fn current_thread_id() -> u64 {
     THREAD_ID.with(|id| *id)
 }
 
+/// A number from the thread-id sequence that no thread will ever have: the
+/// owner id of a hold that belongs to no thread (one run of a run-once job),
+/// so that no thread can re-enter it.
+pub(crate) fn unique_owner_number() -> u64 {
+    NEXT_THREAD_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The hash field that identifies `thread_id` of the client `client_id`.
 pub(crate) fn owner_id(client_id: &str, thread_id: u64) -> String {
     format!("{client_id}:{thread_id}")
@@ -36,6 +43,15 @@ mod tests {
         let there = std::thread::spawn(current_thread_id).join().unwrap();
         assert_ne!(here, there);
         assert!(here > 0 && there > 0);
+    }
+
+    #[test]
+    fn unique_owner_numbers_are_never_a_threads_id() {
+        let here = current_thread_id();
+        let (a, b) = (unique_owner_number(), unique_owner_number());
+        assert!(a != b && a != here && b != here);
+        let there = std::thread::spawn(current_thread_id).join().unwrap();
+        assert!(there != a && there != b);
     }
 
     #[test]

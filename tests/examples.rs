@@ -1,5 +1,5 @@
-//! The demo runs to completion: a short run against the private
-//! redis-server it starts itself. `cargo test` builds examples before it
+//! The examples run to completion: short runs against the private
+//! redis-servers they start themselves. `cargo test` builds examples before it
 //! runs tests. (The benchmark, a crate of its own, has its smoke test in
 //! `bench/tests/quick.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -52,4 +52,101 @@ fn the_demo_runs_and_its_checks_pass() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The scheduled job from several processes: each tick ran on one node.
+#[test]
+fn the_scheduled_job_runs_once_per_tick_across_processes() {
+    let mut cmd = Command::new(example("scheduled_job"));
+    cmd.args(["--nodes", "3", "--ticks", "3", "--tick-ms", "1000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("ran once per tick"),
+        "scheduled_job failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Every node took part: the late ones skipped.
+    assert_eq!(stdout.matches(": ran\n").count(), 3, "{stdout}");
+    assert_eq!(stdout.matches(": skipped\n").count(), 6, "{stdout}");
+}
+
+/// One HTTP/1.1 request on a new connection: the status and the body.
+fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned();
+    (status, body)
+}
+
+/// The thread-per-request server: concurrent requests on one order id
+/// serialize (no lost update, never two handlers inside), nested handlers
+/// re-enter the lock, and another order id is not held up.
+#[test]
+fn the_http_server_serializes_requests_per_order_and_reenters() {
+    use std::io::BufRead;
+    let mut child = Command::new(example("http_orders"))
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let mut child = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                let _ = tx.send(addr.trim().to_owned());
+            }
+        }
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(60)).expect("the server never listened");
+
+    let requests: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = addr.clone();
+            let order = if i % 4 == 3 { "7" } else { "42" };
+            std::thread::spawn(move || http(&addr, "POST", &format!("/orders/{order}/pay")))
+        })
+        .collect();
+    for request in requests {
+        let (status, body) = request.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("reentered_hold_count=2"), "the nested handler did not re-enter: {body}");
+    }
+    let (status, body) = http(&addr, "GET", "/orders/42");
+    assert_eq!(status, 200);
+    assert_eq!(body.trim(), "order 42 payments=9 audit=9 max_inside=1", "lost update or overlap");
+    let (_, body) = http(&addr, "GET", "/orders/7");
+    assert_eq!(body.trim(), "order 7 payments=3 audit=3 max_inside=1");
+    assert_eq!(http(&addr, "GET", "/nowhere").0, 404);
+
+    assert_eq!(http(&addr, "POST", "/shutdown").0, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
 }

@@ -52,6 +52,17 @@ pub(crate) enum Handoff {
     HandedOver,
 }
 
+/// Outcome of `job_finish.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobFinish {
+    /// The run no longer held the lock; nothing changed.
+    NotOwner,
+    /// Kept for the rest of the job's minimum hold time.
+    Kept,
+    /// Released: key deleted, unlock message published.
+    Released,
+}
+
 /// The scripts of one client.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -61,6 +72,7 @@ pub(crate) struct Scripts {
     renew: LuaScript,
     force_unlock: LuaScript,
     dequeue: LuaScript,
+    job_finish: LuaScript,
     /// Acquire, release, hand-off and renewal calls ask for the replicas'
     /// acknowledgement.
     acks: bool,
@@ -121,6 +133,9 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) enqueue: bool,
     /// The caller takes the lock handed over by a release (unfenced).
     pub(crate) grantable: bool,
+    /// Migration mode: a string key at the name is a hand-rolled lock's
+    /// holder (refused with its PTTL), not a `WRONGTYPE` error.
+    pub(crate) legacy: bool,
 }
 
 /// What `handoff.lua` needs.
@@ -176,16 +191,21 @@ impl Scripts {
             renew: LuaScript::new(include_str!("../../lua/renew.lua")),
             force_unlock: LuaScript::new(include_str!("../../lua/force_unlock.lua")),
             dequeue: LuaScript::new(include_str!("../../lua/dequeue.lua")),
+            job_finish: LuaScript::new(include_str!("../../lua/job_finish.lua")),
         }
     }
 
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable } = *args;
+        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } =
+            *args;
         let mut invocation = self.acquire.call();
         invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
         invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
         invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+        if legacy {
+            invocation.arg(1);
+        }
         if let Some(token_key) = token_key {
             invocation.key(token_key);
         }
@@ -327,6 +347,32 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// Ends a run-once job's hold: kept for `keep` more (shortened, never
+    /// lengthened), or released now when `keep` is zero.
+    pub(crate) fn job_finish(
+        &self,
+        session: &mut Session<'_>,
+        name: &str,
+        channel: &str,
+        owner: &str,
+        keep: Duration,
+    ) -> Result<JobFinish> {
+        let mut invocation = self.job_finish.call();
+        invocation.key(name).key(channel);
+        invocation.arg(owner).arg(crate::lease::millis_ceil(keep)).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        let (reply, acked) = invocation.invoke(session, self.acks)?;
+        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
+        session.note_replicated(acked);
+        match reply {
+            Value::Int(0) => Ok(JobFinish::NotOwner),
+            Value::Int(1) => Ok(JobFinish::Kept),
+            Value::Int(2) => Ok(JobFinish::Released),
+            other => Err(unexpected("job_finish", &other)),
+        }
+    }
+}
+
 /// A fencing token as `acquire.lua` returns it: the counter's decimal string,
 /// exact over the whole range (a Lua number would round past 2^53).
 fn parse_token(value: &Value) -> Option<u64> {
@@ -340,6 +386,9 @@ fn parse_token(value: &Value) -> Option<u64> {
 /// lock key.
 fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> Error {
     let text = e.to_string();
+    if text.contains("LEGACYNOTTL") {
+        return Error::legacy_lock_without_ttl(name);
+    }
     match token_key {
         Some(key) if text.contains("BADCOUNTER") => Error::bad_fencing_counter(name, key),
         Some(key) if text.contains("WRONGTYPE") && text.contains("fencing counter") => {
