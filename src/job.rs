@@ -288,7 +288,7 @@ impl Job {
             legacy: self.migration,
         };
         // A new hold's acquire sets the count to 1: safe to repeat.
-        match inner.with_live_conn(|conn| inner.scripts.acquire(conn, &args)) {
+        match inner.with_live_conn(&self.keys.name, |conn| inner.scripts.acquire(conn, &args)) {
             Ok(Acquire::Acquired { replicated: Some(false), .. }) if inner.config.replica_acks_required => {
                 // Not on the replicas: a failover could lose it. Give it back.
                 let _ = self.finish(&owner, Duration::ZERO);
@@ -353,7 +353,7 @@ impl Job {
         let inner = self.client.inner();
         // Owner-checked and idempotent (shortening, or deleting our own
         // field's key): safe to repeat on a new connection.
-        inner.with_live_conn(|conn| {
+        inner.with_live_conn(&self.keys.name, |conn| {
             inner.scripts.job_finish(conn, &self.keys.name, &self.keys.channel, owner, keep)
         })
     }

@@ -4,6 +4,7 @@
 //! waited-on lock, a primary killed mid-hold, and mutual exclusion
 //! throughout. Tests that do not disrupt the cluster share one; the others
 //! start their own.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -360,7 +360,7 @@ impl Scripts {
     ) -> Result<JobFinish> {
         let mut invocation = self.job_finish.call();
         invocation.key(name).key(channel);
-        invocation.arg(owner).arg(crate::lease::millis_ceil(keep)).arg(UNLOCK_MESSAGE).arg(PUBLISH);
+        invocation.arg(owner).arg(crate::lease::millis_ceil(keep)).arg(UNLOCK_MESSAGE).arg(self.publish);
         let (reply, acked) = invocation.invoke(session, self.acks)?;
         let reply = reply.map_err(|e| Error::from_redis(name, e))?;
         session.note_replicated(acked);
