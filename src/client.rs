@@ -22,7 +22,7 @@ use crate::config::{ClientBuilder, Config};
 use crate::error::{Error, Result};
 use crate::gate::entry::Entry;
 use crate::names::LockKeys;
-use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Subscribers};
+use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Primaries, Subscribers};
 use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
 use crate::pubsub::subscriber::Subscriber;
 use crate::pubsub::target::{PubsubTls, Target};
@@ -700,18 +700,23 @@ fn cluster_connections(
         session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
     };
     let pubsub_name = format!("{connection_name}:pubsub");
-    let target_of =
-        move |shard: &Shard| Target::from_info(&shard.info, pubsub_name.clone(), pubsub_tls.clone());
-    check_subscriptions(&target_of(&*cluster.shard_of_slot(0)?)?, &uuid.to_string(), config)?;
-    let located = Arc::clone(&cluster);
-    let locate: Locate = Box::new(move |channel| {
-        let shard = located.shard_of_slot(key_slot(channel.as_bytes())).ok()?;
-        let target = target_of(&shard).ok()?;
-        Some((format!("{}:{}", shard.addr.0, shard.addr.1), target))
+    let target_of = Arc::new(move |shard: &Shard| {
+        Target::from_info(&shard.info, pubsub_name.clone(), pubsub_tls.as_ref().cloned())
     });
+    check_subscriptions(&target_of(&*cluster.shard_of_slot(0)?)?, &uuid.to_string(), config)?;
+    let node = |shard: &Shard, target_of: &dyn Fn(&Shard) -> Result<Target>| {
+        Some((format!("{}:{}", shard.addr.0, shard.addr.1), target_of(shard).ok()?))
+    };
+    let (located, targets) = (Arc::clone(&cluster), Arc::clone(&target_of));
+    let locate: Locate =
+        Box::new(move |channel| node(&*located.shard_of_slot(key_slot(channel.as_bytes())).ok()?, &*targets));
+    let listed = Arc::clone(&cluster);
+    let primaries: Primaries =
+        Box::new(move || listed.shards().iter().filter_map(|shard| node(shard, &*target_of)).collect());
     let refreshed = Arc::clone(&cluster);
     let subscribers = NodeSubscribers::new(
         locate,
+        primaries,
         NodeSubscriberSettings {
             sharded,
             connect_timeout: config.connect_timeout,
@@ -724,6 +729,9 @@ fn cluster_connections(
     );
     let hooked = Arc::clone(&cluster);
     let on_start: OnStart = Box::new(move |inner, _, _| {
+        if let Subscribers::PerNode(nodes) = &inner.subscribers {
+            nodes.watch();
+        }
         let moved = Arc::downgrade(inner);
         hooked.on_change(move || {
             if let Some(inner) = moved.upgrade() {

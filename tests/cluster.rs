@@ -101,7 +101,7 @@ fn a_waiter_on_each_shard_is_woken_by_the_release_of_another_client() {
         let (acquired, waited) = waiting.join().unwrap();
         assert!(acquired, "the waiter on {primary} was woken (waited {waited:?})");
     }
-    assert!(waiter.pubsub_connections() <= 3, "one pub/sub connection per node at most");
+    assert_eq!(waiter.pubsub_connections(), 3, "one pub/sub connection per primary");
 }
 
 #[test]
@@ -333,4 +333,112 @@ fn a_counter_under_locks_loses_no_update_while_a_slot_moves_and_a_primary_dies()
     assert!(acked > 100, "the clients kept working");
     // Every acknowledged update is there; an overlap would have lost some.
     assert!((acked..=acked + unsure).contains(&total), "{acked} acked + {unsure} unsure vs {total}");
+}
+
+#[test]
+fn a_hold_that_did_not_survive_a_failover_is_reported_lost_at_once() {
+    let mut cluster = RedisCluster::start();
+    let (replica, primary) = cluster.replica_links()[0];
+    let name = name_on(&cluster, primary, "failover");
+    // The default 30 s watchdog timeout: only the verification that follows
+    // the failover can report the loss within the test's bound.
+    let client = client(&cluster);
+    let guard = client.lock(&name).unwrap().lock().unwrap();
+    // The replica forgets the lock, as an asynchronous replica misses a
+    // write that had no time to replicate: made writable, it is flushed
+    // (FLUSHALL names no key, so the cluster runs it where it is sent).
+    let mut con = cluster.conn_to(replica);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("replica-read-only").arg("no").query(&mut con).unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg(&name).query(&mut cluster.conn_to(primary)).unwrap();
+    assert_eq!(exists, 1, "the primary still has it");
+    let slot = cluster.keyslot(&name);
+    let killed_at = Instant::now();
+    cluster.kill_primary_of_slot(slot);
+    let promoted = cluster.wait_for_failover(slot, Duration::from_secs(20));
+    assert_eq!(promoted, Some(replica), "{}", cluster.logs());
+    let promoted_after = killed_at.elapsed();
+    let lost = guard.lost_signal().recv_timeout(Duration::from_secs(10));
+    println!(
+        "promoted {promoted_after:?} after the kill; the holder was told {:?} after it",
+        killed_at.elapsed()
+    );
+    assert!(lost.is_ok() && guard.is_lost(), "the holder is told, long before its 30 s lease");
+    // And the lock is free on the new primary for others.
+    let other = client_with_watchdog(&cluster, Duration::from_secs(5));
+    assert!(other.lock(&name).unwrap().try_lock_for(Duration::from_secs(5)).unwrap().is_some());
+}
+
+#[test]
+fn the_watchdog_renews_a_nodes_locks_in_one_call_per_hundred() {
+    let cluster = RedisCluster::start();
+    let client = client_with_watchdog(&cluster, Duration::from_millis(1500));
+    let names: Vec<String> = (0..1500).map(|i| format!("batch:{i}")).collect();
+    let guards: Vec<LockGuard> =
+        names.iter().map(|name| client.lock(name).unwrap().try_lock().unwrap().expect("free")).collect();
+    let per_node: Vec<(u16, usize)> = cluster
+        .primaries()
+        .into_iter()
+        .map(|p| (p, names.iter().filter(|name| cluster.primary_of_key(name) == p).count()))
+        .collect();
+    let script_calls = |port: u16| {
+        let mut con = cluster.conn_to(port);
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut con).unwrap();
+        ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+            .iter()
+            .filter_map(|stat| info.split(stat).nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    let before: Vec<u64> = per_node.iter().map(|&(p, _)| script_calls(p)).collect();
+    // Two seconds: four renewal rounds (every 500 ms) at most, five with
+    // one on the edge.
+    thread::sleep(Duration::from_secs(2));
+    for (&(port, locks), before) in per_node.iter().zip(before) {
+        let calls = script_calls(port) - before;
+        let per_round = locks.div_ceil(100) as u64;
+        println!("node {port}: {locks} locks, {calls} script calls in 2 s ({per_round} per round)");
+        assert!(calls >= per_round, "renewed");
+        assert!(calls <= 5 * per_round, "{calls} calls for {locks} locks: one per 100 per round");
+    }
+    assert!(guards.iter().all(|guard| !guard.is_lost()));
+}
+
+#[test]
+fn an_acl_cluster_is_reached_with_the_seeds_credentials() {
+    let cluster = RedisCluster::options().acl_user("app", "s3cret").start();
+    let client = client(&cluster);
+    let name = "acl:orders";
+    let guard = client.lock(name).unwrap().lock().unwrap();
+    assert!(held_by(&cluster, name, &client));
+    guard.unlock().unwrap();
+    let wrong: Vec<String> = cluster.seed_urls().iter().map(|url| url.replace("s3cret", "wrong")).collect();
+    let refused = Client::builder_cluster(wrong).build().unwrap_err();
+    assert_eq!(refused.kind(), keyholder::ErrorKind::AccessDenied, "{refused}");
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn a_tls_cluster_carries_every_connection_over_tls() {
+    use keyholder_testkit::server::ClientAuth;
+    let cluster = RedisCluster::options().tls(ClientAuth::Required).start();
+    let tls = cluster.tls();
+    let client = Client::builder_cluster(cluster.seed_urls())
+        .tls_ca_certificate(tls.ca.cert_pem())
+        .tls_client_certificate(tls.client.cert.as_str(), tls.client.key.as_str())
+        .build()
+        .unwrap();
+    let other = Client::builder_cluster(cluster.seed_urls())
+        .tls_ca_certificate(tls.ca.cert_pem())
+        .tls_client_certificate(tls.client.cert.as_str(), tls.client.key.as_str())
+        .build()
+        .unwrap();
+    for primary in cluster.primaries() {
+        let name = name_on(&cluster, primary, "tls");
+        let guard = client.lock(&name).unwrap().lock().unwrap();
+        let lock = other.lock(&name).unwrap();
+        let waiting = thread::spawn(move || lock.try_lock_for(Duration::from_secs(10)).unwrap().is_some());
+        thread::sleep(Duration::from_millis(100));
+        guard.unlock().unwrap();
+        assert!(waiting.join().unwrap(), "woken over a TLS pub/sub connection on {primary}");
+    }
 }

@@ -8,10 +8,11 @@
 //! shard channels (Redis 7 and newer; the scripts then publish with
 //! `SPUBLISH`), with `SUBSCRIBE` otherwise (a plain `PUBLISH` reaches every
 //! node). There is one subscriber, with its reader thread, per node that has
-//! had a waiter, not one per lock. When slots change hands, the channels of
-//! the slots that moved are dropped and their waiters woken, and they
-//! subscribe again on the new owner (see `gate/entry.rs`); a subscriber
-//! whose node serves no slot any more is stopped.
+//! serves slots, not one per lock; an idle one is how the client hears at
+//! once that its node died. When slots change hands, the channels of the
+//! slots that moved are dropped and their waiters woken, and they subscribe
+//! again on the new owner (see `gate/entry.rs`); a subscriber whose node
+//! serves no slot any more is stopped once its channels are gone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,9 +38,13 @@ pub(crate) enum Subscribers {
 /// it; `None` when no node serves its slot right now.
 pub(crate) type Locate = Box<dyn Fn(&str) -> Option<(String, Target)> + Send + Sync>;
 
+/// The primaries serving slots right now, as `locate` names them.
+pub(crate) type Primaries = Box<dyn Fn() -> Vec<(String, Target)> + Send + Sync>;
+
 /// A cluster client's subscribers, one per node.
 pub(crate) struct NodeSubscribers {
     locate: Locate,
+    primaries: Primaries,
     sharded: bool,
     nodes: Mutex<HashMap<String, Arc<Subscriber>>>,
     connect_timeout: Duration,
@@ -69,7 +74,11 @@ pub(crate) struct NodeSubscriberSettings {
 }
 
 impl NodeSubscribers {
-    pub(crate) fn new(locate: Locate, settings: NodeSubscriberSettings) -> NodeSubscribers {
+    pub(crate) fn new(
+        locate: Locate,
+        primaries: Primaries,
+        settings: NodeSubscriberSettings,
+    ) -> NodeSubscribers {
         let NodeSubscriberSettings {
             sharded,
             connect_timeout,
@@ -81,6 +90,7 @@ impl NodeSubscribers {
         } = settings;
         NodeSubscribers {
             locate,
+            primaries,
             sharded,
             nodes: Mutex::new(HashMap::new()),
             connect_timeout,
@@ -103,6 +113,11 @@ impl NodeSubscribers {
                 channel.to_owned(),
             ))));
         };
+        self.subscriber_at(key, target)
+    }
+
+    /// The subscriber of the node `key`, started on first use.
+    fn subscriber_at(&self, key: String, target: Target) -> Result<Arc<Subscriber>> {
         let mut nodes = self.nodes.lock();
         if self.shutdown.load(Ordering::Acquire) {
             return Err(Error::shutdown());
@@ -129,23 +144,44 @@ impl NodeSubscribers {
         Ok(subscriber)
     }
 
+    /// Keeps a subscriber on each primary (and stops those of
+    /// nodes no longer among them, once their channels are gone): an idle
+    /// pub/sub connection is how the client hears at once that a primary
+    /// died (its connection drops, reconnecting fails, and the slot map is
+    /// read again), as the one subscriber does for a single server.
+    pub(crate) fn watch(&self) {
+        let primaries = (self.primaries)();
+        let keys: Vec<String> = primaries.iter().map(|(key, _)| key.clone()).collect();
+        for (key, target) in primaries {
+            if let Err(e) = self.subscriber_at(key, target) {
+                log::debug!("keyholder: no pub/sub connection to a cluster node: {e}");
+            }
+        }
+        let retired: Vec<Arc<Subscriber>> = {
+            let mut nodes = self.nodes.lock();
+            let gone: Vec<String> = nodes
+                .iter()
+                .filter(|(key, s)| !keys.contains(key) && s.is_unused())
+                .map(|(k, _)| k.clone())
+                .collect();
+            gone.iter().filter_map(|key| nodes.remove(key)).collect()
+        };
+        for subscriber in retired {
+            subscriber.shut_down();
+        }
+    }
+
     /// Slots changed hands: drops every channel its subscriber's node no
     /// longer serves (waking its waiters, who subscribe again where it
-    /// went) and stops the subscribers of nodes left without channels that
-    /// serve none of them.
+    /// went), then keeps a subscriber on each primary (see
+    /// [`watch`](NodeSubscribers::watch)).
     pub(crate) fn slots_moved(&self) {
         let nodes: Vec<(String, Arc<Subscriber>)> =
             self.nodes.lock().iter().map(|(key, s)| (key.clone(), Arc::clone(s))).collect();
         for (key, subscriber) in nodes {
             subscriber.evict(|channel| (self.locate)(channel).is_none_or(|(owner, _)| owner != key));
-            if subscriber.is_unused() {
-                let mut nodes = self.nodes.lock();
-                if nodes.get(&key).is_some_and(|s| Arc::ptr_eq(s, &subscriber)) {
-                    nodes.remove(&key);
-                    subscriber.shut_down();
-                }
-            }
         }
+        self.watch();
     }
 }
 
