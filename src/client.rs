@@ -890,6 +890,16 @@ impl Inner {
         }
     }
 
+    /// Checks a lock name before any I/O (see `names.rs`), on a Redis
+    /// Cluster also that its keys share one slot.
+    pub(crate) fn validate_name(&self, name: &str) -> Result<()> {
+        crate::names::validate_name(name)?;
+        if self.routes.cluster().is_some() {
+            crate::names::validate_cluster_name(name)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_running(&self) -> Result<()> {
         if self.shutdown.load(Ordering::Acquire) { Err(Error::shutdown()) } else { Ok(()) }
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{MAX_LEASE, MIN_LEASE};
-use crate::names::{self, LockKeys};
+use crate::names::LockKeys;
 use crate::owner;
 use crate::store::scripts::{Acquire, AcquireArgs, JobFinish, Turns};
 
@@ -49,7 +49,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
     /// a name a lock could not have (see [`Client::lock`]).
     pub fn job(&self, name: &str) -> Result<Job> {
-        names::validate_name(name)?;
+        self.inner().validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(LockKeys::new(&name, self.id()));
         Ok(Job {

@@ -37,7 +37,8 @@ impl Client {
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for an empty name, a name longer than
     /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes, or one with control
-    /// characters.
+    /// characters; on a Redis Cluster, also for a name with a `{` but no
+    /// hash tag (`a{b`, `x{}y`), whose keys would fall in different slots.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         self.lock_with_lease(name, Lease::Watchdog)
     }
@@ -49,7 +50,7 @@ impl Client {
     /// As [`lock`](Client::lock), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed
     /// lease outside 1 ms to 30 days.
     pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
-        names::validate_name(name)?;
+        self.inner().validate_name(name)?;
         lease.validate()?;
         Ok(Lock::new(self.clone(), name, lease))
     }

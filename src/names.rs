@@ -43,6 +43,36 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks, for a client of a Redis Cluster, that every key and channel
+/// derived from `name` hashes to the lock key's slot, so that one script
+/// call can touch them all. That holds for every name without braces, and
+/// for every name with a hash tag (`{user}:1`); not for a name whose braces
+/// make no tag (`a{b`, `x{}y`) or a stray `}` (`a}b`): the lock key is then
+/// hashed whole (or by a different tag) while its derived keys are not
+/// (Redisson's rule wraps the name in braces only when it has no `{`).
+pub(crate) fn validate_cluster_name(name: &str) -> Result<()> {
+    let tag = hash_tag(name.as_bytes());
+    let derived = [unlock_channel(name), token_key(name), queue_key(name), unlock_latch(name, 0, 0)];
+    if derived.iter().any(|key| hash_tag(key.as_bytes()) != tag) {
+        return Err(Error::invalid_argument(format!(
+            "lock name {name:?} has braces that make no hash tag: on a Redis Cluster its keys and \
+             channels would fall in different slots (use no braces, or one {{tag}} with something inside)"
+        )));
+    }
+    Ok(())
+}
+
+/// The part of a Redis key that Redis Cluster hashes: the text between its
+/// first `{` and the first `}` after it, when that is not empty (the key's
+/// *hash tag*); otherwise the whole key.
+pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
+    let Some(open) = key.iter().position(|&b| b == b'{') else { return key };
+    match key[open + 1..].iter().position(|&b| b == b'}') {
+        Some(0) | None => key,
+        Some(len) => &key[open + 1..open + 1 + len],
+    }
+}
+
 const TOKEN_PREFIX: &str = "redisson_lock_token";
 const MARKER_PREFIX: &str = "keyholder_lock_next";
 const QUEUE_PREFIX: &str = "keyholder_lock_queue";

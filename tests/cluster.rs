@@ -79,6 +79,10 @@ fn names_with_and_without_braces_keep_every_key_in_the_lock_slot() {
         let second_token = waiting.join().unwrap();
         assert!(second_token > first_token, "{name}: tokens grow");
     }
+    // Braces that make no hash tag would split a lock's keys over slots.
+    for name in ["a{b", "x{}y", "a}b"] {
+        assert!(holder.lock(name).unwrap_err().is_invalid(), "{name}");
+    }
 }
 
 #[test]

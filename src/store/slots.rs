@@ -7,6 +7,8 @@
 
 use redis::Value;
 
+use crate::names::hash_tag;
+
 /// The number of hash slots in a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
 
@@ -30,17 +32,6 @@ const CRC16_TABLE: [u16; 256] = {
 
 fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |crc, &b| (crc << 8) ^ CRC16_TABLE[usize::from((crc >> 8) as u8 ^ b)])
-}
-
-/// The part of `key` that is hashed: the text between its first `{` and
-/// the first `}` after it, when that is not empty (the key's *hash tag*);
-/// otherwise the whole key.
-pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
-    let Some(open) = key.iter().position(|&b| b == b'{') else { return key };
-    match key[open + 1..].iter().position(|&b| b == b'}') {
-        Some(0) | None => key,
-        Some(len) => &key[open + 1..open + 1 + len],
-    }
 }
 
 /// The hash slot of a key (or a shard channel), as `CLUSTER KEYSLOT`.
@@ -157,7 +148,8 @@ mod tests {
 
     #[test]
     fn a_lock_and_everything_derived_from_it_share_a_slot() {
-        for name in ["orders:42", "{user}:1", "x", "{x}", "job{nightly}"] {
+        for name in ["orders:42", "{user}:1", "x", "{x}", "job{nightly}", "{x}}", "a{b}{c}"] {
+            assert!(crate::names::validate_cluster_name(name).is_ok(), "{name}");
             let slot = key_slot(name.as_bytes());
             let keys = crate::names::LockKeys::new(&std::sync::Arc::from(name), "c");
             for derived in
@@ -166,6 +158,11 @@ mod tests {
                 assert_eq!(key_slot(derived.as_bytes()), slot, "{name}: {derived}");
             }
             assert_eq!(key_slot(crate::names::token_key(name).as_bytes()), slot, "{name}");
+        }
+        // A `{` without a tag: the lock key and its channel are hashed
+        // whole, and differ; such names are refused on a cluster.
+        for name in ["a{b", "x{}y", "{}", "a}b", "{}{x}"] {
+            assert!(crate::names::validate_cluster_name(name).is_err(), "{name}");
         }
     }
 
