@@ -695,9 +695,12 @@ fn cluster_connections(
     });
     cluster.start()?;
     // Redisson's AUTO mode: shard channels when the servers have them.
-    let sharded = {
-        let mut session = cluster.session(PROBE_CHANNEL)?;
-        session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
+    let sharded = match config.sharded_pubsub {
+        Some(sharded) => sharded,
+        None => {
+            let mut session = cluster.session(PROBE_CHANNEL)?;
+            session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
+        }
     };
     let pubsub_name = format!("{connection_name}:pubsub");
     let target_of = Arc::new(move |shard: &Shard| {

@@ -15,6 +15,9 @@ pub(crate) struct Config {
     pub(crate) sentinel: Option<SentinelSettings>,
     /// The seed nodes' URLs, for a client of a Redis Cluster.
     pub(crate) cluster: Option<ClusterSeeds>,
+    /// Shard channels on a cluster: forced on or off, or (`None`) used
+    /// when the servers have them.
+    pub(crate) sharded_pubsub: Option<bool>,
     /// Credentials and database of the primary found through Sentinel.
     pub(crate) node: NodeSettings,
     pub(crate) pool_max_size: u32,
@@ -128,6 +131,7 @@ impl ClientBuilder {
                 url: url.into(),
                 sentinel: None,
                 cluster: None,
+                sharded_pubsub: None,
                 node: NodeSettings::default(),
                 pool_max_size: 16,
                 connect_timeout: Duration::from_secs(3),
@@ -153,6 +157,19 @@ impl ClientBuilder {
         let mut builder = ClientBuilder::new(String::new());
         builder.config.sentinel = Some(SentinelSettings { urls, master });
         builder
+    }
+
+    /// Whether a Redis Cluster client's unlock messages go out on shard
+    /// channels (`SPUBLISH`, heard with `SSUBSCRIBE` on the slot's primary)
+    /// or on plain ones (`PUBLISH`, which every node relays to every
+    /// other). Default: shard channels when the servers have them (Redis 7
+    /// and newer), as Redisson's default `shardedSubscriptionMode` AUTO
+    /// does. Java and Rust services sharing locks must agree: set `false`
+    /// for Redisson clients configured with `shardedSubscriptionMode` OFF.
+    /// Ignored by clients of one server.
+    pub fn sharded_pubsub(mut self, sharded: bool) -> Self {
+        self.config.sharded_pubsub = Some(sharded);
+        self
     }
 
     /// The ACL user to log in to the primary as, for a client built with

@@ -101,11 +101,42 @@ fn a_waiter_on_each_shard_is_woken_by_the_release_of_another_client() {
             (guard.map(LockGuard::unlock).is_some(), begun.elapsed())
         });
         thread::sleep(Duration::from_millis(150));
+        let mut con = cluster.conn_to(primary);
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let shard_subscribers: Vec<(String, i64)> =
+            redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query(&mut con).unwrap();
+        assert_eq!(shard_subscribers[0].1, 1, "the waiter listens on the shard channel, on its primary");
         guard.unlock().unwrap();
         let (acquired, waited) = waiting.join().unwrap();
         assert!(acquired, "the waiter on {primary} was woken (waited {waited:?})");
     }
     assert_eq!(waiter.pubsub_connections(), 3, "one pub/sub connection per primary");
+}
+
+#[test]
+fn plain_channels_wake_waiters_too_as_on_servers_without_shard_channels() {
+    // Redis 6 clusters have no shard channels, and Redisson can be told not
+    // to use them: PUBLISH reaches every node, SUBSCRIBE on the slot's
+    // primary hears it.
+    let cluster = RedisCluster::shared();
+    let plain = || Client::builder_cluster(cluster.seed_urls()).sharded_pubsub(false).build().unwrap();
+    let (holder, waiter) = (plain(), plain());
+    for (n, primary) in cluster.primaries().into_iter().enumerate() {
+        let name = name_on(cluster, primary, &format!("plain{n}"));
+        let guard = holder.lock(&name).unwrap().lock().unwrap();
+        let lock = waiter.lock(&name).unwrap();
+        let waiting = thread::spawn(move || lock.try_lock_for(Duration::from_secs(10)).unwrap().is_some());
+        thread::sleep(Duration::from_millis(150));
+        let mut con = cluster.conn_to(primary);
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let (plain_subscribers, shard_subscribers): (Vec<(String, i64)>, Vec<(String, i64)>) = (
+            redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query(&mut con).unwrap(),
+            redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query(&mut con).unwrap(),
+        );
+        assert_eq!((plain_subscribers[0].1, shard_subscribers[0].1), (1, 0), "a plain subscription");
+        guard.unlock().unwrap();
+        assert!(waiting.join().unwrap(), "woken by a plain PUBLISH on {primary}");
+    }
 }
 
 #[test]
