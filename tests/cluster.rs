@@ -129,10 +129,10 @@ fn plain_channels_wake_waiters_too_as_on_servers_without_shard_channels() {
         thread::sleep(Duration::from_millis(150));
         let mut con = cluster.conn_to(primary);
         let channel = format!("redisson_lock__channel:{{{name}}}");
-        let (plain_subscribers, shard_subscribers): (Vec<(String, i64)>, Vec<(String, i64)>) = (
-            redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query(&mut con).unwrap(),
-            redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query(&mut con).unwrap(),
-        );
+        let plain_subscribers: Vec<(String, i64)> =
+            redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query(&mut con).unwrap();
+        let shard_subscribers: Vec<(String, i64)> =
+            redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query(&mut con).unwrap();
         assert_eq!((plain_subscribers[0].1, shard_subscribers[0].1), (1, 0), "a plain subscription");
         guard.unlock().unwrap();
         assert!(waiting.join().unwrap(), "woken by a plain PUBLISH on {primary}");
