@@ -94,7 +94,8 @@
 //!
 //! One client owns a few command connections shared by all of its threads
 //! (the commands of threads that call at once go out together, pipelined),
-//! one pub/sub connection with a reader thread, and one watchdog thread
+//! one pub/sub connection with a reader thread (on a Redis Cluster, both
+//! per primary), and one watchdog thread
 //! (and, through Sentinel, a thread that listens to a sentinel). Lua scripts
 //! under `lua/` acquire, release, hand over, renew and force-unlock
 //! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal
@@ -108,8 +109,19 @@
 //! acknowledged by the replica that is promoted
 //! ([`ClientBuilder::replica_acks`]). Redis 5 or newer; TCP (`redis://`),
 //! TLS (`rediss://`, with the `tls` feature) and Unix-socket
-//! (`redis+unix://`) connections, or the primary found through Redis
-//! Sentinel.
+//! (`redis+unix://`) connections, the primary found through Redis
+//! Sentinel, or a Redis Cluster.
+//!
+//! # Redis Cluster
+//!
+//! [`Client::builder_cluster`] takes seed nodes' URLs; the rest of the API
+//! is unchanged. Each call goes to the primary that serves its lock's slot
+//! (every key and channel of a lock shares the name's hash tag), on shared
+//! connections to that node; waiters listen on shard channels there
+//! (`SSUBSCRIBE`, Redis 7+), as Redisson does. The client follows `MOVED`
+//! and `ASK` while a slot is moved, reads the slot map again when a
+//! primary dies, and verifies every hold after a failover. See
+//! `docs/cluster.md`.
 //!
 //! # Sentinel
 //!
