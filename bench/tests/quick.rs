@@ -29,9 +29,12 @@ fn the_benchmark_runs_its_cluster_mode() {
     let output = run_within(&["--cluster", "--quick"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "bench failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
-    for table in
-        ["### Cluster W1", "### Cluster W1, per shard", "### Cluster W2", "### One-node reference W2"]
-    {
+    for table in [
+        "### Cluster W1",
+        "per shard: where each implementation's commands went",
+        "### Cluster W2",
+        "### One-node reference W2",
+    ] {
         assert!(stdout.contains(table), "no {table} table in:\n{stdout}");
     }
     let shard_rows: Vec<&str> = stdout.lines().filter(|l| l.contains("(slot ")).collect();

@@ -79,12 +79,17 @@ pub(crate) fn run_cluster(cfg: Cfg) -> Res<()> {
     };
     header(&env, &cluster, &mut stats, one.port())?;
     if env.cfg.wants("W1") {
-        let names = spread(&env, &cluster, "w1")?;
-        w1(&env, &mut stats, &names)?;
-        w1(&one_env, &mut one_stats, &on_one(&names))?;
+        let names = spread(&env, &cluster, "w1", None)?;
+        w1(&env, &mut stats, &names, "one per shard")?;
+        // The same loop with every name on one shard: what hopping between
+        // server processes costs on this host, apart from the cluster's own.
+        let first = names.first().map(|n| n.port).ok_or_else(|| err("no W1 name"))?;
+        let together = spread(&env, &cluster, "w1-one-shard", Some(first))?;
+        w1(&env, &mut stats, &together, &format!("all on the shard :{first}"))?;
+        w1(&one_env, &mut one_stats, &on_one(&names), "the spread ones, all on one server")?;
     }
     if env.cfg.wants("W2") {
-        let names = spread(&env, &cluster, "w2")?;
+        let names = spread(&env, &cluster, "w2", None)?;
         w2(&env, &mut stats, &names)?;
         w2(&one_env, &mut one_stats, &on_one(&names))?;
     }
@@ -131,9 +136,10 @@ fn start_cluster() -> Res<RedisCluster> {
         .map_err(|_| err("the Redis Cluster did not start (the harness printed why above)"))
 }
 
-/// One lock name per primary, `<prefix>:<what>:<i>` for the smallest `i`
-/// that lands on it; each slot checked against `CLUSTER KEYSLOT`.
-fn spread(env: &Env, cluster: &RedisCluster, what: &str) -> Res<Vec<Named>> {
+/// As many lock names as primaries, `<prefix>:<what>:<i>` for the
+/// smallest `i`s: one on each primary, or with `only` all on that one; each
+/// slot checked against `CLUSTER KEYSLOT`.
+fn spread(env: &Env, cluster: &RedisCluster, what: &str, only: Option<u16>) -> Res<Vec<Named>> {
     let shards = env.shards.as_ref().ok_or_else(|| err("not a cluster run"))?;
     let mut names: Vec<Named> = Vec::new();
     for i in 0..10_000 {
@@ -142,7 +148,11 @@ fn spread(env: &Env, cluster: &RedisCluster, what: &str) -> Res<Vec<Named>> {
         }
         let name = env.key(&format!("{what}:{i}"));
         let port = shards.owner(&name)?;
-        if names.iter().any(|n| n.port == port) {
+        let taken = match only {
+            Some(only) => port != only,
+            None => names.iter().any(|n| n.port == port),
+        };
+        if taken {
             continue;
         }
         let slot = key_slot(&name);
@@ -285,7 +295,7 @@ struct Spread {
     nodes: Vec<ShardRun>,
 }
 
-fn w1(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
+fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<()> {
     let n = env.cfg.w1_pairs;
     let (floor, baseline, keyholder) = (Floor::new(env), Baseline::new(env), Keyholder::new(env, 1, None)?);
     let mut sessions = (floor.session(1)?, baseline.session(1)?, keyholder.session(0)?);
@@ -321,10 +331,9 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
     };
     print_table(
         &format!(
-            "{} W1: uncontended acquire+release, 1 thread, {n} pairs over {} names{}, in turn",
+            "{} W1: uncontended acquire+release, 1 thread, {n} pairs over {} names ({placed}), in turn",
             topology(env),
             names.len(),
-            if env.shards.is_some() { ", one per shard" } else { " (the cluster's, all on one server)" }
         ),
         &[
             "impl",
@@ -353,7 +362,10 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
     }
     print_shards(
         env,
-        &format!("Cluster W1, per shard: where each implementation's commands went ({n} pairs a run)"),
+        &format!(
+            "Cluster W1 (names {placed}), per shard: where each implementation's commands went \
+             ({n} pairs a run)"
+        ),
         "pairs",
         names,
         &all,
