@@ -9,21 +9,20 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The built example `name`, next to this test binary's directory; built
-/// with cargo first if this run did not build it (`cargo test --test
-/// examples`, or `--all-targets`, which builds examples as tests).
+/// The built example `name`, next to this test binary's directory, built
+/// (or found up to date) by cargo first: `cargo test` builds examples as
+/// tests under other names (`--all-targets`) or not at all (`--test
+/// examples`), and a binary left by an earlier build would be stale.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = profile_dir.join("examples").join(name);
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", name, "--manifest-path"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build --example {name} failed");
-    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--example", name, "--manifest-path"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build --example {name} failed");
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
