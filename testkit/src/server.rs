@@ -10,7 +10,9 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "tls")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 #[cfg(feature = "tls")]
 use std::sync::Arc;
