@@ -16,7 +16,7 @@
 use keyholder_testkit::cluster::RedisCluster;
 use keyholder_testkit::server::RedisServer;
 
-use super::contended::{Figures, Shape, run_workers};
+use super::contended::{Cells, Figures, Shape, cells, run_workers};
 use super::handoff::handoff_over;
 use super::header::{build_line, configuration_line, machine_line, p50_p99_us, ping_rtts, redis_version};
 use super::loops::{Loop, loop_header, loop_row};
@@ -25,8 +25,8 @@ use crate::config::Cfg;
 use crate::env::{Env, PRELOADED, Shards, connect, key_slot, raw_client};
 use crate::error::{Res, err};
 use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl};
-use crate::measure::{NodeDelta, ShardStats, med, median};
-use crate::report::{fmt, fmt_ratio, print_table};
+use crate::measure::{NodeDelta, ShardStats, median};
+use crate::report::{fmt, print_table};
 
 /// A lock name and the primary serving its slot.
 struct Named {
@@ -403,25 +403,14 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
             format!("{} threads per lock over {clients} clients", c.w2_threads)
         };
         let row = |label: &str, runs: &[Window]| {
-            vec![
-                label.to_owned(),
-                fmt(med(runs, |r| r.fig.rate), 0),
-                fmt_ratio(med(runs, |r| r.fig.vs_ideal)),
-                fmt(med(runs, |r| r.fig.hold_ms), 3),
-                fmt(med(runs, |r| r.fig.handoff_us), 0),
-                fmt(med(runs, |r| r.fig.p50_ms), 2),
-                fmt(med(runs, |r| r.fig.p99_ms), 2),
-                fmt(med(runs, |r| r.fig.max_ms), 1),
-                fmt(runs.iter().map(|r| r.fig.lost).sum(), 0),
-                fmt(med(runs, |r| r.fig.rt), 2),
-                fmt(med(runs, |r| r.fig.attempts), 2),
-                fmt(med(runs, |r| r.fig.evalsha), 2),
-                fmt(med(runs, |r| r.fig.subs), 2),
-                fmt(med(runs, |r| r.fig.hexists), 2),
-                fmt(runs.iter().map(|r| r.hops).sum(), 0),
-                fmt(med(runs, |r| r.fig.cpu_us), 0),
-                fmt(med(runs, |r| r.fig.server_us), 0),
-            ]
+            let Cells { waits, max, costs, cpu } = cells(&runs.iter().map(|r| r.fig).collect::<Vec<_>>());
+            let mut row = vec![label.to_owned()];
+            row.extend(waits);
+            row.push(max);
+            row.extend(costs);
+            row.push(fmt(runs.iter().map(|r| r.hops).sum(), 0));
+            row.extend(cpu);
+            row
         };
         print_table(
             &format!(

@@ -2,6 +2,8 @@
 //! or a few clients) and W6 (many single-thread clients). Every thread takes
 //! the lock, runs a deliberately non-atomic GET-then-SET of a counter padded
 //! to the hold, and releases: a lost update means two holders at once.
+//! `--cluster`'s W2 runs its window ([`run_workers`], over a lock per shard)
+//! and reports its [`Figures`] in the same cells.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -416,35 +418,63 @@ fn run_contended<I: LockImpl>(
     })
 }
 
+/// The cells of the [`Figures`] every contended table shows, in its column
+/// groups: medians over runs, lost updates summed.
+pub(crate) struct Cells {
+    /// acq/s, vs ideal, hold, handoff, p50 and p99 waits.
+    pub(crate) waits: [String; 6],
+    /// The median max wait.
+    pub(crate) max: String,
+    /// Lost updates, round trips, attempts, EVALSHA, subscriptions, HEXISTS.
+    pub(crate) costs: [String; 6],
+    /// Client and Redis CPU.
+    pub(crate) cpu: [String; 2],
+}
+
+/// The cells of `runs`' figures.
+pub(crate) fn cells(runs: &[Figures]) -> Cells {
+    Cells {
+        waits: [
+            fmt(med(runs, |r| r.rate), 0),
+            fmt_ratio(med(runs, |r| r.vs_ideal)),
+            fmt(med(runs, |r| r.hold_ms), 3),
+            fmt(med(runs, |r| r.handoff_us), 0),
+            fmt(med(runs, |r| r.p50_ms), 2),
+            fmt(med(runs, |r| r.p99_ms), 2),
+        ],
+        max: fmt(med(runs, |r| r.max_ms), 1),
+        costs: [
+            fmt(sum_of(runs, |r| r.lost), 0),
+            fmt(med(runs, |r| r.rt), 2),
+            fmt(med(runs, |r| r.attempts), 2),
+            fmt(med(runs, |r| r.evalsha), 2),
+            fmt(med(runs, |r| r.subs), 2),
+            fmt(med(runs, |r| r.hexists), 2),
+        ],
+        cpu: [fmt(med(runs, |r| r.cpu_us), 0), fmt(med(runs, |r| r.server_us), 0)],
+    }
+}
+
 /// A table row: medians over runs, the worst run's extremes, sums of lost
 /// updates.
 fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
     // The run whose wait was the longest.
     let worst =
         runs.iter().filter(|r| !r.fig.max_ms.is_nan()).max_by(|a, b| a.fig.max_ms.total_cmp(&b.fig.max_ms));
-    vec![
-        name.to_owned(),
-        fmt(med(runs, |r| r.fig.rate), 0),
-        fmt_ratio(med(runs, |r| r.fig.vs_ideal)),
-        fmt(med(runs, |r| r.fig.hold_ms), 3),
-        fmt(med(runs, |r| r.fig.handoff_us), 0),
-        fmt(med(runs, |r| r.fig.p50_ms), 2),
-        fmt(med(runs, |r| r.fig.p99_ms), 2),
-        format!("{} ({})", fmt(med(runs, |r| r.fig.max_ms), 1), fmt(max_of(runs, |r| r.fig.max_ms), 1)),
+    let Cells { waits, max, costs, cpu } = cells(&runs.iter().map(|r| r.fig).collect::<Vec<_>>());
+    let mut row = vec![name.to_owned()];
+    row.extend(waits);
+    row.push(format!("{max} ({})", fmt(max_of(runs, |r| r.fig.max_ms), 1)));
+    row.push(
         worst.map_or("n/a".to_owned(), |r| format!("{} / {}", fmt(r.worst_others, 0), fmt(r.worst_runs, 0))),
-        format!(
-            "{} / {}",
-            fmt(max_of(runs, |r| r.thread_streak), 0),
-            fmt(max_of(runs, |r| r.client_streak), 0)
-        ),
-        fmt(sum_of(runs, |r| r.fig.lost), 0),
-        fmt(med(runs, |r| r.fig.rt), 2),
-        fmt(med(runs, |r| r.fig.attempts), 2),
-        fmt(med(runs, |r| r.fig.evalsha), 2),
-        fmt(med(runs, |r| r.fig.subs), 2),
-        fmt(med(runs, |r| r.fig.hexists), 2),
-        fmt(med(runs, |r| r.handoffs), 2),
-        fmt(med(runs, |r| r.fig.cpu_us), 0),
-        fmt(med(runs, |r| r.fig.server_us), 0),
-    ]
+    );
+    row.push(format!(
+        "{} / {}",
+        fmt(max_of(runs, |r| r.thread_streak), 0),
+        fmt(max_of(runs, |r| r.client_streak), 0)
+    ));
+    row.extend(costs);
+    row.push(fmt(med(runs, |r| r.handoffs), 2));
+    row.extend(cpu);
+    row
 }
