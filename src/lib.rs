@@ -155,6 +155,7 @@
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
 // Public types and the client that wires them.
+mod admin;
 mod client;
 mod config;
 mod guard;
@@ -176,6 +177,7 @@ mod owner;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWatch};
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
