@@ -418,7 +418,8 @@ fn scan_node(
 ) -> Result<()> {
     let mut cursor = String::from("0");
     loop {
-        let scan = redis::cmd("SCAN").arg(&cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT).clone();
+        let scan =
+            redis::cmd("SCAN").arg(&cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(SCAN_COUNT).clone();
         let (next, keys): (String, Vec<String>) = session.query(&scan)?.map_err(Error::redis)?;
         let keys: Vec<String> = keys.into_iter().filter(|key| !names::is_derived_key(key)).collect();
         look_at(session, &node, &keys, legacy, found)?;
@@ -524,7 +525,12 @@ fn holder(owner: &str, count: &str) -> Option<Holder> {
         return None;
     }
     let count: u64 = count.parse().ok().filter(|&n| n > 0)?;
-    Some(Holder { owner: owner.to_owned(), client_id: client_id.to_owned(), thread_id: thread.parse().ok()?, count })
+    Some(Holder {
+        owner: owner.to_owned(),
+        client_id: client_id.to_owned(),
+        thread_id: thread.parse().ok()?,
+        count,
+    })
 }
 
 /// A PTTL reply as a lease: `None` for no key (-2) or no expiry (-1).
@@ -535,8 +541,7 @@ fn lease(pttl: i64) -> Option<Duration> {
 /// A reply that must decode: an error reply is the call's error.
 fn strict<T: FromRedisValue>(value: Value, name: &str) -> Result<T> {
     let value = value.extract_error().map_err(|e| Error::from_redis(name, e))?;
-    T::from_redis_value(value.clone())
-        .map_err(|_| Error::unexpected_reply("inspect", format!("{value:?}")))
+    T::from_redis_value(value.clone()).map_err(|_| Error::unexpected_reply("inspect", format!("{value:?}")))
 }
 
 /// A reply that may be an error (`WRONGTYPE` for a key of another type) or

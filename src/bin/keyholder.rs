@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 
 /// Inspect, list, force-unlock and watch Redisson-layout locks on Redis.
 #[derive(Debug, Parser)]
-#[command(name = "keyholder", version, about, long_about = None)]
+#[command(name = "keyholder", version, long_about = None)]
+#[command(about = "Inspect, list, force-unlock and watch keyholder and Redisson locks on Redis")]
 struct Cli {
     #[command(flatten)]
     connection: Connection,
@@ -64,7 +65,13 @@ struct Connection {
     node_username: Option<String>,
 
     /// Through Sentinel: the primary's password.
-    #[arg(long, env = "KEYHOLDER_NODE_PASSWORD", global = true, value_name = "PASSWORD", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KEYHOLDER_NODE_PASSWORD",
+        global = true,
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
     node_password: Option<String>,
 
     /// Through Sentinel: the primary's database index.
@@ -397,7 +404,10 @@ impl Output {
             rows.push(["token".to_owned(), token.clone()]);
         }
         rows.push(["lease left".to_owned(), info.remaining_lease.map_or_else(|| "-".to_owned(), seconds)]);
-        rows.push(["fencing token".to_owned(), info.fencing_token.map_or_else(|| "-".to_owned(), |t| t.to_string())]);
+        rows.push([
+            "fencing token".to_owned(),
+            info.fencing_token.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+        ]);
         rows.push(["unlock channel".to_owned(), info.unlock_channel.clone()]);
         rows.push(["subscribers".to_owned(), info.subscribers.to_string()]);
         rows.push(["queued clients".to_owned(), or_dash(&info.queued_clients.join(", "))]);
@@ -432,7 +442,7 @@ impl Output {
                 .collect();
             return print_json(&json!({ "locks": locks, "limit_reached": truncated }));
         }
-        let rows: Vec<[String; 5]> = locks
+        let rows: Vec<[String; 6]> = locks
             .iter()
             .map(|lock| {
                 let (owner, count) = match lock.holders.as_slice() {
@@ -445,10 +455,10 @@ impl Output {
                 };
                 let lease = lock.remaining_lease.map_or_else(|| "-".to_owned(), seconds);
                 let node = lock.node.clone().unwrap_or_else(|| "-".to_owned());
-                [lock.name.clone(), lock.kind.as_str().to_owned(), owner, count, format!("{lease}  {node}")]
+                [lock.name.clone(), lock.kind.as_str().to_owned(), owner, count, lease, node]
             })
             .collect();
-        let mut text = table(&["NAME", "KIND", "OWNER", "COUNT", "LEASE  NODE"], &rows);
+        let mut text = table(&["NAME", "KIND", "OWNER", "COUNT", "LEASE", "NODE"], &rows);
         text.push_str(&format!(
             "{} lock(s){}\n",
             locks.len(),
@@ -459,13 +469,18 @@ impl Output {
 
     fn unlocked(&self, name: &str, unlocked: bool, holders: &[Holder]) -> Result<(), Failure> {
         if self.json {
-            return print_json(&json!({ "name": name, "unlocked": unlocked, "holders": holders_json(holders) }));
+            return print_json(
+                &json!({ "name": name, "unlocked": unlocked, "holders": holders_json(holders) }),
+            );
         }
         if !unlocked {
             return print_text(&format!("'{name}' was not locked: nothing to do\n"));
         }
         let owners: Vec<&str> = holders.iter().map(|h| h.owner.as_str()).collect();
-        print_text(&format!("force-unlocked '{name}' (was held by {}); a waiter was woken\n", owners.join(", ")))
+        print_text(&format!(
+            "force-unlocked '{name}' (was held by {}); an unlock message was published\n",
+            owners.join(", ")
+        ))
     }
 
     fn message(&self, message: &UnlockMessage) -> Result<(), Failure> {
@@ -479,7 +494,13 @@ impl Output {
                 "meaning": message.meaning(),
             }));
         }
-        print_text(&format!("{}  {}  {}  {}\n", utc(now), message.channel, message.payload, message.meaning()))
+        print_text(&format!(
+            "{}  {}  {}  {}\n",
+            utc(now),
+            message.channel,
+            message.payload,
+            message.meaning()
+        ))
     }
 }
 
