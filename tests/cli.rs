@@ -27,7 +27,7 @@ fn bin() -> Command {
     for var in ["KEYHOLDER_URL", "KEYHOLDER_SENTINELS", "KEYHOLDER_MASTER", "KEYHOLDER_CLUSTER"] {
         command.env_remove(var);
     }
-    command.arg("--timeout").arg("2");
+    command.arg("--redis-timeout").arg("2");
     command
 }
 
@@ -352,7 +352,7 @@ fn force_unlock_asks_on_a_terminal_and_takes_no_for_an_answer() {
     let lock = client.lock("bin:ask").unwrap();
     let _guard = lock.lock().unwrap();
     let command = format!(
-        "{} --timeout 2 --url {} force-unlock bin:ask",
+        "{} --redis-timeout 2 --url {} force-unlock bin:ask",
         env!("CARGO_BIN_EXE_keyholder"),
         server.url()
     );

@@ -88,9 +88,16 @@ struct Connection {
     #[arg(long, global = true)]
     migration_mode: bool,
 
-    /// Connect and command timeout, in seconds.
-    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 5.0)]
-    timeout: f64,
+    /// How long to wait for Redis to connect, and for each reply, in
+    /// seconds.
+    #[arg(
+        long,
+        env = "KEYHOLDER_REDIS_TIMEOUT",
+        global = true,
+        value_name = "SECONDS",
+        default_value_t = 5.0
+    )]
+    redis_timeout: f64,
 
     #[cfg(feature = "tls")]
     #[command(flatten)]
@@ -231,10 +238,10 @@ fn connect(c: &Connection, matches: &clap::ArgMatches) -> Result<Client, Failure
             kinds.join(", ")
         )));
     }
-    let timeout = Duration::try_from_secs_f64(c.timeout)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .ok_or_else(|| Failure::Error(format!("--timeout {} is no positive number of seconds", c.timeout)))?;
+    let timeout =
+        Duration::try_from_secs_f64(c.redis_timeout).ok().filter(|t| !t.is_zero()).ok_or_else(|| {
+            Failure::Error(format!("--redis-timeout {} is no positive number of seconds", c.redis_timeout))
+        })?;
     let mut builder = match kinds.first().copied() {
         Some("cluster") => Client::builder_cluster(c.cluster.iter().cloned()),
         Some("sentinel") => {
