@@ -291,7 +291,8 @@ fn the_binary_reports_errors_with_a_non_zero_exit() {
     let url = server.url();
     let refused = run(&["--url", "redis://127.0.0.1:1/", "inspect", "x"]);
     assert_eq!(refused.status.code(), Some(1));
-    assert!(text(&refused.stderr).starts_with("keyholder: "), "{}", text(&refused.stderr));
+    let said = text(&refused.stderr);
+    assert!(said.starts_with("keyholder: ") && said.contains("refused"), "{said}");
     assert_eq!(run(&["--url", &url, "inspect", ""]).status.code(), Some(1));
     assert_eq!(run(&["--url", &url, "--cluster", &url, "inspect", "x"]).status.code(), Some(1));
     assert_eq!(run(&["--url", &url, "no-such-command"]).status.code(), Some(2));
@@ -573,4 +574,21 @@ fn watch_on_a_cluster_without_shard_channels_uses_plain_subscribe() {
     let parsed = json(&expect_exit(&finish(watch, RUN_LIMIT), 0));
     assert_eq!(parsed["channel"], format!("redisson_lock__channel:{{{name}}}"));
     assert!(recv_within(&waiting, 10 * SECOND, "the waiter"));
+}
+
+#[test]
+fn force_unlock_on_a_cluster_frees_the_lock_on_its_node_and_wakes_the_waiter() {
+    let cluster = RedisCluster::shared();
+    let (holder, other) = (cluster_client(cluster), cluster_client(cluster));
+    let name = name_on(cluster, cluster.primaries()[2], "cforce");
+    let guard = holder.lock(&name).unwrap().lock().unwrap();
+    let waiting = waiter(&other, &name);
+    assert!(eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 1));
+    let mut args = cluster_args(cluster);
+    args.extend(["--json", "force-unlock", &name, "--yes"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let parsed = json(&expect_exit(&run(&args), 0));
+    assert_eq!(parsed["unlocked"], true);
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"), "the waiter got the lock");
+    assert!(guard.unlock().is_err(), "the old holder's release finds the lock gone");
 }

@@ -176,9 +176,21 @@ enum Failure {
     TimedOut,
 }
 
-impl<E: std::fmt::Display> From<E> for Failure {
+/// An error and its causes: `the connection to redis failed: Connection
+/// refused (os error 111)`.
+impl<E: std::error::Error> From<E> for Failure {
     fn from(e: E) -> Failure {
-        Failure::Error(e.to_string())
+        let mut message = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !message.contains(&cause_text) {
+                message.push_str(": ");
+                message.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        Failure::Error(message)
     }
 }
 
