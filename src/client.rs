@@ -859,6 +859,12 @@ impl Inner {
         let _ = self.verify.try_send(());
     }
 
+    /// The client's command connections (for the admin calls of
+    /// `admin.rs`, which reach every node).
+    pub(crate) fn routes(&self) -> &Routes {
+        &self.routes
+    }
+
     /// Runs `f` in a session on the shared connections (see
     /// `store/lanes.rs`) that reach the lock whose key is `key`.
     pub(crate) fn with_conn<T>(&self, key: &str, f: impl FnOnce(&mut Session<'_>) -> Result<T>) -> Result<T> {

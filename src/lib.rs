@@ -83,6 +83,17 @@
 //! string counts as held by a legacy holder: waited on by its PTTL, never
 //! modified. `docs/migrating.md` has the rollout.
 //!
+//! # Operators
+//!
+//! [`Client::inspect`] tells what sits at a lock's name (a [`LockInfo`]:
+//! holders and hold counts, remaining lease, fencing token, waiting
+//! subscribers, queued clients), [`Client::list_locks`] finds the locks
+//! matching a pattern with `SCAN` (on every primary of a cluster),
+//! [`Client::watch`] hands over a lock's unlock messages as they come, and
+//! [`Lock::force_unlock`] frees a lock whose holder died. The `keyholder`
+//! binary (the `cli` cargo feature) offers them from a shell, as tables or
+//! JSON; see `docs/operations.md`.
+//!
 //! # Errors
 //!
 //! [`Error`] tells apart Redis and connection failures, releasing what one
@@ -155,6 +166,7 @@
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
 // Public types and the client that wires them.
+mod admin;
 mod client;
 mod config;
 mod guard;
@@ -176,6 +188,7 @@ mod owner;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWatch};
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};

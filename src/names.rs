@@ -91,6 +91,13 @@ const RESERVED_PREFIXES: [&str; 6] = [
     "redisson_unlock_latch:",
 ];
 
+/// True for a key derived from some lock's name (a fencing counter, a
+/// claim marker, a waiter queue, grants, recent releasers, an unlock
+/// latch): never a lock itself.
+pub(crate) fn is_derived_key(key: &str) -> bool {
+    RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
+}
+
 /// A lock's name and every key and channel derived from it, as one client
 /// uses them.
 #[derive(Debug)]

@@ -215,6 +215,11 @@ impl Connector {
 }
 
 impl Connector {
+    /// Where this connector's connections go.
+    pub(crate) fn primary(&self) -> &Arc<Primary> {
+        &self.primary
+    }
+
     /// The generation of the connections this connector opens.
     pub(crate) fn generation(&self) -> &Generation {
         &self.generation

@@ -209,6 +209,11 @@ impl Scripts {
         }
     }
 
+    /// True when unlock messages go out on shard channels (`SPUBLISH`).
+    pub(crate) fn sharded(&self) -> bool {
+        self.publish == SPUBLISH
+    }
+
     /// One acquisition attempt; mints a fencing token when `token_key` is set.
     pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
         let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } =
