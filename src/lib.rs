@@ -173,6 +173,8 @@ mod error;
 mod lease;
 mod names;
 mod owner;
+// Spans and metrics (the `tracing` and `metrics` features); no-ops without.
+mod observe;
 #[cfg(feature = "tls")]
 mod tls;
 
@@ -184,3 +186,6 @@ pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
+pub use observe::{collapse_ids, metric_names};
+#[cfg(feature = "metrics")]
+pub use observe::{describe_metrics, label_metrics_by_lock};

@@ -147,6 +147,7 @@ impl Hold {
         let first =
             self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok();
         if first {
+            crate::observe::hold_lost(&self.name, reason);
             for listener in self.lost_listeners.lock().drain(..) {
                 let _ = listener.try_send(reason);
             }
