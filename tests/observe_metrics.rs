@@ -19,12 +19,15 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 /// Time for the background threads on a loaded 2-core machine.
 const LIMIT: Duration = Duration::from_secs(10);
 
+/// A metric: its name and its sorted labels.
+type Series = (String, Vec<(String, String)>);
+
 /// What the recorder was given: counters as they stand, histogram samples
 /// accumulated (a snapshot drains them).
 struct Recorded {
     snapshotter: Snapshotter,
-    counters: HashMap<(String, Vec<(String, String)>), u64>,
-    histograms: HashMap<(String, Vec<(String, String)>), Vec<f64>>,
+    counters: HashMap<Series, u64>,
+    histograms: HashMap<Series, Vec<f64>>,
 }
 
 impl Recorded {
@@ -159,7 +162,7 @@ fn lock_operations_are_counted() {
     let job = client.job("reports:daily").unwrap();
     assert!(job.run(|| ()).unwrap().ran());
     let blocker = client.lock_with_lease("reports:daily", Lease::Fixed(Duration::from_secs(30))).unwrap();
-    let held = spawn(move || blocker.lock().map(|g| std::mem::forget(g)).is_ok());
+    let held = spawn(move || blocker.lock().map(std::mem::forget).is_ok());
     assert!(recv_within(&held, LIMIT, "the blocker"));
     assert!(job.run(|| ()).unwrap().is_skipped());
     assert_eq!(rec.counter(m::JOBS, &[("outcome", "ran"), ("lock", "reports:daily")]), 1);
