@@ -152,6 +152,19 @@
 //! # fn main() {}
 //! ```
 
+//!
+//! # Observability
+//!
+//! With the `tracing` cargo feature, acquire, release and run-once jobs run
+//! in `keyholder.acquire`, `keyholder.release` and `keyholder.job` spans
+//! (lock name, mode, outcome, wait time, re-entry), with events for waits,
+//! lost holds, watchdog renewal rounds and pub/sub reconnects. With the
+//! `metrics` feature the same moments are counted through the `metrics`
+//! facade, under the names in [`metric_names`]; `label_metrics_by_lock`
+//! adds a `lock` label of bounded cardinality (see [`collapse_ids`]).
+//! Without the features none of this is compiled in. `docs/observability.md`
+//! lists every span, field and metric.
+
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
 // Public types and the client that wires them.
