@@ -23,7 +23,7 @@ use crate::error::{LostReason, Result};
 ///
 /// Every counter is a monotonic count of events, every histogram records
 /// seconds. `docs/observability.md` describes each one's labels; with
-/// [`label_metrics_by_lock`](crate::label_metrics_by_lock) the per-lock
+/// `label_metrics_by_lock` (the `metrics` feature) the per-lock
 /// metrics also carry a `lock` label.
 pub mod metric_names {
     /// Counter: finished acquire calls (`lock`, `try_lock`, `try_lock_for`,
@@ -409,7 +409,7 @@ pub fn label_metrics_by_lock(label: fn(&str) -> String) -> bool {
 }
 
 /// `name` with every id-like segment replaced by `*`, for a bounded `lock`
-/// metrics label (see [`label_metrics_by_lock`]). Segments are separated
+/// metrics label (see `label_metrics_by_lock`, the `metrics` feature). Segments are separated
 /// by `:`, `/` or `.`; a segment is id-like when it holds a digit, or is 8
 /// or more hex digits and dashes (a UUID, a hash). So `orders:42:ship`
 /// becomes `orders:*:ship`, `{tenant-7}:report` becomes `*:report` and
