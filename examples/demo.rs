@@ -16,12 +16,19 @@
 //! cargo run --release --example demo                 # private redis-server, 10 s
 //! cargo run --release --example demo -- --seconds 3 --clients 2 --threads 8
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release --example demo
+//! cargo run --release --example demo -- --cluster    # on a private Redis Cluster
 //! ```
 //!
 //! Without `REDIS_URL` the demo starts its own `redis-server` (or
 //! `$REDIS_SERVER_BIN`) on a free loopback port in a temp dir, and stops it at
-//! exit.
+//! exit. With `--cluster` it starts a Redis Cluster instead (three primaries
+//! and three replicas on free loopback ports, joined with `redis-cli
+//! --cluster create`; `$REDIS_CLI_BIN` overrides redis-cli), runs the same
+//! checked demo with cluster clients (`Client::builder_cluster`), says
+//! which shard serves the lock, and stops the cluster at exit. `REDIS_URL`
+//! is ignored then.
 
+use keyholder_testkit::cluster::RedisCluster;
 use keyholder_testkit::server;
 
 use std::error::Error as StdError;
@@ -37,14 +44,17 @@ use keyholder::{Client, Lock, LockGuard};
 use parking_lot::Mutex;
 
 const USAGE: &str = "\
-usage: demo [--seconds N] [--clients N] [--threads N] [--no-long-hold]
+usage: demo [--seconds N] [--clients N] [--threads N] [--no-long-hold] [--cluster]
 
   --seconds N     how long threads keep acquiring (default 10, or $DEMO_SECONDS)
   --clients N     keyholder clients, each its own lock owner (default 3)
   --threads N     threads per client (default 4)
   --no-long-hold  skip the hold that outlives the watchdog timeout
+  --cluster       run on a private Redis Cluster (3 primaries, 3 replicas on 127.0.0.1),
+                  started and stopped by the demo; needs redis-server and redis-cli
 
-REDIS_URL selects a Redis server; without it a private redis-server is started.";
+REDIS_URL selects a Redis server; without it a private redis-server is started
+(REDIS_URL is ignored with --cluster).";
 
 /// The demo clients' watchdog timeout, shortened from the default 30 s so
 /// that renewals happen within a short run.
@@ -64,10 +74,12 @@ struct Options {
     clients: usize,
     threads: usize,
     long_hold: bool,
+    cluster: bool,
 }
 
 fn parse_options() -> Result<Option<Options>, String> {
-    let mut opts = Options { run_for: Duration::from_secs(10), clients: 3, threads: 4, long_hold: true };
+    let mut opts =
+        Options { run_for: Duration::from_secs(10), clients: 3, threads: 4, long_hold: true, cluster: false };
     if let Ok(value) = std::env::var("DEMO_SECONDS") {
         opts.run_for = parse_seconds(&value).map_err(|e| format!("DEMO_SECONDS: {e}"))?;
     }
@@ -86,6 +98,7 @@ fn parse_options() -> Result<Option<Options>, String> {
             "--clients" => opts.clients = parse_count(&value("--clients")?, "--clients", 16)?,
             "--threads" => opts.threads = parse_count(&value("--threads")?, "--threads", 64)?,
             "--no-long-hold" => opts.long_hold = false,
+            "--cluster" => opts.cluster = true,
             _ => return Err(format!("unknown argument '{arg}'")),
         }
     }
@@ -139,39 +152,68 @@ fn main() -> ExitCode {
     }
 }
 
-/// Where Redis is: the user's server, or a private one stopped on drop.
+/// Where Redis is: the user's server, or a private one or a private
+/// cluster, stopped on drop.
 enum Redis {
     External(String),
     Private(server::RedisServer),
+    Cluster(RedisCluster),
 }
 
 impl Redis {
-    fn url(&self) -> String {
+    /// The URL the raw connections use: the server's, or on a cluster that
+    /// of the primary serving `key`.
+    fn url_for(&self, key: &str) -> String {
         match self {
             Redis::External(url) => url.clone(),
             Redis::Private(server) => server.url(),
+            Redis::Cluster(cluster) => format!("redis://127.0.0.1:{}/", cluster.primary_of_key(key)),
         }
+    }
+
+    /// A client with the demo's settings.
+    fn client(&self, key: &str) -> Result<Client, keyholder::Error> {
+        let builder = match self {
+            Redis::Cluster(cluster) => Client::builder_cluster(cluster.seed_urls()),
+            _ => Client::builder(self.url_for(key)),
+        };
+        builder.watchdog_timeout(WATCHDOG_TIMEOUT).build()
     }
 }
 
-fn start_redis() -> Result<Redis, String> {
-    if let Ok(url) = std::env::var("REDIS_URL")
+fn start_redis(cluster: bool) -> Result<Redis, String> {
+    if !cluster
+        && let Ok(url) = std::env::var("REDIS_URL")
         && !url.trim().is_empty()
     {
         return Ok(Redis::External(url.trim().to_owned()));
     }
-    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
-    if let Err(e) = std::process::Command::new(&bin).arg("--version").output() {
-        return Err(format!(
-            "cannot run '{bin}' ({e}).\n  Install it (`bash .ci/demo` does, with apt-get), set \
-             REDIS_SERVER_BIN to a redis-server binary, or set REDIS_URL to a running server."
-        ));
+    let mut bins = vec![("REDIS_SERVER_BIN", "redis-server")];
+    if cluster {
+        bins.push(("REDIS_CLI_BIN", "redis-cli"));
     }
-    // The launcher is shared with the tests, where a failure panics with the
-    // server log; here that becomes an error message.
+    for (var, default) in bins {
+        let bin = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+        if let Err(e) = std::process::Command::new(&bin).arg("--version").output() {
+            return Err(format!(
+                "cannot run '{bin}' ({e}).\n  Install it (`bash .ci/demo` does, with apt-get: Debian's \
+                 redis-server package brings redis-cli too), set {var} to the binary, or{} set \
+                 REDIS_URL to a running server.",
+                if cluster { " without --cluster," } else { "" }
+            ));
+        }
+    }
+    // The launchers are shared with the tests, where a failure panics with
+    // the server logs; here that becomes an error message.
+    if cluster {
+        return match std::panic::catch_unwind(RedisCluster::start) {
+            Ok(cluster) => Ok(Redis::Cluster(cluster)),
+            Err(_) => Err("the Redis Cluster did not start (the node logs are printed above)".to_owned()),
+        };
+    }
     match std::panic::catch_unwind(server::RedisServer::start) {
         Ok(server) => Ok(Redis::Private(server)),
-        Err(_) => Err(format!("'{bin}' did not start (its log is printed above)")),
+        Err(_) => Err("redis-server did not start (its log is printed above)".to_owned()),
     }
 }
 
@@ -240,23 +282,30 @@ fn who(client: usize, thread: usize) -> String {
 }
 
 fn run(opts: &Options) -> Result<bool, String> {
-    let redis = start_redis()?;
-    let url = redis.url();
+    if opts.cluster {
+        println!("starting a Redis Cluster (3 primaries, 3 replicas) on 127.0.0.1 ...");
+    }
+    let redis = start_redis(opts.cluster)?;
+    // Names unique to this run, so a shared server is not disturbed. The
+    // counter keeps the lock name in braces: same Redis Cluster slot, so
+    // on a cluster the same primary serves both.
+    let lock_name = format!("keyholder-demo:{}", std::process::id());
+    let counter_key = format!("{{{lock_name}}}:counter");
+    let url = redis.url_for(&lock_name);
     let origin = match &redis {
-        Redis::External(_) => "REDIS_URL",
-        Redis::Private(_) => "private redis-server, stopped at exit",
+        Redis::External(_) => "REDIS_URL".to_owned(),
+        Redis::Private(_) => "private redis-server, stopped at exit".to_owned(),
+        Redis::Cluster(cluster) => format!(
+            "primary of the lock's slot in a private Redis Cluster, stopped at exit; seeds {}",
+            cluster.seed_urls().join(" ")
+        ),
     };
 
     let clients: Vec<Client> = (0..opts.clients)
-        .map(|_| Client::builder(url.as_str()).watchdog_timeout(WATCHDOG_TIMEOUT).build())
+        .map(|_| redis.client(&lock_name))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("cannot connect to Redis at {url}: {}", describe(&e)))?;
     let mut raw = raw_connection(&url).map_err(|e| format!("cannot connect to Redis at {url}: {e}"))?;
-
-    // Names unique to this run, so a shared server is not disturbed. The
-    // counter keeps the lock name in braces: same Redis Cluster slot.
-    let lock_name = format!("keyholder-demo:{}", std::process::id());
-    let counter_key = format!("{{{lock_name}}}:counter");
     redis::cmd("DEL")
         .arg(&counter_key)
         .query::<()>(&mut raw)
@@ -286,6 +335,9 @@ fn run(opts: &Options) -> Result<bool, String> {
     println!("  redis        {url} ({origin})");
     println!("  lock         {lock_name}  (unlock channel {})", lock_channel(&clients, &lock_name));
     println!("  counter      {counter_key}  (GET, pause, SET under the lock)");
+    if let Redis::Cluster(cluster) = &redis {
+        println!("  shard        {}", shard_of(cluster, &lock_name));
+    }
     println!(
         "  workers      {} clients x {} threads, {:.1} s, watchdog timeout {} s",
         opts.clients,
@@ -357,11 +409,39 @@ fn run(opts: &Options) -> Result<bool, String> {
     if matches!(redis, Redis::External(_)) {
         let _ = redis::cmd("DEL").arg(&counter_key).query::<()>(&mut raw);
     }
+    if matches!(redis, Redis::Cluster(_)) {
+        let pubsub: Vec<String> = clients.iter().map(|c| c.pubsub_connections().to_string()).collect();
+        println!(
+            "pub/sub connections per client: {} (one per cluster node whose locks had a waiting thread)",
+            pubsub.join(", ")
+        );
+    }
     drop(clients);
 
     let ok = print_summary(&shared, &tallies, counter.unwrap_or(0), lock_free_at_end, long_hold, start);
     drop(redis);
     Ok(ok)
+}
+
+/// Which shard serves `name`: its slot, its primary and that primary's
+/// slots and replicas.
+fn shard_of(cluster: &RedisCluster, name: &str) -> String {
+    let slot = cluster.keyslot(name);
+    let map = cluster.slot_map();
+    let primary = cluster.primary_of_slot(slot);
+    let ranges: Vec<String> =
+        map.iter().filter(|r| r.primary == primary).map(|r| format!("{}-{}", r.start, r.end)).collect();
+    let replicas: Vec<String> = map
+        .iter()
+        .filter(|r| r.primary == primary)
+        .flat_map(|r| r.replicas.iter().map(|p| format!("127.0.0.1:{p}")))
+        .collect();
+    let shards = map.iter().map(|r| r.primary).collect::<std::collections::BTreeSet<_>>().len();
+    format!(
+        "slot {slot}: primary 127.0.0.1:{primary} (slots {}, replica {}), one of {shards} shards",
+        ranges.join(","),
+        replicas.join(", ")
+    )
 }
 
 fn lock_channel(clients: &[Client], name: &str) -> String {

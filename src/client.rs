@@ -883,14 +883,7 @@ impl Inner {
 
     /// The waiter queue of `entry`'s lock, as this client takes part in it.
     pub(crate) fn turns<'a>(&'a self, entry: &'a Entry) -> Turns<'a> {
-        Turns {
-            marker: &entry.keys.marker,
-            queue: &entry.keys.queue,
-            grants: &entry.keys.grants,
-            recent: &entry.keys.recent,
-            wake_prefix: &entry.keys.wake_prefix,
-            client: &self.id,
-        }
+        Turns::of(&entry.keys, &self.id)
     }
 
     /// Checks a lock name before any I/O (see `names.rs`), on a Redis

@@ -372,14 +372,7 @@ impl Job {
     }
 
     fn turns(&self) -> Turns<'_> {
-        Turns {
-            marker: &self.keys.marker,
-            queue: &self.keys.queue,
-            grants: &self.keys.grants,
-            recent: &self.keys.recent,
-            wake_prefix: &self.keys.wake_prefix,
-            client: self.client.id(),
-        }
+        Turns::of(&self.keys, self.client.id())
     }
 }
 

@@ -185,8 +185,9 @@ fn a_held_and_waited_lock_survives_its_slot_moving_to_another_primary() {
     let slot = cluster.keyslot(name);
     let from = cluster.primary_of_slot(slot);
     let to = cluster.primaries().into_iter().find(|&p| p != from).unwrap();
-    // A short watchdog timeout: renewals go on while the slot moves.
-    let (holder, waiter) = (client_with_watchdog(&cluster, Duration::from_millis(900)), client(&cluster));
+    // A short watchdog timeout (a renewal every 500 ms): renewals go on while
+    // the slot moves.
+    let (holder, waiter) = (client_with_watchdog(&cluster, Duration::from_millis(1500)), client(&cluster));
     let guard = holder.lock(name).unwrap().lock().unwrap();
     let lock = waiter.lock(name).unwrap();
     let waiting = thread::spawn(move || {
@@ -198,12 +199,12 @@ fn a_held_and_waited_lock_survives_its_slot_moving_to_another_primary() {
     // Keys moved, slot not yet handed over: the old owner answers ASK.
     let migration = cluster.begin_migration(slot, to);
     migration.move_keys();
-    thread::sleep(Duration::from_millis(700));
+    thread::sleep(Duration::from_millis(1200));
     assert!(!guard.is_lost(), "renewed across ASK");
     assert_eq!(holder.lock(name).unwrap().hold_count().unwrap(), 1, "read through ASK");
     migration.finish();
     assert_eq!(cluster.primary_of_slot(slot), to);
-    thread::sleep(Duration::from_millis(700));
+    thread::sleep(Duration::from_millis(1200));
     assert!(!guard.is_lost(), "renewed on the new owner after MOVED");
     let mut con = cluster.conn_to(to);
     let ttl: i64 = redis::cmd("PTTL").arg(name).query(&mut con).unwrap();

@@ -1,5 +1,6 @@
 //! The examples run to completion: short runs against the private
-//! redis-servers they start themselves. `cargo test` builds examples before it
+//! redis-servers they start themselves, and the demo once against a private
+//! Redis Cluster (`--cluster`, about 3 s more to start). `cargo test` builds examples before it
 //! runs tests. (The benchmark, a crate of its own, has its smoke test in
 //! `bench/tests/quick.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,21 +9,20 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The built example `name`, next to this test binary's directory; built
-/// with cargo first if this run did not build it (`cargo test --test
-/// examples`, or `--all-targets`, which builds examples as tests).
+/// The built example `name`, next to this test binary's directory, built
+/// (or found up to date) by cargo first: `cargo test` builds examples as
+/// tests under other names (`--all-targets`) or not at all (`--test
+/// examples`), and a binary left by an earlier build would be stale.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let path = profile_dir.join("examples").join(name);
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", name, "--manifest-path"])
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build --example {name} failed");
-    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--example", name, "--manifest-path"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build --example {name} failed");
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
@@ -149,4 +149,16 @@ fn the_http_server_serializes_requests_per_order_and_reenters() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn the_demo_runs_on_a_cluster_and_its_checks_pass() {
+    let mut cmd = Command::new(example("demo"));
+    cmd.args(["--cluster", "--seconds", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "demo failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("shard ") && stdout.contains("all checks passed"), "{stdout}");
 }

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
+  --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
+                             127.0.0.1) over lock names spread across its shards, with each
+                             primary's command counts and redirections (REDIS_URL is ignored)
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
   --only LIST                run only these workloads (W1..W7, comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
@@ -17,7 +20,10 @@ usage: keyholder-bench [--quick] [--runs N] [--only W1,W2,...] [--w2-clients N] 
                              (then keyholder's top-level HEXISTS calls go uncounted)
 
 REDIS_URL selects a Redis server; without it a private redis-server is started
-(REDIS_SERVER_BIN overrides the binary).";
+(REDIS_SERVER_BIN overrides the binary; with --cluster, REDIS_CLI_BIN overrides redis-cli).";
+
+/// The workloads `--cluster` runs.
+pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
 pub(crate) const WORKLOADS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
@@ -27,6 +33,8 @@ pub(crate) const WORKLOADS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7
 pub(crate) struct Cfg {
     pub(crate) runs: usize,
     pub(crate) quick: bool,
+    /// `--cluster`: W1 and W2 on a private Redis Cluster.
+    pub(crate) cluster: bool,
     pub(crate) only: Vec<String>,
     /// Floor pairs measured for "one handoff" of the contended ideals.
     pub(crate) handoff_pairs: usize,
@@ -67,6 +75,7 @@ impl Cfg {
         Cfg {
             runs: 3,
             quick: false,
+            cluster: false,
             only: Vec::new(),
             handoff_pairs: 500,
             w1_pairs: 5000,
@@ -141,6 +150,7 @@ impl Cfg {
             };
             match flag.as_str() {
                 "--quick" => {}
+                "--cluster" => cfg.cluster = true,
                 "--no-audit" => cfg.audit = false,
                 "--runs" => {
                     cfg.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?;
@@ -184,6 +194,14 @@ impl Cfg {
             }
             i += 1;
         }
+        if cfg.cluster {
+            if let Some(w) = cfg.only.iter().find(|w| !CLUSTER_WORKLOADS.contains(&w.as_str())) {
+                return Err(format!("--cluster runs W1 and W2 only, not {w}"));
+            }
+            if cfg.only.is_empty() {
+                cfg.only = CLUSTER_WORKLOADS.iter().map(|w| (*w).to_owned()).collect();
+            }
+        }
         Ok(Some(cfg))
     }
 }
@@ -221,5 +239,15 @@ mod tests {
             assert!(e.contains(flag), "{args:?}: {e}");
         }
         assert!(parse(&["--help"]).unwrap().is_none());
+    }
+
+    #[test]
+    fn cluster_mode_runs_w1_and_w2_only() {
+        let cfg = parse(&["--cluster", "--quick"]).unwrap().unwrap();
+        assert!(cfg.cluster && cfg.wants("W1") && cfg.wants("W2") && !cfg.wants("W3"));
+        let cfg = parse(&["--only", "w2", "--cluster"]).unwrap().unwrap();
+        assert!(cfg.wants("W2") && !cfg.wants("W1"));
+        let e = parse(&["--cluster", "--only", "W1,W4"]).unwrap_err();
+        assert!(e.contains("--cluster") && e.contains("W4"), "{e}");
     }
 }

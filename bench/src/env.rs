@@ -1,7 +1,9 @@
 //! What every workload shares: the Redis server (the user's or a private
-//! one), plain redis-rs connections to it, the scripts the floor and the
-//! baseline run, and the key prefix of this run.
+//! one) or, with `--cluster`, the primaries of a private Redis Cluster and
+//! its slot map; plain redis-rs connections to them, the scripts the floor
+//! and the baseline run, and the key prefix of this run.
 
+use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
@@ -95,13 +97,22 @@ pub(crate) struct Env {
     prefix: String,
     /// The server's own `slowlog-log-slower-than`, restored after each audit.
     pub(crate) slowlog_threshold: String,
+    /// With `--cluster`: the cluster's primaries and slot map. Then `url`
+    /// and `raw` are the first primary's, and every connection to a key
+    /// goes to the primary serving its slot.
+    pub(crate) shards: Option<Shards>,
 }
 
 impl Env {
     pub(crate) fn new(cfg: Cfg, url: String, slowlog_threshold: String) -> Res<Env> {
         let raw = raw_client(&url)?;
         let prefix = format!("kh-bench:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        Ok(Env { cfg, url, raw, scripts: Scripts::new(), prefix, slowlog_threshold })
+        Ok(Env { cfg, url, raw, scripts: Scripts::new(), prefix, slowlog_threshold, shards: None })
+    }
+
+    /// The same environment on a Redis Cluster.
+    pub(crate) fn with_shards(self, shards: Shards) -> Env {
+        Env { shards: Some(shards), ..self }
     }
 
     /// A key of this run: `what` under the run's own prefix.
@@ -113,6 +124,119 @@ impl Env {
     pub(crate) fn connect(&self) -> Res<redis::Connection> {
         connect(&self.raw)
     }
+
+    /// A new plain connection to the server that serves `key`: the one
+    /// server, or the cluster primary serving its slot.
+    pub(crate) fn connect_for(&self, key: &str) -> Res<redis::Connection> {
+        match &self.shards {
+            None => self.connect(),
+            Some(shards) => connect(shards.client_for(key)?),
+        }
+    }
+
+    /// A session's connections: one to the server, or one to each cluster
+    /// primary, all opened now so that no measured window pays for it.
+    pub(crate) fn conns(&self) -> Res<Conns<'_>> {
+        match &self.shards {
+            None => Ok(Conns { shards: None, one: Some(self.connect()?), by_port: HashMap::new() }),
+            Some(shards) => {
+                let by_port = shards
+                    .primaries
+                    .iter()
+                    .map(|(port, client)| Ok((*port, connect(client)?)))
+                    .collect::<Res<HashMap<u16, redis::Connection>>>()?;
+                Ok(Conns { shards: Some(shards), one: None, by_port })
+            }
+        }
+    }
+}
+
+/// The connections of one floor or baseline session: the one server's, or
+/// one per cluster primary, picked by the key's slot (locally computed, as
+/// a cluster client does: the bench's names never move, so no `MOVED`).
+pub(crate) struct Conns<'e> {
+    shards: Option<&'e Shards>,
+    one: Option<redis::Connection>,
+    by_port: HashMap<u16, redis::Connection>,
+}
+
+impl Conns<'_> {
+    /// The connection that serves `key`.
+    pub(crate) fn for_key(&mut self, key: &str) -> Res<&mut redis::Connection> {
+        match (self.shards, self.one.as_mut()) {
+            (None, Some(one)) => Ok(one),
+            (Some(shards), _) => {
+                let port = shards.owner(key)?;
+                self.by_port.get_mut(&port).ok_or_else(|| err(format!("no connection to primary {port}")))
+            }
+            (None, None) => Err(err("a session without a connection")),
+        }
+    }
+}
+
+/// A Redis Cluster's primaries and who serves which slots, read once at
+/// the start (the bench moves no slot).
+pub(crate) struct Shards {
+    /// Every node's URL, for keyholder's cluster clients.
+    pub(crate) seeds: Vec<String>,
+    /// Each primary's port and a raw client of it, in port order.
+    pub(crate) primaries: Vec<(u16, redis::Client)>,
+    /// `(first slot, last slot, primary port)`, from `CLUSTER SLOTS`.
+    pub(crate) ranges: Vec<(u16, u16, u16)>,
+}
+
+impl Shards {
+    /// The port of the primary serving `key`'s slot.
+    pub(crate) fn owner(&self, key: &str) -> Res<u16> {
+        let slot = key_slot(key);
+        self.ranges
+            .iter()
+            .find(|(first, last, _)| *first <= slot && slot <= *last)
+            .map(|(_, _, port)| *port)
+            .ok_or_else(|| err(format!("no primary serves slot {slot} ({key})")))
+    }
+
+    /// A raw client of the primary serving `key`.
+    pub(crate) fn client_for(&self, key: &str) -> Res<&redis::Client> {
+        let port = self.owner(key)?;
+        self.primaries
+            .iter()
+            .find(|(p, _)| *p == port)
+            .map(|(_, client)| client)
+            .ok_or_else(|| err(format!("primary {port} is not known")))
+    }
+
+    /// The slot ranges a primary serves, as `0-5460`.
+    pub(crate) fn slots_of(&self, port: u16) -> String {
+        let ranges: Vec<String> =
+            self.ranges.iter().filter(|r| r.2 == port).map(|(a, b, _)| format!("{a}-{b}")).collect();
+        ranges.join(",")
+    }
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+/// (the text between the first `{` and the next `}`, when not empty) or of
+/// the whole key, modulo 16384. The bench checks it against `CLUSTER
+/// KEYSLOT` for every name it uses.
+pub(crate) fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter().position(|b| *b == b'}').filter(|close| *close > 0).map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16384
+}
+
+/// CRC-16/XMODEM: polynomial 0x1021, initial value 0, not reflected.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in data {
+        crc ^= u16::from(*byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
 }
 
 /// A redis-rs client for `url` whose connections set TCP_NODELAY.
@@ -140,5 +264,22 @@ pub(crate) fn channel_of(name: &str) -> String {
         format!("redisson_lock__channel:{name}")
     } else {
         format!("redisson_lock__channel:{{{name}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{crc16, key_slot};
+
+    #[test]
+    fn crc16_and_key_slots_match_the_cluster_spec() {
+        // The check value of CRC-16/XMODEM.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot("123456789"), 0x31C3);
+        // Hash tags: the first {...} with something in it.
+        assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
+        assert_eq!(key_slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(key_slot("foo{{bar}}zap"), key_slot("{bar"));
+        assert_eq!(key_slot("foo{bar}{zap}"), key_slot("bar"));
     }
 }

@@ -9,6 +9,7 @@
 //! cargo run --release -p keyholder-bench -- --quick          # tiny run, a few seconds
 //! cargo run --release -p keyholder-bench -- --runs 5 --only W1,W2
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo run --release -p keyholder-bench
+//! cargo run --release -p keyholder-bench -- --cluster        # W1, W2 on a private Redis Cluster
 //! ```
 //!
 //! Without `REDIS_URL` a private `redis-server` (or `$REDIS_SERVER_BIN`) is
@@ -27,6 +28,10 @@
 //! that all pay the same slow-log cost; `--no-audit` turns it off. Client
 //! CPU is the process's utime+stime from `/proc/self/stat` (10 ms ticks);
 //! Redis CPU is `INFO cpu` (used_cpu_user + used_cpu_sys).
+//!
+//! `--cluster` (see `workloads::cluster`) runs W1 and W2 on a private Redis
+//! Cluster of three primaries and three replicas instead, over one lock
+//! name per shard, and counts every primary's commands and redirections.
 
 mod config;
 mod env;
@@ -70,6 +75,15 @@ fn main() -> ExitCode {
 /// server's slow-log length is left as it was found.
 fn run(cfg: Cfg) -> Res<()> {
     let started = Instant::now();
+    if cfg.cluster {
+        workloads::run_cluster(cfg)?;
+        println!(
+            "\nTotal bench time {:.1} s; load average at the end: {}.",
+            started.elapsed().as_secs_f64(),
+            loadavg()
+        );
+        return Ok(());
+    }
     let redis = Redis::start()?;
     let url = redis.url();
     let mut stats = connect(&raw_client(&url)?)?;

@@ -190,26 +190,29 @@ impl State {
     }
 
     fn send_subscribe(&mut self, channels: &[String]) {
-        if self.writer.is_none() || channels.is_empty() {
-            return;
-        }
-        for channel in channels {
-            *self.acks_pending.entry(channel.clone()).or_insert(0) += 1;
-        }
         let verb: &[u8] = if self.sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
-        let mut args: Vec<&[u8]> = vec![verb];
-        args.extend(channels.iter().map(|c| c.as_bytes()));
-        self.send(&args);
+        self.send_counted(verb, channels, |st| &mut st.acks_pending);
     }
 
     fn send_unsubscribe(&mut self, channels: &[String]) {
+        let verb: &[u8] = if self.sharded { b"SUNSUBSCRIBE" } else { b"UNSUBSCRIBE" };
+        self.send_counted(verb, channels, |st| &mut st.unsubscribes_pending);
+    }
+
+    /// Writes `verb channels...` and counts each channel's confirmation
+    /// still to come in the map `pending` picks.
+    fn send_counted(
+        &mut self,
+        verb: &[u8],
+        channels: &[String],
+        pending: impl Fn(&mut State) -> &mut HashMap<String, u32>,
+    ) {
         if self.writer.is_none() || channels.is_empty() {
             return;
         }
         for channel in channels {
-            *self.unsubscribes_pending.entry(channel.clone()).or_insert(0) += 1;
+            *pending(self).entry(channel.clone()).or_insert(0) += 1;
         }
-        let verb: &[u8] = if self.sharded { b"SUNSUBSCRIBE" } else { b"UNSUBSCRIBE" };
         let mut args: Vec<&[u8]> = vec![verb];
         args.extend(channels.iter().map(|c| c.as_bytes()));
         self.send(&args);

@@ -116,6 +116,20 @@ pub(crate) struct Turns<'a> {
     pub(crate) client: &'a str,
 }
 
+impl<'a> Turns<'a> {
+    /// The queue of the lock whose keys are `keys`, for the client `client`.
+    pub(crate) fn of(keys: &'a crate::names::LockKeys, client: &'a str) -> Turns<'a> {
+        Turns {
+            marker: &keys.marker,
+            queue: &keys.queue,
+            grants: &keys.grants,
+            recent: &keys.recent,
+            wake_prefix: &keys.wake_prefix,
+            client,
+        }
+    }
+}
+
 /// What `acquire.lua` needs for one attempt.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireArgs<'a> {

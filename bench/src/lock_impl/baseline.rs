@@ -1,6 +1,7 @@
 //! The baseline: the hand-rolled lock keyholder replaces. `SET key token NX
 //! PX 30000`; on failure sleep 10 ms and retry; release with the Lua
-//! compare-and-delete. A connection per session.
+//! compare-and-delete. A connection per session (on a Redis Cluster, one
+//! per primary per session, the one serving the key's slot taken).
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::{ACQUIRE_LIMIT, LEASE_MS, LockImpl, Session};
-use crate::env::Env;
+use crate::env::{Conns, Env};
 use crate::error::{Res, err};
 
 /// The baseline's retry sleep.
@@ -32,7 +33,7 @@ impl<'e> LockImpl for Baseline<'e> {
     type Session = BaselineSession<'e>;
 
     fn session(&self, _index: usize) -> Res<Self::Session> {
-        Ok(BaselineSession { env: self.env, con: self.env.connect()? })
+        Ok(BaselineSession { env: self.env, con: self.env.conns()? })
     }
 
     fn attempt_command(&self) -> &'static str {
@@ -51,14 +52,19 @@ impl<'e> LockImpl for Baseline<'e> {
 /// A baseline connection.
 pub(crate) struct BaselineSession<'e> {
     env: &'e Env,
-    con: redis::Connection,
+    con: Conns<'e>,
 }
 
 impl BaselineSession<'_> {
     /// One `SET key token NX PX 30000`; true when it set the key.
     fn try_set(&mut self, key: &str, token: &str) -> Res<bool> {
-        let reply: Value =
-            redis::cmd("SET").arg(key).arg(token).arg("NX").arg("PX").arg(LEASE_MS).query(&mut self.con)?;
+        let reply: Value = redis::cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(LEASE_MS)
+            .query(self.con.for_key(key)?)?;
         match reply {
             Value::Nil => Ok(false),
             Value::Okay | Value::SimpleString(_) => Ok(true),
@@ -84,7 +90,8 @@ impl Session for BaselineSession<'_> {
     }
 
     fn release(&mut self, (key, token): (String, String)) -> Res<()> {
-        let deleted: i64 = self.env.scripts.compare_and_delete.key(&key).arg(&token).invoke(&mut self.con)?;
+        let deleted: i64 =
+            self.env.scripts.compare_and_delete.key(&key).arg(&token).invoke(self.con.for_key(&key)?)?;
         if deleted == 1 { Ok(()) } else { Err(err(format!("baseline: {key} was gone at release"))) }
     }
 }

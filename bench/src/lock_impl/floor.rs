@@ -1,12 +1,15 @@
 //! The floor: keyholder's own acquire and release scripts, raw, on a plain
 //! connection per session: two round trips per pair and no library logic.
+//! On a Redis Cluster, a connection per session to each primary, the one
+//! serving the lock's slot taken, and the unlock message sent with
+//! `SPUBLISH`, as keyholder's cluster client does.
 
 use std::collections::HashMap;
 
 use redis::Value;
 
 use super::{LEASE_MS, LIBRARY_SCRIPT_COMMANDS, LockImpl, Session};
-use crate::env::{Env, channel_of};
+use crate::env::{Conns, Env, channel_of};
 use crate::error::{Res, err};
 
 /// The raw-script floor.
@@ -52,7 +55,7 @@ impl<'e> LockImpl for Floor<'e> {
     fn session(&self, index: usize) -> Res<Self::Session> {
         Ok(FloorSession {
             env: self.env,
-            con: self.env.connect()?,
+            con: self.env.conns()?,
             owner: Floor::owner(index),
             depth: HashMap::new(),
         })
@@ -71,7 +74,7 @@ impl<'e> LockImpl for Floor<'e> {
 /// holds (release.lua replies 0 until the last release, then 1).
 pub(crate) struct FloorSession<'e> {
     env: &'e Env,
-    con: redis::Connection,
+    con: Conns<'e>,
     owner: String,
     depth: HashMap<String, u32>,
 }
@@ -81,8 +84,14 @@ impl Session for FloorSession<'_> {
     type Held = String;
 
     fn acquire(&mut self, name: &str) -> Res<String> {
-        let reply: Value =
-            self.env.scripts.acquire.key(name).arg(LEASE_MS).arg(&self.owner).invoke(&mut self.con)?;
+        let reply: Value = self
+            .env
+            .scripts
+            .acquire
+            .key(name)
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .invoke(self.con.for_key(name)?)?;
         match reply {
             Value::Nil => {}
             Value::Int(_) => return Err(err(format!("floor: {name} is unexpectedly held"))),
@@ -108,16 +117,12 @@ impl Session for FloorSession<'_> {
         } else {
             0
         };
-        let reply: Value = self
-            .env
-            .scripts
-            .release
-            .key(&key)
-            .key(channel_of(&key))
-            .arg("0")
-            .arg(LEASE_MS)
-            .arg(&self.owner)
-            .invoke(&mut self.con)?;
+        let mut release = self.env.scripts.release.key(&key);
+        release.key(channel_of(&key)).arg("0").arg(LEASE_MS).arg(&self.owner);
+        if self.env.shards.is_some() {
+            release.arg("spublish");
+        }
+        let reply: Value = release.invoke(self.con.for_key(&key)?)?;
         match reply {
             Value::Int(n) if n == expected => Ok(()),
             other => Err(err(format!("floor: release.lua replied {other:?}, expected {expected}"))),

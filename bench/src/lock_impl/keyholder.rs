@@ -1,6 +1,7 @@
 //! keyholder with its defaults, over one or more clients: session `i` uses
 //! client `i % clients`, as separate processes (pods) would each use their
-//! own. The clients shut down when this is dropped.
+//! own. The clients shut down when this is dropped. On a Redis Cluster they
+//! are cluster clients (`Client::builder_cluster`) of its nodes.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,7 +23,10 @@ impl Keyholder {
     pub(crate) fn new(env: &Env, clients: usize, watchdog: Option<Duration>) -> Res<Keyholder> {
         let clients = (0..clients)
             .map(|_| {
-                let mut builder = Client::builder(env.url.clone());
+                let mut builder = match &env.shards {
+                    Some(shards) => Client::builder_cluster(shards.seeds.clone()),
+                    None => Client::builder(env.url.clone()),
+                };
                 if let Some(timeout) = watchdog {
                     builder = builder.watchdog_timeout(timeout);
                 }
@@ -30,6 +34,14 @@ impl Keyholder {
             })
             .collect::<Result<Vec<Client>, _>>()?;
         Ok(Keyholder { clients })
+    }
+}
+
+impl Keyholder {
+    /// The pub/sub connections of all clients (on a cluster, one per node
+    /// that has had a waiting thread, per client).
+    pub(crate) fn pubsub_connections(&self) -> usize {
+        self.clients.iter().map(Client::pubsub_connections).sum()
     }
 }
 

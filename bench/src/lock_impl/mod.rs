@@ -62,6 +62,7 @@ const LIBRARY_SCRIPT_COMMANDS: &[&str] = &[
     "zcard",
     "time",
     "pubsub|numsub",
+    "pubsub|shardnumsub",
 ];
 
 /// A lock implementation under measurement, shared by a workload's threads.

@@ -11,9 +11,11 @@ use std::time::Instant;
 use super::process::process_cpu;
 use crate::error::{Res, err};
 
-/// The bench's own inspection commands: never a round trip of an
-/// implementation.
+/// The bench's own inspection commands, and a replica's `REPLCONF ACK`
+/// (each second, to its primary, on a Redis Cluster): never a round trip of
+/// an implementation.
 const BENCH_OWN: &[&str] = &[
+    "replconf",
     "info",
     "client|list",
     "pubsub|numsub",
@@ -42,6 +44,21 @@ pub(crate) fn connected_clients(stats: &mut redis::Connection) -> Res<f64> {
     info_field(&clients, "connected_clients")
         .and_then(|v| v.parse::<f64>().ok())
         .ok_or_else(|| err("no connected_clients in INFO clients"))
+}
+
+/// The server's error replies by error code (`INFO errorstats`, Redis 6.2
+/// and newer: `errorstat_MOVED:count=3`); empty on older servers.
+pub(crate) fn error_counts(stats: &mut redis::Connection) -> Res<HashMap<String, u64>> {
+    let text = info(stats, "errorstats")?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("errorstat_"))
+        .filter_map(|rest| {
+            let (code, fields) = rest.split_once(':')?;
+            let n = fields.split(',').find_map(|f| f.strip_prefix("count="))?.trim().parse().ok()?;
+            Some((code.to_owned(), n))
+        })
+        .collect())
 }
 
 /// A snapshot of the server's counters and the process's CPU.
@@ -75,6 +92,7 @@ pub(crate) fn snap(stats: &mut redis::Connection) -> Res<Snap> {
 }
 
 /// What happened between two snapshots.
+#[derive(Clone)]
 pub(crate) struct Delta {
     calls: HashMap<String, u64>,
     /// Top-level commands by name, when the window was audited.
@@ -102,6 +120,34 @@ impl Delta {
             server_cpu: b.server_cpu - a.server_cpu,
             client_cpu: b.client_cpu - a.client_cpu,
             wall: b.at.duration_since(a.at).as_secs_f64(),
+        }
+    }
+
+    /// Several servers' deltas over one window as one: calls, top-level
+    /// commands and server CPU summed; the process's CPU and the wall time
+    /// are the longest of them (each delta saw the same process).
+    pub(crate) fn merge(deltas: &[Delta]) -> Delta {
+        let mut calls: HashMap<String, u64> = HashMap::new();
+        let mut top: Option<HashMap<String, u64>> = Some(HashMap::new());
+        for d in deltas {
+            for (name, n) in &d.calls {
+                *calls.entry(name.clone()).or_insert(0) += n;
+            }
+            match (&mut top, &d.top) {
+                (Some(sum), Some(t)) => {
+                    for (name, n) in t {
+                        *sum.entry(name.clone()).or_insert(0) += n;
+                    }
+                }
+                _ => top = None,
+            }
+        }
+        Delta {
+            calls,
+            top: if deltas.is_empty() { None } else { top },
+            server_cpu: deltas.iter().map(|d| d.server_cpu).sum(),
+            client_cpu: deltas.iter().map(|d| d.client_cpu).fold(0.0, f64::max),
+            wall: deltas.iter().map(|d| d.wall).fold(0.0, f64::max),
         }
     }
 

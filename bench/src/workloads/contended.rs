@@ -198,22 +198,22 @@ pub(crate) fn contended(
 }
 
 /// A contended worker's start line: it reports ready, then waits for go.
-struct StartLine {
-    ready: crossbeam_channel::Sender<()>,
-    go: crossbeam_channel::Receiver<()>,
+pub(crate) struct StartLine {
+    pub(crate) ready: crossbeam_channel::Sender<()>,
+    pub(crate) go: crossbeam_channel::Receiver<()>,
 }
 
 /// What one worker did.
-struct Worker {
-    index: usize,
-    waits_ms: Vec<f64>,
-    acquired_at: Vec<Instant>,
-    held: Duration,
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    pub(crate) waits_ms: Vec<f64>,
+    pub(crate) acquired_at: Vec<Instant>,
+    pub(crate) held: Duration,
 }
 
 /// One thread of a contended window: `shape.per_thread` acquisitions of
 /// `key`, each holding it for the critical section.
-fn worker<I: LockImpl>(
+pub(crate) fn worker<I: LockImpl>(
     env: &Env,
     imp: &I,
     shape: Shape,
@@ -223,7 +223,7 @@ fn worker<I: LockImpl>(
     start: StartLine,
 ) -> Res<Worker> {
     let StartLine { ready, go } = start;
-    let setup = env.connect().and_then(|counter_con| Ok((counter_con, imp.session(index)?)));
+    let setup = env.connect_for(counter).and_then(|counter_con| Ok((counter_con, imp.session(index)?)));
     let _ = ready.send(());
     // The start signal is the sender's drop; a timeout means the bench gave up.
     if let Err(RecvTimeoutError::Timeout) = go.recv_timeout(Duration::from_secs(120)) {

@@ -79,7 +79,7 @@ pub(crate) fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) ->
 }
 
 /// keyholder's version, from its manifest (this crate's own is not it).
-fn keyholder_version() -> &'static str {
+pub(crate) fn keyholder_version() -> &'static str {
     const MANIFEST: &str = include_str!("../../../Cargo.toml");
     MANIFEST
         .lines()

@@ -3,6 +3,7 @@
 //! and run as the floor, the baseline and keyholder in turn on the same
 //! server, `--runs` times; every table figure is the median over runs.
 
+mod cluster;
 mod contended;
 mod handoff;
 mod header;
@@ -15,6 +16,8 @@ mod w4;
 mod w5;
 mod w6;
 mod w7;
+
+pub(crate) use cluster::run_cluster;
 
 use crate::env::{Env, Redis};
 use crate::error::Res;
