@@ -151,7 +151,6 @@
 //! # #[cfg(not(feature = "tls"))]
 //! # fn main() {}
 //! ```
-
 //!
 //! # Observability
 //!
