@@ -41,6 +41,10 @@ pub mod metric_names {
     /// Counter: guard releases (drop or `unlock`). Label: `outcome`
     /// (`released`, `lock_lost`, `not_owner`, `error`).
     pub const RELEASES: &str = "keyholder_releases_total";
+    /// Histogram, seconds: how long holds were held, from the acquire
+    /// call's send to the release of their last guard (re-entries are part
+    /// of the outer hold).
+    pub const HOLD_SECONDS: &str = "keyholder_hold_seconds";
     /// Counter: holds the client learned were lost, once per hold. Label:
     /// `reason` (`renewal_refused`, `lease_expired`, `release_found_gone`,
     /// `gone`), as [`LostReason`](crate::LostReason).
@@ -59,11 +63,12 @@ pub mod metric_names {
     pub const JOBS: &str = "keyholder_jobs_total";
 
     /// Every name above.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         ACQUISITIONS,
         ACQUIRE_WAITS,
         ACQUIRE_WAIT_SECONDS,
         RELEASES,
+        HOLD_SECONDS,
         HOLDS_LOST,
         RENEWAL_ROUNDS,
         RENEWAL_FAILURES,
@@ -242,7 +247,12 @@ impl<'a> Acquire<'a> {
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
 pub(crate) fn release(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
     #[cfg(feature = "tracing")]
-    let span = tracing::debug_span!("keyholder.release", lock = name, outcome = tracing::field::Empty);
+    let span = tracing::debug_span!(
+        "keyholder.release",
+        lock = name,
+        outcome = tracing::field::Empty,
+        held_ms = tracing::field::Empty,
+    );
     #[cfg(feature = "tracing")]
     let result = span.in_scope(f);
     #[cfg(not(feature = "tracing"))]
@@ -265,6 +275,22 @@ pub(crate) fn release(name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> 
         .increment(1);
     }
     result
+}
+
+/// The last guard of a hold of `name`'s lock taken at `acquired_at` was
+/// released: the hold-time histogram, and `held_ms` on the release span.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn hold_ended(name: &str, acquired_at: Instant) {
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    {
+        let held = acquired_at.elapsed();
+        #[cfg(feature = "tracing")]
+        tracing::Span::current().record("held_ms", u64::try_from(held.as_millis()).unwrap_or(u64::MAX));
+        #[cfg(feature = "metrics")]
+        metrics::histogram!(metric_names::HOLD_SECONDS, labels([], lock_label(name).as_deref()))
+            .record(held.as_secs_f64());
+    }
 }
 
 /// A hold of `name`'s lock is known lost, for the first time.
@@ -485,6 +511,11 @@ pub fn describe_metrics() {
         "Time from an acquire call to its outcome."
     );
     metrics::describe_counter!(m::RELEASES, Unit::Count, "Lock guard releases, by outcome.");
+    metrics::describe_histogram!(
+        m::HOLD_SECONDS,
+        Unit::Seconds,
+        "How long holds were held, acquire to last release."
+    );
     metrics::describe_counter!(m::HOLDS_LOST, Unit::Count, "Holds the client learned were lost, by reason.");
     metrics::describe_counter!(
         m::RENEWAL_ROUNDS,

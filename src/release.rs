@@ -263,6 +263,7 @@ impl Inner {
     /// Ends a hold locally: no more renewal, the gate passes on.
     fn finish(&self, entry: &Entry, hold: &Arc<Hold>) {
         if hold.finish() {
+            observe::hold_ended(&hold.name, hold.acquired_at());
             self.watchdog.deregister(hold.id);
             entry.release_gate(hold.id);
         }

@@ -129,8 +129,13 @@ fn lock_operations_are_counted() {
     // its own thread.
     assert!(eventually(LIMIT, || rec.counter(m::RENEWAL_ROUNDS, &[]) >= 2), "no renewal rounds counted");
     inner.unlock().unwrap();
+    assert!(rec.histogram(m::HOLD_SECONDS, &[lock_label]).is_empty(), "the hold is not over yet");
     outer.unlock().unwrap();
     assert_eq!(rec.counter(m::RELEASES, &[("outcome", "released"), lock_label]), 2);
+    // One hold, re-entered, ended once; held across two renewal periods.
+    let held = rec.histogram(m::HOLD_SECONDS, &[lock_label]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(held[0] >= 0.4, "held through two renewal rounds of 200 ms: {held:?}");
 
     // A waiter from another thread gets it when this one releases: a wait
     // that ends acquired.

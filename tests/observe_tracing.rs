@@ -28,6 +28,7 @@ type Fields = BTreeMap<String, String>;
 struct SpanRec {
     name: &'static str,
     fields: Fields,
+    metadata: &'static Metadata<'static>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ impl Subscriber for Collector {
         let mut fields = Fields::new();
         attrs.record(&mut Visitor(&mut fields));
         let mut data = self.data.lock().unwrap();
-        data.spans.push(SpanRec { name: attrs.metadata().name(), fields });
+        data.spans.push(SpanRec { name: attrs.metadata().name(), fields, metadata: attrs.metadata() });
         Id::from_u64(data.spans.len() as u64)
     }
 
@@ -93,6 +94,19 @@ impl Subscriber for Collector {
         let mut data = self.data.lock().unwrap();
         let parent = event.parent().map(Id::into_u64).or(current).map(|id| data.spans[id as usize - 1].name);
         data.events.push(EventRec { name: event.metadata().name(), fields, parent });
+    }
+
+    /// What `Span::current()` asks for: the innermost span this thread entered.
+    fn current_span(&self) -> tracing_core::span::Current {
+        let current =
+            self.stacks.lock().unwrap().get(&std::thread::current().id()).and_then(|s| s.last().copied());
+        match current {
+            Some(id) => {
+                let metadata = self.data.lock().unwrap().spans[id as usize - 1].metadata;
+                tracing_core::span::Current::new(Id::from_u64(id), metadata)
+            }
+            None => tracing_core::span::Current::none(),
+        }
     }
 
     fn enter(&self, span: &Id) {
@@ -151,6 +165,9 @@ fn acquire_and_release_spans_carry_name_mode_outcome_and_wait() {
     let releases = collector.spans("keyholder.release", "trace:a");
     assert_eq!(releases.len(), 2);
     assert!(releases.iter().all(|s| field(s, "outcome") == "released"), "{releases:?}");
+    // Only the last guard's release ends the hold, and says how long it was held.
+    assert!(!releases[0].contains_key("held_ms"), "{releases:?}");
+    assert!(field(&releases[1], "held_ms").parse::<u64>().is_ok(), "{releases:?}");
     // An uncontended acquire does not wait.
     assert!(collector.events("keyholder.wait").is_empty());
 }

@@ -88,6 +88,11 @@ fn decode(code: u8) -> Option<LostReason> {
 }
 
 impl Hold {
+    /// When the acquire script call that began the hold was sent.
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.base
+    }
+
     /// The hold begun by `acquisition`, with one guard.
     pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
