@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keyholder::{Client, Lock};
-use keyholder_testkit::server::RedisServer;
+use keyholder_testkit::server::url_from_env_or_start;
 use parking_lot::Mutex;
 use tiny_http::{Method, Request, Response, Server};
 
@@ -65,15 +65,8 @@ fn main() -> ExitCode {
 }
 
 fn serve(port: u16) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let private;
-    let url = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
-        _ => {
-            private = std::panic::catch_unwind(RedisServer::start)
-                .map_err(|_| "redis-server did not start (set REDIS_URL or REDIS_SERVER_BIN)")?;
-            private.url()
-        }
-    };
+    // Stopped (when private) at the end of this function.
+    let (url, _private) = url_from_env_or_start()?;
     let app = Arc::new(App {
         client: Client::open(url.as_str())?,
         redis: redis::Client::open(url.as_str())?,

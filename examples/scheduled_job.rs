@@ -24,7 +24,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keyholder::{Client, JobOutcome};
-use keyholder_testkit::server::RedisServer;
+use keyholder_testkit::server::url_from_env_or_start;
 
 const USAGE: &str = "\
 usage: scheduled_job [--nodes N] [--ticks N] [--tick-ms MS] [--at-least-ms MS] [--skew-ms MS]
@@ -165,15 +165,8 @@ fn millis(d: Duration) -> u64 {
 /// Starts Redis (unless `REDIS_URL` is set) and the nodes, and checks that
 /// each tick ran once.
 fn parent(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
-    let private;
-    let url = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
-        _ => {
-            private = std::panic::catch_unwind(RedisServer::start)
-                .map_err(|_| "redis-server did not start (set REDIS_URL or REDIS_SERVER_BIN)")?;
-            private.url()
-        }
-    };
+    // Stopped (when private) at the end of this function.
+    let (url, _private) = url_from_env_or_start()?;
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     for tick in 0..opts.ticks {
         let _: i64 = redis::cmd("DEL").arg(ran_key(tick)).query(&mut con)?;

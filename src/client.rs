@@ -627,11 +627,13 @@ fn primary_connections(
             inner.threads.lock().push(watcher);
         }
         let subscriber_stop = stop_rx.clone();
+        let first = Arc::clone(&reader);
         let thread = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
             reader.run(subscriber_stop);
         })
         .map_err(|e| Error::spawn("pub/sub", e))?;
         inner.threads.lock().push(thread);
+        first.wait_first_attempt(inner.config.connect_timeout + inner.config.command_timeout);
         Ok(())
     });
     Ok(Connections {
@@ -734,6 +736,7 @@ fn cluster_connections(
     let on_start: OnStart = Box::new(move |inner, _, _| {
         if let Subscribers::PerNode(nodes) = &inner.subscribers {
             nodes.watch();
+            nodes.wait_first_attempts(inner.config.connect_timeout + inner.config.command_timeout);
         }
         let moved = Arc::downgrade(inner);
         hooked.on_change(move || {

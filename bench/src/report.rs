@@ -16,8 +16,8 @@ pub(crate) fn fmt_ratio(v: f64) -> String {
 
 /// Prints a `### title` section: a table with aligned columns, then the
 /// notes that are not empty.
-pub(crate) fn print_table(title: &str, header: &[&str], rows: &[Vec<String>], notes: &[String]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+pub(crate) fn print_table(title: &str, header: &[impl AsRef<str>], rows: &[Vec<String>], notes: &[String]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.as_ref().chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -32,7 +32,7 @@ pub(crate) fn print_table(title: &str, header: &[&str], rows: &[Vec<String>], no
         out
     };
     println!("\n### {title}\n");
-    println!("{}", line(&header.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>()));
+    println!("{}", line(&header.iter().map(|h| h.as_ref().to_owned()).collect::<Vec<_>>()));
     let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
     println!("{}", line(&rule).replace(' ', "-"));
     for row in rows {

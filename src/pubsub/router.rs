@@ -171,6 +171,16 @@ impl NodeSubscribers {
         }
     }
 
+    /// Waits (at most `bound` in all) until every subscriber has tried to
+    /// connect once (see [`Subscriber::wait_first_attempt`]).
+    pub(crate) fn wait_first_attempts(&self, bound: Duration) {
+        let until = Instant::now() + bound;
+        let subscribers: Vec<Arc<Subscriber>> = self.nodes.lock().values().cloned().collect();
+        for subscriber in subscribers {
+            subscriber.wait_first_attempt(until.saturating_duration_since(Instant::now()));
+        }
+    }
+
     /// Slots changed hands: drops every channel its subscriber's node no
     /// longer serves (waking its waiters, who subscribe again where it
     /// went), then keeps a subscriber on each primary (see

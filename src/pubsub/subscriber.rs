@@ -174,6 +174,9 @@ struct State {
     unsubscribes_pending: HashMap<String, u32>,
     /// Shard channels (Redis Cluster, Redis 7+): `SSUBSCRIBE`.
     sharded: bool,
+    /// The reader has tried to connect at least once (see
+    /// [`Subscriber::wait_first_attempt`]).
+    attempted: bool,
     shutdown: bool,
 }
 
@@ -476,6 +479,28 @@ impl Subscriber {
         self.state.lock().channels.is_empty()
     }
 
+    /// Waits (at most `bound`) until the reader has tried to connect once.
+    ///
+    /// A client waits for this before it hands out locks: a restart of
+    /// Redis is heard as the fall of this connection (or as the failure of a
+    /// connect attempt), and one that happened after a lock was taken but
+    /// before the reader first connected would go unheard until the next
+    /// renewal.
+    pub(crate) fn wait_first_attempt(&self, bound: Duration) {
+        let until = Instant::now() + bound;
+        let mut st = self.state.lock();
+        while !st.attempted && !st.shutdown {
+            if self.confirmed.wait_until(&mut st, until).timed_out() {
+                return;
+            }
+        }
+    }
+
+    fn note_attempt(&self) {
+        self.state.lock().attempted = true;
+        self.confirmed.notify_all();
+    }
+
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
         let mut st = self.state.lock();
@@ -505,7 +530,9 @@ impl Subscriber {
                 }
                 Ok((mut reader, writer)) => {
                     backoff = FIRST_BACKOFF;
-                    if !self.attach(writer, epoch) {
+                    let attached = self.attach(writer, epoch);
+                    self.note_attempt();
+                    if !attached {
                         return;
                     }
                     if reconnecting {
@@ -522,6 +549,11 @@ impl Subscriber {
                 }
                 Err(e) => {
                     log::debug!("keyholder pub/sub connect failed: {e}");
+                    // Redis was out of reach since the client was built
+                    // (or since the last connection): holds taken before
+                    // are worth verifying once it is back.
+                    reconnecting = true;
+                    self.note_attempt();
                     if let Some(hook) = self.unreachable.get() {
                         hook();
                     }

@@ -412,10 +412,7 @@ impl RedisCluster {
     fn start_with(options: ClusterOptions) -> RedisCluster {
         let begun = Instant::now();
         #[cfg(feature = "tls")]
-        let tls = options.tls.map(|auth| {
-            let ca = crate::tls::TestCa::new("keyholder cluster test CA");
-            Arc::new(TlsSetup { server: ca.server(), client: ca.client(), ca, auth })
-        });
+        let tls = options.tls.map(|auth| Arc::new(TlsSetup::new("keyholder cluster test CA", auth)));
         #[cfg(feature = "tls")]
         let is_tls = tls.is_some();
         #[cfg(not(feature = "tls"))]
@@ -547,40 +544,21 @@ impl RedisCluster {
     fn listen_args(&self, node: &Node) -> Vec<String> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            let write = |name: &str, pem: &str| {
-                let path = node.dir.join(name);
-                std::fs::write(&path, pem).unwrap();
-                path.display().to_string()
-            };
-            let auth = match tls.auth {
-                ClientAuth::Required => "yes",
-                ClientAuth::Off => "no",
-            };
-            return vec![
-                "--port".into(),
-                "0".into(),
-                "--tls-port".into(),
-                node.port.to_string(),
-                "--tls-cert-file".into(),
-                write("server.crt", &tls.server.cert),
-                "--tls-key-file".into(),
-                write("server.key", &tls.server.key),
+            let mut args = tls.listen_args(&node.dir, node.port);
+            args.extend([
                 // Nodes log in to each other (bus, replication, MIGRATE)
                 // with the client certificate: the server one is for
                 // servers only.
                 "--tls-client-cert-file".into(),
-                write("client.crt", &tls.client.cert),
+                TlsSetup::write(&node.dir, "client.crt", &tls.client.cert),
                 "--tls-client-key-file".into(),
-                write("client.key", &tls.client.key),
-                "--tls-ca-cert-file".into(),
-                write("ca.crt", tls.ca.cert_pem()),
-                "--tls-auth-clients".into(),
-                auth.into(),
+                TlsSetup::write(&node.dir, "client.key", &tls.client.key),
                 "--tls-cluster".into(),
                 "yes".into(),
                 "--tls-replication".into(),
                 "yes".into(),
-            ];
+            ]);
+            return args;
         }
         vec!["--port".into(), node.port.to_string()]
     }

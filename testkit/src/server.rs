@@ -10,6 +10,8 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
+#[cfg(feature = "tls")]
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 #[cfg(feature = "tls")]
@@ -51,6 +53,47 @@ pub struct TlsSetup {
     pub auth: ClientAuth,
 }
 
+#[cfg(feature = "tls")]
+impl TlsSetup {
+    /// Fresh certificates from a new CA named `ca_name`.
+    pub(crate) fn new(ca_name: &str, auth: ClientAuth) -> TlsSetup {
+        let ca = crate::tls::TestCa::new(ca_name);
+        TlsSetup { server: ca.server(), client: ca.client(), ca, auth }
+    }
+
+    /// Writes `pem` to `dir/name` (a server reads its certificates from
+    /// files) and returns the path.
+    pub(crate) fn write(dir: &Path, name: &str, pem: &str) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        path.display().to_string()
+    }
+
+    /// The arguments of a `redis-server` listening for TLS only on `port`
+    /// (`--port 0 --tls-port`), its certificate, key and CA written to
+    /// `dir`, asking clients for a certificate as `auth` says.
+    pub(crate) fn listen_args(&self, dir: &Path, port: u16) -> Vec<String> {
+        let auth = match self.auth {
+            ClientAuth::Required => "yes",
+            ClientAuth::Off => "no",
+        };
+        vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            TlsSetup::write(dir, "server.crt", &self.server.cert),
+            "--tls-key-file".into(),
+            TlsSetup::write(dir, "server.key", &self.server.key),
+            "--tls-ca-cert-file".into(),
+            TlsSetup::write(dir, "ca.crt", self.ca.cert_pem()),
+            "--tls-auth-clients".into(),
+            auth.into(),
+        ]
+    }
+}
+
 pub(crate) fn server_bin() -> String {
     std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_string())
 }
@@ -65,6 +108,21 @@ pub(crate) fn server_major_version() -> u32 {
 
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The Redis a program (an example) talks to: `REDIS_URL` when it is set
+/// and not blank, else a private server started here, returned with its URL
+/// and stopped when dropped. A server that does not start is an error, not
+/// a panic (its log is printed).
+pub fn url_from_env_or_start() -> Result<(String, Option<RedisServer>), &'static str> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) if !url.trim().is_empty() => Ok((url.trim().to_owned(), None)),
+        _ => {
+            let private = std::panic::catch_unwind(RedisServer::start)
+                .map_err(|_| "redis-server did not start (set REDIS_URL or REDIS_SERVER_BIN)")?;
+            Ok((private.url(), Some(private)))
+        }
+    }
 }
 
 impl RedisServer {
@@ -121,8 +179,7 @@ impl RedisServer {
     /// fresh CA and certificates (see [`RedisServer::tls`]).
     #[cfg(feature = "tls")]
     pub fn start_tls(auth: ClientAuth) -> RedisServer {
-        let ca = crate::tls::TestCa::new("keyholder test CA");
-        let setup = TlsSetup { server: ca.server(), client: ca.client(), ca, auth };
+        let setup = TlsSetup::new("keyholder test CA", auth);
         RedisServer::start_configured(Vec::new(), Some(Arc::new(setup)))
     }
 
@@ -209,29 +266,7 @@ impl RedisServer {
     fn listen_args(&self) -> Vec<String> {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            let write = |name: &str, pem: &str| {
-                let path = self.dir.join(name);
-                std::fs::write(&path, pem).unwrap();
-                path.display().to_string()
-            };
-            let auth = match tls.auth {
-                ClientAuth::Required => "yes",
-                ClientAuth::Off => "no",
-            };
-            return vec![
-                "--port".into(),
-                "0".into(),
-                "--tls-port".into(),
-                self.port.to_string(),
-                "--tls-cert-file".into(),
-                write("server.crt", &tls.server.cert),
-                "--tls-key-file".into(),
-                write("server.key", &tls.server.key),
-                "--tls-ca-cert-file".into(),
-                write("ca.crt", tls.ca.cert_pem()),
-                "--tls-auth-clients".into(),
-                auth.into(),
-            ];
+            return tls.listen_args(&self.dir, self.port);
         }
         vec!["--port".into(), self.port.to_string()]
     }

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::audit::{audit_end, audit_start};
 use super::process::process_cpu;
+use crate::env::Env;
 use crate::error::{Res, err};
 
 /// The bench's own inspection commands, and a replica's `REPLCONF ACK`
@@ -201,5 +203,53 @@ impl Delta {
     /// Top-level calls of `name`, from the audit; NaN without one.
     pub(crate) fn top_calls(&self, name: &str) -> f64 {
         self.top.as_ref().map_or(f64::NAN, |top| top.get(name).copied().unwrap_or(0) as f64)
+    }
+}
+
+/// Where a measured window's counters are read: one server (its
+/// `redis::Connection`) or every primary of a Redis Cluster
+/// ([`ShardStats`](super::ShardStats)), so that a window is measured the same
+/// way on either.
+pub(crate) trait Counters {
+    /// The counters at one moment.
+    type Snap;
+    /// What an audit counted (see `measure::audit`); the default: no audit.
+    type Audit: Default;
+    /// What a window shows beyond its sum over the servers: nothing for one
+    /// server, each primary's share on a cluster.
+    type Parts;
+
+    /// Takes a snapshot.
+    fn snap(&mut self) -> Res<Self::Snap>;
+
+    /// Starts an audited window when audits are on; returns whether it did.
+    fn audit_start(&mut self, env: &Env) -> Res<bool>;
+
+    /// Ends it: what it counted.
+    fn audit_end(&mut self, env: &Env, on: bool) -> Res<Self::Audit>;
+
+    /// The window from `a` to `b`, with what its audit counted.
+    fn between(&self, a: &Self::Snap, b: &Self::Snap, audit: Self::Audit) -> (Self::Parts, Delta);
+}
+
+impl Counters for redis::Connection {
+    type Snap = Snap;
+    type Audit = Option<HashMap<String, u64>>;
+    type Parts = ();
+
+    fn snap(&mut self) -> Res<Snap> {
+        snap(self)
+    }
+
+    fn audit_start(&mut self, env: &Env) -> Res<bool> {
+        audit_start(env, self)
+    }
+
+    fn audit_end(&mut self, env: &Env, on: bool) -> Res<Self::Audit> {
+        audit_end(env, self, on)
+    }
+
+    fn between(&self, a: &Snap, b: &Snap, audit: Self::Audit) -> ((), Delta) {
+        ((), Delta::between(a, b).with_audit(audit))
     }
 }

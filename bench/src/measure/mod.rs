@@ -11,7 +11,7 @@ mod shards;
 mod stats;
 
 pub(crate) use audit::{audit_end, audit_start};
-pub(crate) use counters::{Delta, connected_clients, info, info_field, snap};
+pub(crate) use counters::{Counters, Delta, connected_clients, info, info_field, snap};
 pub(crate) use process::{loadavg, thread_switches};
 pub(crate) use shards::{NodeDelta, ShardStats};
 pub(crate) use stats::{longest_streak, max_of, med, median, pct, sorted, sum_of, us};

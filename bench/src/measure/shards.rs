@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::audit::{audit_end, audit_start};
-use super::counters::{Delta, Snap, error_counts, snap};
+use super::counters::{Counters, Delta, Snap, error_counts, snap};
 use crate::env::Env;
 use crate::error::Res;
 
@@ -39,9 +39,14 @@ impl NodeDelta {
     }
 }
 
-impl ShardStats {
-    /// Snapshots every primary, in port order.
-    pub(crate) fn snap(&mut self) -> Res<ShardSnap> {
+/// Every primary's counters, in port order; a window's parts are each
+/// primary's share.
+impl Counters for ShardStats {
+    type Snap = ShardSnap;
+    type Audit = Vec<Option<HashMap<String, u64>>>;
+    type Parts = Vec<NodeDelta>;
+
+    fn snap(&mut self) -> Res<ShardSnap> {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for (_, con) in &mut self.nodes {
             let errors = error_counts(con)?;
@@ -52,12 +57,7 @@ impl ShardStats {
 
     /// Each primary's window from `a` to `b`, with the top-level commands
     /// its audit counted when `audits` has them; and their sum.
-    pub(crate) fn between(
-        &self,
-        a: &ShardSnap,
-        b: &ShardSnap,
-        audits: Vec<Option<HashMap<String, u64>>>,
-    ) -> (Vec<NodeDelta>, Delta) {
+    fn between(&self, a: &ShardSnap, b: &ShardSnap, audits: Self::Audit) -> (Vec<NodeDelta>, Delta) {
         let mut audits = audits.into_iter();
         let nodes: Vec<NodeDelta> = self
             .nodes
@@ -80,7 +80,7 @@ impl ShardStats {
     }
 
     /// Starts an audited window on every primary (see `measure::audit`).
-    pub(crate) fn audit_start(&mut self, env: &Env) -> Res<bool> {
+    fn audit_start(&mut self, env: &Env) -> Res<bool> {
         let mut on = false;
         for (_, con) in &mut self.nodes {
             on = audit_start(env, con)?;
@@ -89,7 +89,7 @@ impl ShardStats {
     }
 
     /// Ends it: each primary's top-level commands, in port order.
-    pub(crate) fn audit_end(&mut self, env: &Env, on: bool) -> Res<Vec<Option<HashMap<String, u64>>>> {
+    fn audit_end(&mut self, env: &Env, on: bool) -> Res<Self::Audit> {
         self.nodes.iter_mut().map(|(_, con)| audit_end(env, con, on)).collect()
     }
 }

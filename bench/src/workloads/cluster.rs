@@ -13,21 +13,20 @@
 //! cannot add throughput here: what the mode shows is where each command
 //! goes and what it costs, not scaling.
 
-use std::thread;
-use std::time::{Duration, Instant};
-
 use keyholder_testkit::cluster::RedisCluster;
 use keyholder_testkit::server::RedisServer;
 
-use super::contended::{Shape, StartLine, Worker, worker};
-use super::header::keyholder_version;
-use super::threads::join;
+use super::contended::{Cells, Figures, Shape, cells, run_workers};
+use super::handoff::handoff_over;
+use super::header::{build_line, configuration_line, machine_line, p50_p99_us, ping_rtts, redis_version};
+use super::loops::{Loop, loop_header, loop_row};
+use super::w1::w1_runs;
 use crate::config::Cfg;
 use crate::env::{Env, PRELOADED, Shards, connect, key_slot, raw_client};
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
-use crate::measure::{NodeDelta, ShardStats, info, info_field, loadavg, med, median, pct, sorted, us};
-use crate::report::{fmt, fmt_ratio, print_table};
+use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl};
+use crate::measure::{NodeDelta, ShardStats, median};
+use crate::report::{fmt, print_table};
 
 /// A lock name and the primary serving its slot.
 struct Named {
@@ -172,22 +171,10 @@ fn spread(env: &Env, cluster: &RedisCluster, what: &str, only: Option<u16>) -> R
 /// The header: machine, cluster layout, the loopback round trip, build and
 /// configuration.
 fn header(env: &Env, cluster: &RedisCluster, stats: &mut ShardStats, one: u16) -> Res<()> {
-    let cpus = thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_else(|_| "?".into());
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| info_field(&c.replace('\t', ""), "model name"))
-        .unwrap_or_else(|| "unknown".into());
     let (port, con) = stats.nodes.first_mut().ok_or_else(|| err("no primary"))?;
     let port = *port;
-    let server = info(con, "server")?;
-    let version = info_field(&server, "redis_version").unwrap_or_else(|| "?".into());
-    let mut rtts = Vec::with_capacity(1000);
-    for _ in 0..1000 {
-        let t = Instant::now();
-        redis::cmd("PING").query::<String>(con)?;
-        rtts.push(us(t.elapsed()));
-    }
-    let rtts = sorted(rtts);
+    let version = redis_version(con)?;
+    let rtts = ping_rtts(con)?;
     let c = &env.cfg;
     let links = cluster.replica_links();
     let layout: Vec<String> = stats
@@ -201,7 +188,7 @@ fn header(env: &Env, cluster: &RedisCluster, stats: &mut ShardStats, one: u16) -
         })
         .collect();
     println!("# keyholder benchmark, Redis Cluster mode (--cluster)\n");
-    println!("- machine: {cpus} CPUs, {model}; load average at start {}", loadavg());
+    println!("{}", machine_line());
     println!(
         "- redis: {version}, a private cluster of 3 primaries and 3 replicas, all on 127.0.0.1 (this host): {}",
         layout.join("; ")
@@ -210,30 +197,15 @@ fn header(env: &Env, cluster: &RedisCluster, stats: &mut ShardStats, one: u16) -
         "- one-node reference: a private redis-server on 127.0.0.1:{one}, the same names and \
          implementations, measured after the cluster in each workload"
     );
-    println!(
-        "- loopback PING round trip to primary :{port}: p50 {} µs, p99 {} µs (1000 pings)",
-        fmt(pct(&rtts, 50.0), 0),
-        fmt(pct(&rtts, 99.0), 0)
+    println!("- loopback PING round trip to primary :{port}: {} (1000 pings)", p50_p99_us(&rtts));
+    println!("{}", build_line());
+    let workloads = format!(
+        "W1 {} pairs over one name per shard, in turn; W2 one lock per shard, {} threads on each (all \
+         locks at once) x {} acquisitions, hold {:?}, keyholder in 1 client and in {} clients; handoff = \
+         floor pair mean over {} pairs per name",
+        c.w1_pairs, c.w2_threads, c.w2_per_thread, c.hold, c.w2_clients, c.handoff_pairs,
     );
-    println!(
-        "- build: {}; keyholder {}",
-        if cfg!(debug_assertions) { "DEBUG (figures meaningless; use --release)" } else { "release" },
-        keyholder_version()
-    );
-    println!(
-        "- configuration{}: {} run(s) per workload, figures are medians over runs; W1 {} pairs over one \
-         name per shard, in turn; W2 one lock per shard, {} threads on each (all locks at once) x {} \
-         acquisitions, hold {:?}, keyholder in 1 client and in {} clients; handoff = floor pair mean \
-         over {} pairs per name",
-        if c.quick { " (--quick)" } else { "" },
-        c.runs,
-        c.w1_pairs,
-        c.w2_threads,
-        c.w2_per_thread,
-        c.hold,
-        c.w2_clients,
-        c.handoff_pairs,
-    );
+    println!("{}", configuration_line(c, &workloads));
     Ok(())
 }
 
@@ -280,54 +252,12 @@ impl ShardRun {
     }
 }
 
-/// One measured W1 loop over the names.
-struct Spread {
-    rate: f64,
-    p50: f64,
-    p99: f64,
-    rt: f64,
-    evalsha: f64,
-    hops: f64,
-    cpu_us: f64,
-    server_us: f64,
-    vs_floor: f64,
-    /// Each primary's share.
-    nodes: Vec<ShardRun>,
-}
-
 fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<()> {
     let n = env.cfg.w1_pairs;
-    let (floor, baseline, keyholder) = (Floor::new(env), Baseline::new(env), Keyholder::new(env, 1, None)?);
-    let mut sessions = (floor.session(1)?, baseline.session(1)?, keyholder.session(0)?);
-    let (mut floor_runs, mut base_runs, mut kh_runs) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 1..=env.cfg.runs {
-        eprintln!("{} W1 run {run}/{}", topology(env), env.cfg.runs);
-        let mut f = spread_pairs(stats, n, &floor, &mut sessions.0, names)?;
-        let mut b = spread_pairs(stats, n, &baseline, &mut sessions.1, names)?;
-        let mut k = spread_pairs(stats, n, &keyholder, &mut sessions.2, names)?;
-        b.vs_floor = b.rate / f.rate;
-        k.vs_floor = k.rate / f.rate;
-        f.vs_floor = 1.0;
-        floor_runs.push(f);
-        base_runs.push(b);
-        kh_runs.push(k);
-    }
-    drop(sessions);
-    drop(keyholder);
-    let all = [("floor", &floor_runs), ("baseline", &base_runs), ("keyholder", &kh_runs)];
-    let row = |label: &str, runs: &[Spread]| {
-        vec![
-            label.to_owned(),
-            fmt(med(runs, |r| r.rate), 0),
-            fmt_ratio(med(runs, |r| r.vs_floor)),
-            fmt(med(runs, |r| r.p50), 0),
-            fmt(med(runs, |r| r.p99), 0),
-            fmt(med(runs, |r| r.rt), 2),
-            fmt(med(runs, |r| r.evalsha), 2),
-            fmt(runs.iter().map(|r| r.hops).sum(), 0),
-            fmt(med(runs, |r| r.cpu_us), 1),
-            fmt(med(runs, |r| r.server_us), 1),
-        ]
+    let name = |i: usize| names[i % names.len()].name.as_str();
+    let all = w1_runs(env, stats, &format!("{} W1", topology(env)), names.len() * 10, name)?;
+    let hops = |runs: &[Loop<Vec<NodeDelta>>]| -> f64 {
+        runs.iter().map(|r| r.parts.iter().map(NodeDelta::hops).sum::<f64>()).sum()
     };
     print_table(
         &format!(
@@ -335,19 +265,8 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
             topology(env),
             names.len(),
         ),
-        &[
-            "impl",
-            "pairs/s",
-            "vs floor",
-            "p50 µs",
-            "p99 µs",
-            "round trips/pair",
-            "EVALSHA/pair",
-            "MOVED+ASK+ASKING",
-            "client CPU µs/pair",
-            "Redis CPU µs/pair",
-        ],
-        &all.iter().map(|(label, runs)| row(label, runs)).collect::<Vec<_>>(),
+        &loop_header("pair", "pairs/s", Some("MOVED+ASK+ASKING")),
+        &all.iter().map(|r| loop_row(r.label, &r.runs, Some(fmt(hops(&r.runs), 0)))).collect::<Vec<_>>(),
         &[format!(
             "vs floor = median over runs of (pairs/s ÷ the same run's floor pairs/s). Round trips: top-level \
              commands on {} (INFO commandstats less the scripts' own commands). MOVED+ASK+ASKING: \
@@ -360,6 +279,17 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
     if env.shards.is_none() {
         return Ok(());
     }
+    // Each primary's share of each run: the pairs made on names it serves.
+    let pairs_on = |port: u16| (0..n).filter(|i| names[i % names.len()].port == port).count();
+    let shards: Vec<(&str, Vec<Vec<ShardRun>>)> = all
+        .iter()
+        .map(|r| {
+            let of_run = |run: &Loop<Vec<NodeDelta>>| {
+                run.parts.iter().map(|node| ShardRun::new(node, pairs_on(node.port), r.nested, 0)).collect()
+            };
+            (r.label, r.runs.iter().map(of_run).collect())
+        })
+        .collect();
     print_shards(
         env,
         &format!(
@@ -368,53 +298,10 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
         ),
         "pairs",
         names,
-        &all,
-        |r| &r.nodes,
+        &shards.iter().map(|(label, runs)| (*label, runs)).collect::<Vec<_>>(),
+        |r| r,
     );
     Ok(())
-}
-
-/// `n` acquire+release pairs, on `names` in turn, on one session.
-fn spread_pairs<I: LockImpl>(
-    stats: &mut ShardStats,
-    n: usize,
-    imp: &I,
-    session: &mut I::Session,
-    names: &[Named],
-) -> Res<Spread> {
-    let name = |i: usize| names[i % names.len()].name.as_str();
-    for i in 0..n.clamp(10, 100).max(names.len() * 10) {
-        session.pair(name(i))?;
-    }
-    let mut lat = Vec::with_capacity(n);
-    let a = stats.snap()?;
-    let start = Instant::now();
-    for i in 0..n {
-        let t = Instant::now();
-        session.pair(name(i))?;
-        lat.push(us(t.elapsed()));
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    let b = stats.snap()?;
-    let (nodes, d) = stats.between(&a, &b, Vec::new());
-    let lat = sorted(lat);
-    let pairs_on = |port: u16| (0..n).filter(|i| names[i % names.len()].port == port).count();
-    let hops = nodes.iter().map(NodeDelta::hops).sum();
-    let nodes =
-        nodes.iter().map(|node| ShardRun::new(node, pairs_on(node.port), imp.script_commands(), 0)).collect();
-    let nf = n as f64;
-    Ok(Spread {
-        rate: nf / elapsed,
-        p50: pct(&lat, 50.0),
-        p99: pct(&lat, 99.0),
-        rt: d.round_trips(imp.script_commands(), 0) / nf,
-        evalsha: d.calls("evalsha") / nf,
-        hops,
-        cpu_us: d.client_cpu / nf * 1e6,
-        server_us: d.server_cpu / nf * 1e6,
-        vs_floor: f64::NAN,
-        nodes,
-    })
 }
 
 /// The per-shard table: for each implementation and primary, the
@@ -478,23 +365,8 @@ fn print_shards<R>(
 
 /// One W2 window over all locks at once.
 struct Window {
-    rate: f64,
-    ideal: f64,
-    vs_ideal: f64,
-    hold_ms: f64,
-    handoff_us: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
-    lost: f64,
-    rt: f64,
-    attempts: f64,
-    evalsha: f64,
-    subs: f64,
-    hexists: f64,
+    fig: Figures,
     hops: f64,
-    cpu_us: f64,
-    server_us: f64,
     /// Each primary's share.
     nodes: Vec<ShardRun>,
 }
@@ -509,7 +381,7 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
         let mut pubsub = Vec::new();
         for run in 1..=c.runs {
             eprintln!("{} W2 ({clients} client(s)) run {run}/{}", topology(env), c.runs);
-            let h = handoff(env, names)?;
+            let h = handoff_over(env, &names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>())?;
             handoffs.push(h * 1e6);
             let alone = Shape { threads: 1, per_thread: (c.w2_per_thread * 2).max(10) };
             floor_loop.push(window(env, stats, &floor, alone, names, h)?);
@@ -522,25 +394,7 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
             let k = window(env, stats, &keyholder, shape, names, h)?;
             pubsub.push(keyholder.pubsub_connections());
             drop(keyholder);
-            ideal.push(Window {
-                rate: k.ideal,
-                vs_ideal: 1.0,
-                handoff_us: h * 1e6,
-                p50_ms: f64::NAN,
-                p99_ms: f64::NAN,
-                max_ms: f64::NAN,
-                lost: f64::NAN,
-                rt: 2.0,
-                attempts: 1.0,
-                evalsha: 2.0,
-                subs: 0.0,
-                hexists: 0.0,
-                hops: 0.0,
-                cpu_us: f64::NAN,
-                server_us: f64::NAN,
-                nodes: Vec::new(),
-                ..k
-            });
+            ideal.push(Window { fig: k.fig.ideal(h), hops: 0.0, nodes: Vec::new() });
             kh.push(k);
         }
         let spread = if clients == 1 {
@@ -549,25 +403,14 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
             format!("{} threads per lock over {clients} clients", c.w2_threads)
         };
         let row = |label: &str, runs: &[Window]| {
-            vec![
-                label.to_owned(),
-                fmt(med(runs, |r| r.rate), 0),
-                fmt_ratio(med(runs, |r| r.vs_ideal)),
-                fmt(med(runs, |r| r.hold_ms), 3),
-                fmt(med(runs, |r| r.handoff_us), 0),
-                fmt(med(runs, |r| r.p50_ms), 2),
-                fmt(med(runs, |r| r.p99_ms), 2),
-                fmt(med(runs, |r| r.max_ms), 1),
-                fmt(runs.iter().map(|r| r.lost).sum(), 0),
-                fmt(med(runs, |r| r.rt), 2),
-                fmt(med(runs, |r| r.attempts), 2),
-                fmt(med(runs, |r| r.evalsha), 2),
-                fmt(med(runs, |r| r.subs), 2),
-                fmt(med(runs, |r| r.hexists), 2),
-                fmt(runs.iter().map(|r| r.hops).sum(), 0),
-                fmt(med(runs, |r| r.cpu_us), 0),
-                fmt(med(runs, |r| r.server_us), 0),
-            ]
+            let Cells { waits, max, costs, cpu } = cells(&runs.iter().map(|r| r.fig).collect::<Vec<_>>());
+            let mut row = vec![label.to_owned()];
+            row.extend(waits);
+            row.push(max);
+            row.extend(costs);
+            row.push(fmt(runs.iter().map(|r| r.hops).sum(), 0));
+            row.extend(cpu);
+            row
         };
         print_table(
             &format!(
@@ -639,22 +482,6 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
     Ok(())
 }
 
-/// The floor's mean acquire+release pair time over `names` in turn, in
-/// seconds.
-fn handoff(env: &Env, names: &[Named]) -> Res<f64> {
-    let mut floor = Floor::new(env).session(1)?;
-    let name = |i: usize| names[i % names.len()].name.as_str();
-    for i in 0..20 * names.len() {
-        floor.pair(name(i))?;
-    }
-    let pairs = env.cfg.handoff_pairs * names.len();
-    let start = Instant::now();
-    for i in 0..pairs {
-        floor.pair(name(i))?;
-    }
-    Ok(start.elapsed().as_secs_f64() / pairs as f64)
-}
-
 /// One window: `shape.threads` threads on each lock at once, each
 /// `shape.per_thread` acquisitions with the critical section on the lock's
 /// own counter `{<name>}:counter` (same slot, same shard).
@@ -675,43 +502,9 @@ fn window<I: LockImpl>(
         let at = counter_con(stats, i)?;
         redis::cmd("DEL").arg(counter).query::<()>(&mut stats.nodes[at].1)?;
     }
-    let threads = shape.threads * names.len();
-    let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<()>();
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(0);
-    let (workers, nodes, d) = thread::scope(|scope| -> Res<_> {
-        let mut handles = Vec::new();
-        for i in 0..threads {
-            let lock = i / shape.threads;
-            let (key, counter) = (&names[lock].name, &counters[lock]);
-            let start = StartLine { ready: ready_tx.clone(), go: go_rx.clone() };
-            handles.push(scope.spawn(move || worker(env, imp, shape, i, key, counter, start)));
-        }
-        for _ in 0..threads {
-            ready_rx
-                .recv_timeout(Duration::from_secs(60))
-                .map_err(|_| err("contended workers did not start"))?;
-        }
-        let audited = stats.audit_start(env)?;
-        let a = stats.snap()?;
-        drop(go_tx);
-        let mut workers: Vec<Worker> = Vec::new();
-        let mut failure = None;
-        for h in handles {
-            match join(h) {
-                Ok(w) => workers.push(w),
-                Err(e) => failure = Some(e),
-            }
-        }
-        let b = stats.snap()?;
-        let top = stats.audit_end(env, audited)?;
-        match failure {
-            Some(e) => Err(e),
-            None => {
-                let (nodes, d) = stats.between(&a, &b, top);
-                Ok((workers, nodes, d))
-            }
-        }
-    })?;
+    let locks: Vec<(&str, &str)> =
+        names.iter().map(|n| n.name.as_str()).zip(counters.iter().map(String::as_str)).collect();
+    let (workers, nodes, d) = run_workers(env, stats, imp, shape, &locks)?;
     let acquired_on = |lock: usize| -> usize {
         workers.iter().filter(|w| w.index / shape.threads == lock).map(|w| w.waits_ms.len()).sum()
     };
@@ -723,10 +516,6 @@ fn window<I: LockImpl>(
         redis::cmd("DEL").arg(counter).query::<()>(con)?;
         lost += acquired_on(i) as f64 - counted.unwrap_or(0) as f64;
     }
-    let acquisitions: usize = workers.iter().map(|w| w.waits_ms.len()).sum();
-    let n = acquisitions as f64;
-    let held: Duration = workers.iter().map(|w| w.held).sum();
-    let hold = held.as_secs_f64() / n;
     let hops = nodes.iter().map(NodeDelta::hops).sum();
     let nodes = nodes
         .iter()
@@ -735,30 +524,7 @@ fn window<I: LockImpl>(
             ShardRun::new(node, k, imp.script_commands(), k as u64)
         })
         .collect();
-    let waits = sorted(workers.into_iter().flat_map(|w| w.waits_ms).collect());
-    let rate = n / d.wall;
-    let locks = names.len() as f64;
-    let ideal = locks / (hold + handoff);
-    let counter_ops = acquisitions as u64;
     let subs = d.subscribes() + d.calls("ssubscribe") + d.calls("sunsubscribe");
-    Ok(Window {
-        rate,
-        ideal,
-        vs_ideal: rate / ideal,
-        hold_ms: hold * 1e3,
-        handoff_us: (locks / rate - hold) * 1e6,
-        p50_ms: pct(&waits, 50.0),
-        p99_ms: pct(&waits, 99.0),
-        max_ms: pct(&waits, 100.0),
-        lost,
-        rt: d.round_trips(imp.script_commands(), counter_ops) / n,
-        attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
-        evalsha: d.calls("evalsha") / n,
-        subs: subs / n,
-        hexists: d.top_calls("hexists") / n,
-        hops,
-        cpu_us: d.client_cpu / n * 1e6,
-        server_us: d.server_cpu / n * 1e6,
-        nodes,
-    })
+    let fig = Figures::new(imp, &workers, &d, names.len(), handoff, lost, subs);
+    Ok(Window { fig, hops, nodes })
 }

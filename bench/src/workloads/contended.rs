@@ -2,6 +2,8 @@
 //! or a few clients) and W6 (many single-thread clients). Every thread takes
 //! the lock, runs a deliberately non-atomic GET-then-SET of a counter padded
 //! to the hold, and releases: a lost update means two holders at once.
+//! `--cluster`'s W2 runs its window ([`run_workers`], over a lock per shard)
+//! and reports its [`Figures`] in the same cells.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -11,9 +13,7 @@ use crossbeam_channel::RecvTimeoutError;
 use crate::env::Env;
 use crate::error::{Res, err};
 use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
-use crate::measure::{
-    Delta, audit_end, audit_start, longest_streak, max_of, med, median, pct, snap, sorted, sum_of,
-};
+use crate::measure::{Counters, Delta, longest_streak, max_of, med, median, pct, sorted, sum_of};
 use crate::report::{fmt, fmt_ratio, print_table};
 
 use super::handoff::handoff;
@@ -26,53 +26,85 @@ pub(crate) struct Shape {
     pub(crate) per_thread: usize,
 }
 
-/// One contended window's figures (NaN where they do not apply).
-struct Contended {
-    rate: f64,
-    /// Mean time per acquisition not spent holding the lock, µs.
-    handoff_us: f64,
-    /// Longest run of consecutive acquisitions by one thread.
-    thread_streak: f64,
-    /// Longest run of consecutive acquisitions by one keyholder client.
-    client_streak: f64,
-    /// Acquisitions by other threads during the longest wait.
-    worst_others: f64,
-    /// The runs of one client (one thread with one client) they formed.
-    worst_runs: f64,
-    ideal: f64,
-    vs_ideal: f64,
-    hold_ms: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
-    lost: f64,
-    rt: f64,
-    attempts: f64,
-    evalsha: f64,
-    subs: f64,
+/// The figures of a contended window over all its locks at once (NaN where
+/// they do not apply): those W2 and W6 and `--cluster`'s W2 all report.
+#[derive(Clone, Copy)]
+pub(crate) struct Figures {
+    pub(crate) rate: f64,
+    /// Its locks / (mean hold + one handoff).
+    pub(crate) ideal: f64,
+    pub(crate) vs_ideal: f64,
+    pub(crate) hold_ms: f64,
+    /// Mean time per acquisition (of each lock) not spent holding it, µs.
+    pub(crate) handoff_us: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) max_ms: f64,
+    pub(crate) lost: f64,
+    pub(crate) rt: f64,
+    pub(crate) attempts: f64,
+    pub(crate) evalsha: f64,
+    pub(crate) subs: f64,
     /// Top-level HEXISTS per acquisition (a queued thread checking a local
     /// holder after an unlock message), from the audit.
-    hexists: f64,
-    handoffs: f64,
-    cpu_us: f64,
-    server_us: f64,
+    pub(crate) hexists: f64,
+    pub(crate) cpu_us: f64,
+    pub(crate) server_us: f64,
 }
 
-impl Contended {
-    /// The floor's ideal row of a run: `1 / (hold + handoff)` at the hold
-    /// keyholder measured, with the floor's known costs (two script calls,
-    /// one attempt) per acquisition.
-    fn ideal(keyholder: &Contended, handoff_s: f64) -> Contended {
-        Contended {
-            rate: keyholder.ideal,
-            handoff_us: handoff_s * 1e6,
-            thread_streak: f64::NAN,
-            client_streak: f64::NAN,
-            worst_others: f64::NAN,
-            worst_runs: f64::NAN,
-            ideal: keyholder.ideal,
+impl Figures {
+    /// The figures of `imp`'s window: its `workers` on `locks` locks at
+    /// once, `d` its counters, `handoff` the floor's pair time (seconds),
+    /// `lost` the updates the counters lost, `subs` the subscription
+    /// commands to count.
+    pub(crate) fn new<I: LockImpl>(
+        imp: &I,
+        workers: &[Worker],
+        d: &Delta,
+        locks: usize,
+        handoff: f64,
+        lost: f64,
+        subs: f64,
+    ) -> Figures {
+        let acquisitions: usize = workers.iter().map(|w| w.waits_ms.len()).sum();
+        let n = acquisitions as f64;
+        let held: Duration = workers.iter().map(|w| w.held).sum();
+        let hold = held.as_secs_f64() / n;
+        let waits = sorted(workers.iter().flat_map(|w| w.waits_ms.iter().copied()).collect());
+        let rate = n / d.wall;
+        let locks = locks as f64;
+        let ideal = locks / (hold + handoff);
+        let counter_ops = acquisitions as u64;
+        Figures {
+            rate,
+            ideal,
+            vs_ideal: rate / ideal,
+            hold_ms: hold * 1e3,
+            handoff_us: (locks / rate - hold) * 1e6,
+            p50_ms: pct(&waits, 50.0),
+            p99_ms: pct(&waits, 99.0),
+            max_ms: pct(&waits, 100.0),
+            lost,
+            rt: d.round_trips(imp.script_commands(), counter_ops) / n,
+            attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
+            evalsha: d.calls("evalsha") / n,
+            subs: subs / n,
+            hexists: d.top_calls("hexists") / n,
+            cpu_us: d.client_cpu / n * 1e6,
+            server_us: d.server_cpu / n * 1e6,
+        }
+    }
+
+    /// The floor's ideal row of a run: its locks / (hold + handoff) at the
+    /// hold keyholder measured (these are keyholder's figures), with the
+    /// floor's known costs (two script calls, one attempt) per acquisition.
+    pub(crate) fn ideal(&self, handoff_s: f64) -> Figures {
+        Figures {
+            rate: self.ideal,
+            ideal: self.ideal,
             vs_ideal: 1.0,
-            hold_ms: keyholder.hold_ms,
+            hold_ms: self.hold_ms,
+            handoff_us: handoff_s * 1e6,
             p50_ms: f64::NAN,
             p99_ms: f64::NAN,
             max_ms: f64::NAN,
@@ -82,9 +114,37 @@ impl Contended {
             evalsha: 2.0,
             subs: 0.0,
             hexists: 0.0,
-            handoffs: 0.0,
             cpu_us: f64::NAN,
             server_us: f64::NAN,
+        }
+    }
+}
+
+/// One contended window of one lock: the shared figures, and who got it
+/// when.
+struct Contended {
+    fig: Figures,
+    /// Longest run of consecutive acquisitions by one thread.
+    thread_streak: f64,
+    /// Longest run of consecutive acquisitions by one keyholder client.
+    client_streak: f64,
+    /// Acquisitions by other threads during the longest wait.
+    worst_others: f64,
+    /// The runs of one client (one thread with one client) they formed.
+    worst_runs: f64,
+    handoffs: f64,
+}
+
+impl Contended {
+    /// The floor's ideal row of a run (see [`Figures::ideal`]).
+    fn ideal(keyholder: &Contended, handoff_s: f64) -> Contended {
+        Contended {
+            fig: keyholder.fig.ideal(handoff_s),
+            thread_streak: f64::NAN,
+            client_streak: f64::NAN,
+            worst_others: f64::NAN,
+            worst_runs: f64::NAN,
+            handoffs: 0.0,
         }
     }
 }
@@ -114,12 +174,10 @@ pub(crate) fn contended(
         let alone = Shape { threads: 1, per_thread: (shape.per_thread * 2).max(10) };
         let f = run_contended(env, stats, &floor, alone, h, None)?;
         floor_loop.push(Contended {
+            fig: Figures { p50_ms: f64::NAN, p99_ms: f64::NAN, max_ms: f64::NAN, ..f.fig },
             thread_streak: f64::NAN,
             worst_others: f64::NAN,
             worst_runs: f64::NAN,
-            p50_ms: f64::NAN,
-            p99_ms: f64::NAN,
-            max_ms: f64::NAN,
             ..f
         });
         base.push(run_contended(env, stats, &baseline, shape, h, None)?);
@@ -198,9 +256,9 @@ pub(crate) fn contended(
 }
 
 /// A contended worker's start line: it reports ready, then waits for go.
-pub(crate) struct StartLine {
-    pub(crate) ready: crossbeam_channel::Sender<()>,
-    pub(crate) go: crossbeam_channel::Receiver<()>,
+struct StartLine {
+    ready: crossbeam_channel::Sender<()>,
+    go: crossbeam_channel::Receiver<()>,
 }
 
 /// What one worker did.
@@ -213,7 +271,7 @@ pub(crate) struct Worker {
 
 /// One thread of a contended window: `shape.per_thread` acquisitions of
 /// `key`, each holding it for the critical section.
-pub(crate) fn worker<I: LockImpl>(
+fn worker<I: LockImpl>(
     env: &Env,
     imp: &I,
     shape: Shape,
@@ -248,6 +306,55 @@ pub(crate) fn worker<I: LockImpl>(
     Ok(out)
 }
 
+/// Runs a contended window: `shape.threads` workers on each of `locks`
+/// (a name and its counter; thread `i` on lock `i / shape.threads`), all
+/// released from one start line, with `stats`' counters (audited when
+/// audits are on) from the start until the last worker is joined.
+pub(crate) fn run_workers<I: LockImpl, S: Counters>(
+    env: &Env,
+    stats: &mut S,
+    imp: &I,
+    shape: Shape,
+    locks: &[(&str, &str)],
+) -> Res<(Vec<Worker>, S::Parts, Delta)> {
+    let threads = shape.threads * locks.len();
+    let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<()>();
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(0);
+    thread::scope(|scope| -> Res<_> {
+        let mut handles = Vec::new();
+        for i in 0..threads {
+            let (key, counter) = locks[i / shape.threads];
+            let start = StartLine { ready: ready_tx.clone(), go: go_rx.clone() };
+            handles.push(scope.spawn(move || worker(env, imp, shape, i, key, counter, start)));
+        }
+        for _ in 0..threads {
+            ready_rx
+                .recv_timeout(Duration::from_secs(60))
+                .map_err(|_| err("contended workers did not start"))?;
+        }
+        let audited = stats.audit_start(env)?;
+        let a = stats.snap()?;
+        drop(go_tx);
+        let mut workers = Vec::new();
+        let mut failure = None;
+        for h in handles {
+            match join(h) {
+                Ok(w) => workers.push(w),
+                Err(e) => failure = Some(e),
+            }
+        }
+        let b = stats.snap()?;
+        let top = stats.audit_end(env, audited)?;
+        match failure {
+            Some(e) => Err(e),
+            None => {
+                let (parts, d) = stats.between(&a, &b, top);
+                Ok((workers, parts, d))
+            }
+        }
+    })
+}
+
 /// The critical section: a deliberately non-atomic GET-then-SET of the
 /// counter, padded to `hold`. Returns how long the lock was held for it.
 fn critical_section(con: &mut redis::Connection, counter: &str, hold: Duration) -> Res<Duration> {
@@ -271,48 +378,15 @@ fn run_contended<I: LockImpl>(
     handoff: f64,
     clients: Option<usize>,
 ) -> Res<Contended> {
-    let threads = shape.threads;
     let key = env.key("w2");
     let counter = env.key("w2:counter");
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
-    let (ready_tx, ready_rx) = crossbeam_channel::unbounded::<()>();
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(0);
-    let (workers, d) = thread::scope(|scope| -> Res<(Vec<Worker>, Delta)> {
-        let mut handles = Vec::new();
-        for i in 0..threads {
-            let (ready, go, key, counter) = (ready_tx.clone(), go_rx.clone(), &key, &counter);
-            let start = StartLine { ready, go };
-            handles.push(scope.spawn(move || worker(env, imp, shape, i, key, counter, start)));
-        }
-        for _ in 0..threads {
-            ready_rx
-                .recv_timeout(Duration::from_secs(60))
-                .map_err(|_| err("contended workers did not start"))?;
-        }
-        let audited = audit_start(env, stats)?;
-        let a = snap(stats)?;
-        drop(go_tx);
-        let mut workers = Vec::new();
-        let mut failure = None;
-        for h in handles {
-            match join(h) {
-                Ok(w) => workers.push(w),
-                Err(e) => failure = Some(e),
-            }
-        }
-        let b = snap(stats)?;
-        let top = audit_end(env, stats, audited)?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok((workers, Delta::between(&a, &b).with_audit(top))),
-        }
-    })?;
-    let acquisitions = workers.iter().map(|w| w.waits_ms.len()).sum::<usize>();
+    let (workers, (), d) = run_workers(env, stats, imp, shape, &[(&key, &counter)])?;
     let counted: Option<i64> = redis::cmd("GET").arg(&counter).query(stats)?;
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
-    let n = acquisitions as f64;
-    let held: Duration = workers.iter().map(|w| w.held).sum();
-    let hold = held.as_secs_f64() / n;
+    let acquisitions = workers.iter().map(|w| w.waits_ms.len()).sum::<usize>();
+    let lost = acquisitions as f64 - counted.unwrap_or(0) as f64;
+    let fig = Figures::new(imp, &workers, &d, 1, handoff, lost, d.subscribes());
     let mut order: Vec<(Instant, usize)> =
         workers.iter().flat_map(|w| w.acquired_at.iter().map(move |at| (*at, w.index))).collect();
     order.sort();
@@ -334,63 +408,73 @@ fn run_contended<I: LockImpl>(
         (during.len() as f64, runs as f64)
     });
     let client_streak = clients.map_or(f64::NAN, |c| longest_streak(order.iter().map(|(_, i)| i % c)));
-    let waits = sorted(workers.into_iter().flat_map(|w| w.waits_ms).collect());
-    let rate = n / d.wall;
-    let ideal = 1.0 / (hold + handoff);
-    let counter_ops = acquisitions as u64;
     Ok(Contended {
-        rate,
-        handoff_us: (1.0 / rate - hold) * 1e6,
+        fig,
         thread_streak,
         client_streak,
         worst_others,
         worst_runs,
-        ideal,
-        vs_ideal: rate / ideal,
-        hold_ms: hold * 1e3,
-        p50_ms: pct(&waits, 50.0),
-        p99_ms: pct(&waits, 99.0),
-        max_ms: pct(&waits, 100.0),
-        lost: n - counted.unwrap_or(0) as f64,
-        rt: d.round_trips(imp.script_commands(), counter_ops) / n,
-        attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
-        evalsha: d.calls("evalsha") / n,
-        subs: d.subscribes() / n,
-        hexists: d.top_calls("hexists") / n,
-        handoffs: d.calls("hdel") / n,
-        cpu_us: d.client_cpu / n * 1e6,
-        server_us: d.server_cpu / n * 1e6,
+        handoffs: d.calls("hdel") / acquisitions as f64,
     })
+}
+
+/// The cells of the [`Figures`] every contended table shows, in its column
+/// groups: medians over runs, lost updates summed.
+pub(crate) struct Cells {
+    /// acq/s, vs ideal, hold, handoff, p50 and p99 waits.
+    pub(crate) waits: [String; 6],
+    /// The median max wait.
+    pub(crate) max: String,
+    /// Lost updates, round trips, attempts, EVALSHA, subscriptions, HEXISTS.
+    pub(crate) costs: [String; 6],
+    /// Client and Redis CPU.
+    pub(crate) cpu: [String; 2],
+}
+
+/// The cells of `runs`' figures.
+pub(crate) fn cells(runs: &[Figures]) -> Cells {
+    Cells {
+        waits: [
+            fmt(med(runs, |r| r.rate), 0),
+            fmt_ratio(med(runs, |r| r.vs_ideal)),
+            fmt(med(runs, |r| r.hold_ms), 3),
+            fmt(med(runs, |r| r.handoff_us), 0),
+            fmt(med(runs, |r| r.p50_ms), 2),
+            fmt(med(runs, |r| r.p99_ms), 2),
+        ],
+        max: fmt(med(runs, |r| r.max_ms), 1),
+        costs: [
+            fmt(sum_of(runs, |r| r.lost), 0),
+            fmt(med(runs, |r| r.rt), 2),
+            fmt(med(runs, |r| r.attempts), 2),
+            fmt(med(runs, |r| r.evalsha), 2),
+            fmt(med(runs, |r| r.subs), 2),
+            fmt(med(runs, |r| r.hexists), 2),
+        ],
+        cpu: [fmt(med(runs, |r| r.cpu_us), 0), fmt(med(runs, |r| r.server_us), 0)],
+    }
 }
 
 /// A table row: medians over runs, the worst run's extremes, sums of lost
 /// updates.
 fn contended_row(name: &str, runs: &[Contended]) -> Vec<String> {
     // The run whose wait was the longest.
-    let worst = runs.iter().filter(|r| !r.max_ms.is_nan()).max_by(|a, b| a.max_ms.total_cmp(&b.max_ms));
-    vec![
-        name.to_owned(),
-        fmt(med(runs, |r| r.rate), 0),
-        fmt_ratio(med(runs, |r| r.vs_ideal)),
-        fmt(med(runs, |r| r.hold_ms), 3),
-        fmt(med(runs, |r| r.handoff_us), 0),
-        fmt(med(runs, |r| r.p50_ms), 2),
-        fmt(med(runs, |r| r.p99_ms), 2),
-        format!("{} ({})", fmt(med(runs, |r| r.max_ms), 1), fmt(max_of(runs, |r| r.max_ms), 1)),
+    let worst =
+        runs.iter().filter(|r| !r.fig.max_ms.is_nan()).max_by(|a, b| a.fig.max_ms.total_cmp(&b.fig.max_ms));
+    let Cells { waits, max, costs, cpu } = cells(&runs.iter().map(|r| r.fig).collect::<Vec<_>>());
+    let mut row = vec![name.to_owned()];
+    row.extend(waits);
+    row.push(format!("{max} ({})", fmt(max_of(runs, |r| r.fig.max_ms), 1)));
+    row.push(
         worst.map_or("n/a".to_owned(), |r| format!("{} / {}", fmt(r.worst_others, 0), fmt(r.worst_runs, 0))),
-        format!(
-            "{} / {}",
-            fmt(max_of(runs, |r| r.thread_streak), 0),
-            fmt(max_of(runs, |r| r.client_streak), 0)
-        ),
-        fmt(sum_of(runs, |r| r.lost), 0),
-        fmt(med(runs, |r| r.rt), 2),
-        fmt(med(runs, |r| r.attempts), 2),
-        fmt(med(runs, |r| r.evalsha), 2),
-        fmt(med(runs, |r| r.subs), 2),
-        fmt(med(runs, |r| r.hexists), 2),
-        fmt(med(runs, |r| r.handoffs), 2),
-        fmt(med(runs, |r| r.cpu_us), 0),
-        fmt(med(runs, |r| r.server_us), 0),
-    ]
+    );
+    row.push(format!(
+        "{} / {}",
+        fmt(max_of(runs, |r| r.thread_streak), 0),
+        fmt(max_of(runs, |r| r.client_streak), 0)
+    ));
+    row.extend(costs);
+    row.push(fmt(med(runs, |r| r.handoffs), 2));
+    row.extend(cpu);
+    row
 }

@@ -9,14 +9,22 @@ use crate::lock_impl::{Floor, LockImpl, Session};
 
 /// The floor's mean acquire+release pair time, in seconds.
 pub(crate) fn handoff(env: &Env) -> Res<f64> {
+    handoff_over(env, &[&env.key("handoff")])
+}
+
+/// The floor's mean acquire+release pair time over `names` in turn
+/// (`--cluster`: one per shard), in seconds: `--handoff-pairs` pairs per
+/// name, after 20 per name.
+pub(crate) fn handoff_over(env: &Env, names: &[&str]) -> Res<f64> {
     let mut floor = Floor::new(env).session(1)?;
-    let key = env.key("handoff");
-    for _ in 0..20 {
-        floor.pair(&key)?;
+    let name = |i: usize| names[i % names.len()];
+    for i in 0..20 * names.len() {
+        floor.pair(name(i))?;
     }
+    let pairs = env.cfg.handoff_pairs * names.len();
     let start = Instant::now();
-    for _ in 0..env.cfg.handoff_pairs {
-        floor.pair(&key)?;
+    for i in 0..pairs {
+        floor.pair(name(i))?;
     }
-    Ok(start.elapsed().as_secs_f64() / env.cfg.handoff_pairs as f64)
+    Ok(start.elapsed().as_secs_f64() / pairs as f64)
 }

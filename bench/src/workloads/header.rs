@@ -1,10 +1,12 @@
 //! The report's header: the machine, the server, the two physical units
 //! every figure rests on (a loopback round trip and a thread wake-up), the
-//! build and the configuration.
+//! build and the configuration. The `--cluster` header is built from the
+//! same lines.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::config::Cfg;
 use crate::env::{Env, Redis};
 use crate::error::{Res, err};
 use crate::measure::{info, info_field, loadavg, pct, sorted, us};
@@ -12,49 +14,26 @@ use crate::report::fmt;
 
 /// Prints the header.
 pub(crate) fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
-    let cpus = thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_else(|_| "?".into());
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| info_field(&c.replace('\t', ""), "model name"))
-        .unwrap_or_else(|| "unknown".into());
-    let server = info(stats, "server")?;
-    let version = info_field(&server, "redis_version").unwrap_or_else(|| "?".into());
+    let version = redis_version(stats)?;
     // Loopback round trip: the physical unit of every figure below.
-    let mut rtts = Vec::with_capacity(1000);
-    for _ in 0..1000 {
-        let t = Instant::now();
-        redis::cmd("PING").query::<String>(stats)?;
-        rtts.push(us(t.elapsed()));
-    }
-    let rtts = sorted(rtts);
+    let rtts = ping_rtts(stats)?;
     let wakes = thread_wake_latency()?;
     let c = &env.cfg;
     println!("# keyholder benchmark\n");
-    println!("- machine: {cpus} CPUs, {model}; load average at start {}", loadavg());
+    println!("{}", machine_line());
     println!("- redis: {version}, {}", redis.describe());
+    println!("- loopback PING round trip: {} (1000 pings)", p50_p99_us(&rtts));
     println!(
-        "- loopback PING round trip: p50 {} µs, p99 {} µs (1000 pings)",
-        fmt(pct(&rtts, 50.0), 0),
-        fmt(pct(&rtts, 99.0), 0)
+        "- waking a blocked thread (channel ping-pong, one way): {} (1000 round trips)",
+        p50_p99_us(&wakes)
     );
-    println!(
-        "- waking a blocked thread (channel ping-pong, one way): p50 {} µs, p99 {} µs (1000 round trips)",
-        fmt(pct(&wakes, 50.0), 0),
-        fmt(pct(&wakes, 99.0), 0)
-    );
-    println!(
-        "- build: {}; keyholder {}",
-        if cfg!(debug_assertions) { "DEBUG (figures meaningless; use --release)" } else { "release" },
-        keyholder_version()
-    );
-    println!(
-        "- configuration{}: {} run(s) per workload, figures are medians over runs; W1 {} pairs; \
+    println!("{}", build_line());
+    let workloads = format!(
+        "W1 {} pairs; \
          W2 {} threads x {} acquisitions, hold {:?}, 1 client and {} clients; W3 {} threads over {} \
          and over {} clients (baseline {} threads), idle window {:?}, stacks {} KiB; W4 {} locks from {} \
          threads, watchdog timeout {:?} ({} periods held); W5 {} iterations; W6 {:?} clients of 1 thread, \
          {} acquisitions in all; handoff = floor pair mean over {} pairs",
-        if c.quick { " (--quick)" } else { "" },
-        c.runs,
         c.w1_pairs,
         c.w2_threads,
         c.w2_per_thread,
@@ -75,11 +54,63 @@ pub(crate) fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) ->
         c.w6_acquisitions,
         c.handoff_pairs,
     );
+    println!("{}", configuration_line(c, &workloads));
     Ok(())
 }
 
+/// The header's machine line: CPUs, their model, the load average now.
+pub(crate) fn machine_line() -> String {
+    let cpus = thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_else(|_| "?".into());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| info_field(&c.replace('\t', ""), "model name"))
+        .unwrap_or_else(|| "unknown".into());
+    format!("- machine: {cpus} CPUs, {model}; load average at start {}", loadavg())
+}
+
+/// The server's `redis_version`.
+pub(crate) fn redis_version(con: &mut redis::Connection) -> Res<String> {
+    let server = info(con, "server")?;
+    Ok(info_field(&server, "redis_version").unwrap_or_else(|| "?".into()))
+}
+
+/// 1000 PING round trips on `con`, in µs, sorted.
+pub(crate) fn ping_rtts(con: &mut redis::Connection) -> Res<Vec<f64>> {
+    let mut rtts = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let t = Instant::now();
+        redis::cmd("PING").query::<String>(con)?;
+        rtts.push(us(t.elapsed()));
+    }
+    Ok(sorted(rtts))
+}
+
+/// `p50 … µs, p99 … µs` of sorted samples in µs.
+pub(crate) fn p50_p99_us(sorted: &[f64]) -> String {
+    format!("p50 {} µs, p99 {} µs", fmt(pct(sorted, 50.0), 0), fmt(pct(sorted, 99.0), 0))
+}
+
+/// The header's configuration line: `--quick` or not, the runs, then
+/// `workloads`, each workload's settings.
+pub(crate) fn configuration_line(c: &Cfg, workloads: &str) -> String {
+    format!(
+        "- configuration{}: {} run(s) per workload, figures are medians over runs; {workloads}",
+        if c.quick { " (--quick)" } else { "" },
+        c.runs,
+    )
+}
+
+/// The header's build line: release or debug, and keyholder's version.
+pub(crate) fn build_line() -> String {
+    format!(
+        "- build: {}; keyholder {}",
+        if cfg!(debug_assertions) { "DEBUG (figures meaningless; use --release)" } else { "release" },
+        keyholder_version()
+    )
+}
+
 /// keyholder's version, from its manifest (this crate's own is not it).
-pub(crate) fn keyholder_version() -> &'static str {
+fn keyholder_version() -> &'static str {
     const MANIFEST: &str = include_str!("../../../Cargo.toml");
     MANIFEST
         .lines()

@@ -1,14 +1,16 @@
-//! The single-thread loops of W1 and W5: one operation repeated, timed one
-//! by one, with the server's counters over the whole loop.
+//! The single-thread loops of W1 and W5 (and of `--cluster`'s W1): one
+//! operation repeated, timed one by one, with the server's counters (or
+//! every primary's) over the whole loop.
 
 use std::time::Instant;
 
 use crate::error::Res;
-use crate::measure::{Delta, med, pct, snap, sorted, us};
+use crate::measure::{Counters, med, pct, sorted, us};
 use crate::report::{fmt, fmt_ratio};
 
-/// One measured single-thread loop.
-pub(crate) struct Loop {
+/// One measured single-thread loop; `parts`: what the counters show beyond
+/// their sum (each primary's share on a cluster).
+pub(crate) struct Loop<P = ()> {
     pub(crate) rate: f64,
     p50: f64,
     p99: f64,
@@ -18,30 +20,33 @@ pub(crate) struct Loop {
     server_us: f64,
     /// Rate ÷ the same run's floor rate.
     pub(crate) vs_floor: f64,
+    pub(crate) parts: P,
 }
 
-/// Runs `op` `n` times after a warm-up (scripts loaded, connections open);
-/// `nested` are the commands the implementation's scripts run.
-pub(crate) fn measure_loop(
-    stats: &mut redis::Connection,
+/// Runs `op(i)` for `i` in `0..n` after a warm-up (scripts loaded,
+/// connections open) of `n.clamp(10, 100)` operations, or `at_least` if
+/// more; `nested` are the commands the implementation's scripts run.
+pub(crate) fn measure_loop<S: Counters>(
+    stats: &mut S,
     n: usize,
+    at_least: usize,
     nested: &[&str],
-    mut op: impl FnMut() -> Res<()>,
-) -> Res<Loop> {
-    for _ in 0..n.clamp(10, 100) {
-        op()?;
+    mut op: impl FnMut(usize) -> Res<()>,
+) -> Res<Loop<S::Parts>> {
+    for i in 0..n.clamp(10, 100).max(at_least) {
+        op(i)?;
     }
     let mut lat = Vec::with_capacity(n);
-    let a = snap(stats)?;
+    let a = stats.snap()?;
     let start = Instant::now();
-    for _ in 0..n {
+    for i in 0..n {
         let t = Instant::now();
-        op()?;
+        op(i)?;
         lat.push(us(t.elapsed()));
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let b = snap(stats)?;
-    let d = Delta::between(&a, &b);
+    let b = stats.snap()?;
+    let (parts, d) = stats.between(&a, &b, S::Audit::default());
     let lat = sorted(lat);
     let n = n as f64;
     Ok(Loop {
@@ -53,15 +58,34 @@ pub(crate) fn measure_loop(
         cpu_us: d.client_cpu / n * 1e6,
         server_us: d.server_cpu / n * 1e6,
         vs_floor: f64::NAN,
+        parts,
     })
 }
 
 /// The columns of W1's and W5's tables, after the label.
 pub(crate) const LOOP_COLUMNS: usize = 8;
 
-/// A table row: medians over runs.
-pub(crate) fn loop_row(name: &str, runs: &[Loop]) -> Vec<String> {
-    vec![
+/// The header of a table of [`loop_row`]s: `per`, what one operation is
+/// (`pair`), `rate` its rate (`pairs/s`), `extra` the extra column's.
+pub(crate) fn loop_header(per: &str, rate: &str, extra: Option<&str>) -> Vec<String> {
+    let mut header = vec![
+        "impl".to_owned(),
+        rate.to_owned(),
+        "vs floor".to_owned(),
+        "p50 µs".to_owned(),
+        "p99 µs".to_owned(),
+        format!("round trips/{per}"),
+        format!("EVALSHA/{per}"),
+    ];
+    header.extend(extra.map(str::to_owned));
+    header.extend([format!("client CPU µs/{per}"), format!("Redis CPU µs/{per}")]);
+    header
+}
+
+/// A table row: medians over runs; `extra`, a column after EVALSHA (the
+/// cluster's redirections).
+pub(crate) fn loop_row<P>(name: &str, runs: &[Loop<P>], extra: Option<String>) -> Vec<String> {
+    let mut row = vec![
         name.to_owned(),
         fmt(med(runs, |r| r.rate), 0),
         fmt_ratio(med(runs, |r| r.vs_floor)),
@@ -69,7 +93,8 @@ pub(crate) fn loop_row(name: &str, runs: &[Loop]) -> Vec<String> {
         fmt(med(runs, |r| r.p99), 0),
         fmt(med(runs, |r| r.rt), 2),
         fmt(med(runs, |r| r.evalsha), 2),
-        fmt(med(runs, |r| r.cpu_us), 1),
-        fmt(med(runs, |r| r.server_us), 1),
-    ]
+    ];
+    row.extend(extra);
+    row.extend([fmt(med(runs, |r| r.cpu_us), 1), fmt(med(runs, |r| r.server_us), 1)]);
+    row
 }

@@ -8,7 +8,7 @@ use crate::error::Res;
 use crate::lock_impl::{Floor, Keyholder, LockImpl, Session};
 use crate::report::print_table;
 
-use super::loops::{LOOP_COLUMNS, Loop, loop_row, measure_loop};
+use super::loops::{LOOP_COLUMNS, Loop, loop_header, loop_row, measure_loop};
 
 pub(crate) fn w5(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let n = env.cfg.w5_iters;
@@ -31,18 +31,8 @@ pub(crate) fn w5(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     na.extend(std::iter::repeat_n("n/a".to_owned(), LOOP_COLUMNS));
     print_table(
         &format!("W5: reentrancy, depth-3 nested acquire then release, 1 thread, {n} iterations"),
-        &[
-            "impl",
-            "iterations/s",
-            "vs floor",
-            "p50 µs",
-            "p99 µs",
-            "round trips/iter",
-            "EVALSHA/iter",
-            "client CPU µs/iter",
-            "Redis CPU µs/iter",
-        ],
-        &[loop_row("floor (6 script calls)", &floor_runs), na, loop_row("keyholder", &kh_runs)],
+        &loop_header("iter", "iterations/s", None),
+        &[loop_row("floor (6 script calls)", &floor_runs, None), na, loop_row("keyholder", &kh_runs, None)],
         &["baseline: n/a: SET NX is not reentrant; the holder's second SET NX fails and it would wait on \
            itself until its own 30 s lease expires."
             .to_owned()],
@@ -58,7 +48,7 @@ fn nested<I: LockImpl>(
     session: &mut I::Session,
     key: &str,
 ) -> Res<Loop> {
-    measure_loop(stats, n, imp.script_commands(), || {
+    measure_loop(stats, n, 0, imp.script_commands(), |_| {
         let outer = session.acquire(key)?;
         let middle = session.acquire(key)?;
         let inner = session.acquire(key)?;
