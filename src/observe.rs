@@ -55,8 +55,9 @@ pub mod metric_names {
     /// Counter: renewal rounds cut short because a renewal call failed
     /// (Redis unreachable or erroring); retried the next period.
     pub const RENEWAL_FAILURES: &str = "keyholder_renewal_failures_total";
-    /// Counter: times the pub/sub connection was re-established after it
-    /// was lost (a restart, a failover, a silent connection).
+    /// Counter: times the pub/sub connection was established again after it
+    /// was lost or out of reach (a restart, a failover, a silent connection,
+    /// Redis down when the reader first connected).
     pub const PUBSUB_RECONNECTS: &str = "keyholder_pubsub_reconnects_total";
     /// Counter: run-once job calls (`Job::run`, `Job::run_with`). Label:
     /// `outcome` (`ran`, `skipped`, `lost`, `error`).
