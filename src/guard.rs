@@ -61,6 +61,11 @@ impl LockGuard {
         LockGuard { client, hold, entry, released: false, _not_send: PhantomData }
     }
 
+    /// How many guards the hold has (more than one after a re-entry).
+    pub(crate) fn hold_guards(&self) -> u32 {
+        self.hold.guards()
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.hold.name

@@ -270,6 +270,19 @@ impl Job {
     ///
     /// As [`run`](Job::run).
     pub fn run_with<T>(&self, job: impl FnOnce(&JobRun) -> T) -> Result<JobOutcome<T>> {
+        crate::observe::job(
+            &self.keys.name,
+            || self.run_observed(job),
+            |outcome| match outcome {
+                JobOutcome::Ran(_) => crate::observe::JobOutcome::Ran,
+                JobOutcome::Skipped => crate::observe::JobOutcome::Skipped,
+                JobOutcome::Lost { .. } => crate::observe::JobOutcome::Lost,
+            },
+        )
+    }
+
+    /// [`run_with`](Job::run_with) inside its `keyholder.job` span.
+    fn run_observed<T>(&self, job: impl FnOnce(&JobRun) -> T) -> Result<JobOutcome<T>> {
         self.validate()?;
         let inner = self.client.inner();
         inner.check_running()?;

@@ -162,6 +162,18 @@
 //! # #[cfg(not(feature = "tls"))]
 //! # fn main() {}
 //! ```
+//!
+//! # Observability
+//!
+//! With the `tracing` cargo feature, acquire, release and run-once jobs run
+//! in `keyholder.acquire`, `keyholder.release` and `keyholder.job` spans
+//! (lock name, mode, outcome, wait time, re-entry), with events for waits,
+//! lost holds, watchdog renewal rounds and pub/sub reconnects. With the
+//! `metrics` feature the same moments are counted through the `metrics`
+//! facade, under the names in [`metric_names`]; `label_metrics_by_lock`
+//! adds a `lock` label of bounded cardinality (see [`collapse_ids`]).
+//! Without the features none of this is compiled in. `docs/observability.md`
+//! lists every span, field and metric.
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
@@ -185,6 +197,8 @@ mod error;
 mod lease;
 mod names;
 mod owner;
+// Spans and metrics (the `tracing` and `metrics` features); no-ops without.
+mod observe;
 #[cfg(feature = "tls")]
 mod tls;
 
@@ -197,3 +211,6 @@ pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
+pub use observe::{collapse_ids, metric_names};
+#[cfg(feature = "metrics")]
+pub use observe::{describe_metrics, label_metrics_by_lock};

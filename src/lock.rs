@@ -23,6 +23,7 @@ use crate::gate::hold::{Acquisition, Hold};
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::names;
+use crate::observe;
 use crate::owner;
 use crate::pubsub::subscriber::{Grant, Subscription};
 use crate::store::scripts::{Acquire, AcquireArgs};
@@ -356,11 +357,23 @@ impl Lock {
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
-        let inner = self.client.inner();
-        inner.check_running()?;
-        let entry = inner.entry(&self.name);
-        let acquired = self.acquire_in(&entry, deadline, block)?;
-        Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), entry, hold)))
+        let mode = observe::Mode::of(deadline, block);
+        let obs = observe::Acquire::start(&self.name, mode);
+        let acquired = obs.in_scope(|| {
+            let inner = self.client.inner();
+            inner.check_running()?;
+            let entry = inner.entry(&self.name);
+            let acquired = self.acquire_in(&entry, deadline, block, &obs)?;
+            Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), entry, hold)))
+        });
+        obs.finish(|| match &acquired {
+            // A re-entry adds a guard to the thread's hold.
+            Ok(Some(guard)) => observe::AcquireOutcome::Acquired { reentrant: guard.hold_guards() > 1 },
+            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
+            Ok(None) => observe::AcquireOutcome::TimedOut,
+            Err(_) => observe::AcquireOutcome::Error,
+        });
+        acquired
     }
 
     fn acquire_in(
@@ -368,6 +381,7 @@ impl Lock {
         entry: &Arc<Entry>,
         deadline: Option<Instant>,
         block: bool,
+        obs: &observe::Acquire<'_>,
     ) -> Result<Option<Arc<Hold>>> {
         let inner = self.client.inner();
         let thread = owner::current_thread_id();
@@ -382,12 +396,12 @@ impl Lock {
 
         let successor =
             Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
-        match entry.enter_gate(&successor, deadline, block, self)? {
+        match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => return Ok(Some(hold)),
             Some(Entered::Gate) => {}
         }
-        match self.contend(entry, &successor, deadline, block) {
+        match self.contend(entry, &successor, deadline, block, obs) {
             Ok(Some(Won { replicated: Some(false), .. })) if inner.config.replica_acks_required => {
                 // Not on the replicas: a failover could lose it. Give it
                 // back rather than hand out a hold the caller refused.
@@ -504,6 +518,7 @@ impl Lock {
         me: &Successor,
         deadline: Option<Instant>,
         block: bool,
+        obs: &observe::Acquire<'_>,
     ) -> Result<Option<Won>> {
         let inner = self.client.inner();
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
@@ -561,6 +576,7 @@ impl Lock {
             if !block || deadline.is_some_and(|d| now >= d) {
                 break Ok(None);
             }
+            obs.waiting();
             // A subscription whose slot moved to another cluster node
             // hears nothing more: subscribe again, where the slot went.
             subscribed = subscribed && entry.is_subscribed();

@@ -18,6 +18,7 @@ use crate::gate::entry::{Entry, Successor};
 use crate::gate::hold::{Acquisition, Hold};
 use crate::lease::Lease;
 use crate::names;
+use crate::observe;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
 
@@ -121,8 +122,13 @@ impl Inner {
         self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
     }
 
-    /// Releases one guard's share of `hold`.
+    /// Releases one guard's share of `hold`, in a `keyholder.release` span.
     pub(crate) fn release(&self, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
+        observe::release(&hold.name, || self.release_guard(entry, hold))
+    }
+
+    /// Releases one guard's share of `hold`.
+    fn release_guard(&self, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
         if let Some(reason) = hold.lost_reason()
             && entry.has_newer_hold(hold.thread, hold.id)
         {
@@ -257,6 +263,7 @@ impl Inner {
     /// Ends a hold locally: no more renewal, the gate passes on.
     fn finish(&self, entry: &Entry, hold: &Arc<Hold>) {
         if hold.finish() {
+            observe::hold_ended(&hold.name, hold.acquired_at());
             self.watchdog.deregister(hold.id);
             entry.release_gate(hold.id);
         }

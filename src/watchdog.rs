@@ -205,6 +205,15 @@ const MAX_REVERIFY: Duration = Duration::from_secs(1);
 /// Renews every registered watchdog hold once, in batches; false when a
 /// batch could not be renewed (Redis failing), which ends the round.
 pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
+    let started = crate::observe::renewal_start();
+    let (holds, renewed) = renew_round(inner);
+    crate::observe::renewal_round(holds, !renewed, started);
+    renewed
+}
+
+/// [`renew_all`]'s round: how many holds it had to renew, and whether it
+/// renewed them all.
+fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
     let registry = inner.registry();
     let timeout = inner.watchdog_timeout();
     let mut holds = registry.to_renew();
@@ -270,7 +279,7 @@ pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
                     batch.len(),
                     holds.len()
                 );
-                return false;
+                return (holds.len(), false);
             }
         }
         let now = Instant::now();
@@ -279,5 +288,5 @@ pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
             earliest = registry.earliest_deadline();
         }
     }
-    true
+    (holds.len(), true)
 }

@@ -171,12 +171,13 @@ impl Entry {
     /// Enters the gate as `successor.thread`. Without `block`, returns
     /// `Ok(None)` at once if another local thread is there; with it, queues
     /// until the gate (or the lock itself) is handed over, or `deadline`
-    /// passes.
+    /// passes; `queued` is called when it queues (to observe the wait).
     pub(crate) fn enter_gate(
         self: &Arc<Self>,
         successor: &Successor,
         deadline: Option<Instant>,
         block: bool,
+        queued: impl FnOnce(),
         redis: &dyn GateRedis,
     ) -> Result<Option<Entered>> {
         let thread = successor.thread;
@@ -195,6 +196,7 @@ impl Entry {
             st.queue.push_back(Queued { successor: successor.clone(), wake: tx });
             rx
         };
+        queued();
         self.subscribe_for_queue(redis);
         loop {
             let until = {
@@ -566,7 +568,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let (entry, redis) = (Arc::clone(entry), Arc::clone(redis));
         std::thread::spawn(move || {
-            let _ = tx.send(entry.enter_gate(&successor(thread), deadline, true, &*redis));
+            let _ = tx.send(entry.enter_gate(&successor(thread), deadline, true, || {}, &*redis));
         });
         rx
     }
@@ -576,7 +578,10 @@ mod tests {
     /// outcome.
     fn held_with_one_queued(deadline: Option<Instant>) -> (Arc<Entry>, Arc<FakeRedis>, Arc<Hold>, Outcome) {
         let (entry, redis) = (entry(), redis());
-        assert!(matches!(entry.enter_gate(&successor(1), None, true, &*redis), Ok(Some(Entered::Gate))));
+        assert!(matches!(
+            entry.enter_gate(&successor(1), None, true, || {}, &*redis),
+            Ok(Some(Entered::Gate))
+        ));
         let holder = hold(&entry, 10, 1);
         entry.set_held(Arc::clone(&holder));
         let second = enter(&entry, &redis, 2, deadline);
@@ -598,8 +603,11 @@ mod tests {
     #[test]
     fn a_free_gate_is_taken_at_once_and_a_busy_one_refuses_try_lock() {
         let (entry, redis) = (entry(), redis());
-        assert!(matches!(entry.enter_gate(&successor(1), None, false, &*redis), Ok(Some(Entered::Gate))));
-        assert!(matches!(entry.enter_gate(&successor(2), None, false, &*redis), Ok(None)));
+        assert!(matches!(
+            entry.enter_gate(&successor(1), None, false, || {}, &*redis),
+            Ok(Some(Entered::Gate))
+        ));
+        assert!(matches!(entry.enter_gate(&successor(2), None, false, || {}, &*redis), Ok(None)));
         entry.leave_gate(1);
         assert!(entry.is_idle());
     }
@@ -607,7 +615,10 @@ mod tests {
     #[test]
     fn a_release_passes_the_gate_to_the_first_queued_thread_in_order() {
         let (entry, redis) = (entry(), redis());
-        assert!(matches!(entry.enter_gate(&successor(1), None, true, &*redis), Ok(Some(Entered::Gate))));
+        assert!(matches!(
+            entry.enter_gate(&successor(1), None, true, || {}, &*redis),
+            Ok(Some(Entered::Gate))
+        ));
         entry.set_held(hold(&entry, 10, 1));
         let second = enter(&entry, &redis, 2, None);
         queued(&entry, 1);
@@ -667,7 +678,7 @@ mod tests {
     #[test]
     fn a_queued_thread_gives_up_at_its_deadline_and_leaves_the_queue() {
         let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.enter_gate(&successor(1), None, true, || {}, &*redis).unwrap();
         entry.set_held(hold(&entry, 10, 1));
         let second = enter(&entry, &redis, 2, Some(Instant::now() + Duration::from_millis(50)));
         assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(None)));
@@ -677,12 +688,12 @@ mod tests {
     #[test]
     fn shutdown_wakes_queued_threads_with_an_error() {
         let (entry, redis) = (entry(), redis());
-        entry.enter_gate(&successor(1), None, true, &*redis).unwrap();
+        entry.enter_gate(&successor(1), None, true, || {}, &*redis).unwrap();
         let second = enter(&entry, &redis, 2, None);
         queued(&entry, 1);
         entry.shut_down();
         assert!(second.recv_timeout(LIMIT).unwrap().unwrap_err().is_shutdown());
-        assert!(entry.enter_gate(&successor(3), None, true, &*redis).unwrap_err().is_shutdown());
+        assert!(entry.enter_gate(&successor(3), None, true, || {}, &*redis).unwrap_err().is_shutdown());
         assert!(entry.wait_wake(Instant::now() + LIMIT).unwrap_err().is_shutdown());
     }
 

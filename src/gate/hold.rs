@@ -88,6 +88,11 @@ fn decode(code: u8) -> Option<LostReason> {
 }
 
 impl Hold {
+    /// When the acquire script call that began the hold was sent.
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.base
+    }
+
     /// The hold begun by `acquisition`, with one guard.
     pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
@@ -147,6 +152,7 @@ impl Hold {
         let first =
             self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok();
         if first {
+            crate::observe::hold_lost(&self.name, reason);
             for listener in self.lost_listeners.lock().drain(..) {
                 let _ = listener.try_send(reason);
             }

@@ -536,6 +536,7 @@ impl Subscriber {
                         return;
                     }
                     if reconnecting {
+                        crate::observe::pubsub_reconnected();
                         self.wake_all();
                         let _ = self.reconnected.try_send(());
                     }
