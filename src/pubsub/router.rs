@@ -45,31 +45,26 @@ pub(crate) type Primaries = Box<dyn Fn() -> Vec<(String, Target)> + Send + Sync>
 pub(crate) struct NodeSubscribers {
     locate: Locate,
     primaries: Primaries,
-    sharded: bool,
+    settings: NodeSubscriberSettings,
     nodes: Mutex<HashMap<String, Arc<Subscriber>>>,
-    connect_timeout: Duration,
-    command_timeout: Duration,
-    /// Told when a subscriber reconnected (holds are worth verifying).
-    reconnected: Sender<()>,
-    /// Called when a subscriber cannot reach its node (the slot map is
-    /// worth reading again).
-    unreachable: Arc<dyn Fn() + Send + Sync>,
-    /// Disconnects on shutdown: ends the readers' back-off waits.
-    stop: Receiver<()>,
-    /// The readers' thread names start with this.
-    thread_prefix: String,
     /// Set under `nodes`' lock: no subscriber starts after shutdown.
     shutdown: AtomicBool,
 }
 
-/// What a cluster client's subscribers need besides `locate`.
+/// How a cluster client's subscribers are made and started.
 pub(crate) struct NodeSubscriberSettings {
+    /// `SSUBSCRIBE` rather than `SUBSCRIBE`.
     pub(crate) sharded: bool,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// Told when a subscriber reconnected (holds are worth verifying).
     pub(crate) reconnected: Sender<()>,
+    /// Called when a subscriber cannot reach its node (the slot map is
+    /// worth reading again).
     pub(crate) unreachable: Arc<dyn Fn() + Send + Sync>,
+    /// Disconnects on shutdown: ends the readers' back-off waits.
     pub(crate) stop: Receiver<()>,
+    /// The readers' thread names start with this.
     pub(crate) thread_prefix: String,
 }
 
@@ -79,26 +74,11 @@ impl NodeSubscribers {
         primaries: Primaries,
         settings: NodeSubscriberSettings,
     ) -> NodeSubscribers {
-        let NodeSubscriberSettings {
-            sharded,
-            connect_timeout,
-            command_timeout,
-            reconnected,
-            unreachable,
-            stop,
-            thread_prefix,
-        } = settings;
         NodeSubscribers {
             locate,
             primaries,
-            sharded,
+            settings,
             nodes: Mutex::new(HashMap::new()),
-            connect_timeout,
-            command_timeout,
-            reconnected,
-            unreachable,
-            stop,
-            thread_prefix,
             shutdown: AtomicBool::new(false),
         }
     }
@@ -125,19 +105,20 @@ impl NodeSubscribers {
         if let Some(subscriber) = nodes.get(&key) {
             return Ok(Arc::clone(subscriber));
         }
+        let settings = &self.settings;
         let subscriber = Arc::new(Subscriber::new(
             target,
-            self.connect_timeout,
-            self.command_timeout,
-            self.reconnected.clone(),
-            self.sharded,
+            settings.connect_timeout,
+            settings.command_timeout,
+            settings.reconnected.clone(),
+            settings.sharded,
         ));
-        let unreachable = Arc::clone(&self.unreachable);
+        let unreachable = Arc::clone(&settings.unreachable);
         subscriber.on_unreachable(move || unreachable());
         let reader = Arc::clone(&subscriber);
-        let stop = self.stop.clone();
+        let stop = settings.stop.clone();
         std::thread::Builder::new()
-            .name(format!("{}-{key}", self.thread_prefix))
+            .name(format!("{}-{key}", settings.thread_prefix))
             .spawn(move || reader.run(stop))
             .map_err(|e| Error::spawn("pub/sub", e))?;
         nodes.insert(key, Arc::clone(&subscriber));

@@ -4,7 +4,7 @@
 //!
 //! `REDIS_SERVER_BIN` overrides the binary. A missing binary fails loudly.
 //!
-//! With the `tls` feature, [`RedisServer::start_tls`] starts one that listens
+//! With the `tls` feature, `RedisServer::start_tls` starts one that listens
 //! for TLS only (`--port 0 --tls-port`), with certificates made for it in its
 //! temp dir; the harness itself talks to it over its Unix socket.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
