@@ -181,6 +181,7 @@
 mod admin;
 mod client;
 mod config;
+mod endpoints;
 mod guard;
 mod job;
 mod lock;
