@@ -176,8 +176,8 @@ impl Cluster {
         }
     }
 
-    /// The index of the primary serving `key`'s slot among those in use,
-    /// for grouping calls per node (the watchdog's renewals).
+    /// The address of the primary serving `key`'s slot, for grouping calls
+    /// per node (the watchdog's renewals).
     pub(crate) fn node_of(&self, key: &str) -> Option<Addr> {
         self.shard_of_slot(slots::key_slot(key.as_bytes())).ok().map(|shard| shard.addr.clone())
     }
