@@ -6,5 +6,6 @@
 //! Kinds do not import one another, except where one is made of another
 //! (a run-once job is a reentrant lock's hold).
 
+pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod lock;
