@@ -8,6 +8,7 @@
 //! hash renewer of `lock::renewal`). `latch` is what every kind whose
 //! release decrements a count shares: the unlock latch and its one retry.
 
+pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod latch;
 pub(crate) mod lock;

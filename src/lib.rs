@@ -205,6 +205,9 @@ pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWat
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
+pub use kinds::fair::{
+    DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
+};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};

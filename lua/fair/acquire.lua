@@ -1,0 +1,196 @@
+-- fair/acquire.lua: take, re-enter or queue for a fair lock (Redisson
+-- RFairLock layout), optionally minting a fencing token (Redisson
+-- RFencedLock's counter).
+--
+-- KEYS[1]  lock key: a HASH named by the lock name itself, as RLock's
+-- KEYS[2]  waiter queue "redisson_lock_queue:{<name>}": a LIST of owner ids
+--          in arrival order, no TTL
+-- KEYS[3]  waiter deadlines "redisson_lock_timeout:{<name>}": a ZSET of the
+--          queued owner ids scored by an absolute epoch-ms deadline, no TTL
+-- KEYS[4]  wake channel prefix "redisson_lock__channel:{<name>}": the waiter
+--          <owner id> listens on "<KEYS[4]>:<owner id>"
+-- KEYS[5]  optional fencing-token counter "redisson_lock_token:{<name>}"
+--          (see acquire.lua): incremented on every acquisition made with it
+-- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
+-- ARGV[2]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[3]  wait slot in milliseconds (Redisson's fairLockWaitTimeout): how
+--          long a queued waiter may go without retrying before it counts
+--          as dead
+-- ARGV[4]  now: the caller's clock in epoch milliseconds
+-- ARGV[5]  "1" to queue when not acquired (a call that will wait); "0" to
+--          never queue (a single attempt; Redisson's tryLock())
+-- ARGV[6]  optional mode. "1" for a new hold: a count the owner id still
+--          has is stale and is set to 1, not incremented. "0" for a
+--          re-entry: only the owner's existing field is incremented, the
+--          queue is neither read nor written. Absent: Redisson's rule
+-- ARGV[7]  publish command, "publish" (default) or "spublish"
+--
+-- Every call but a re-entry first drops the dead heads: while the queue's
+-- first owner id has a deadline <= ARGV[4] (or none at all), it is removed
+-- from KEYS[2] and KEYS[3]. If that left a free lock with a new head other
+-- than ARGV[2], "0" is published on the head's wake channel.
+--
+-- The lock is taken when it is free and the queue is empty or ARGV[2] is its
+-- head: ARGV[2] leaves the queue, every other deadline is lowered by ARGV[3]
+-- (Redisson's drift fix: one slot was used), the owner's count is set to 1
+-- and the PTTL to ARGV[1]. A held lock is re-entered by its owner (count
+-- incremented, PTTL set to ARGV[1]).
+--
+-- Otherwise, with ARGV[5] = "1", ARGV[2] is queued: a new waiter is appended
+-- with Redisson's deadline (the tail's deadline, or now + the lock's PTTL,
+-- plus ARGV[3]); a waiter already queued keeps its place. Either way its
+-- deadline is raised, never lowered, to now + (position + 1) * ARGV[3]
+-- (position 0 at the head), so that a live waiter that retries within
+-- ARGV[3] ms is never dropped, however long the lock is held.
+--
+-- Returns, without KEYS[5]
+--   nil      acquired or re-entered
+--   integer  not acquired; milliseconds worth waiting before trying again,
+--            at least 1 and at most half of ARGV[3] when queued: the
+--            holder's PTTL, or, when the lock is free but another waiter is
+--            the head, the time until that head's deadline; -2 for a
+--            re-entry (ARGV[6] = "0") that found no field of ARGV[2]
+-- and with KEYS[5] the same as a pair: {-1, token} when acquired, token being
+-- the counter's new value as a decimal STRING; {ms, -1} when not.
+--
+-- Errors (nothing is changed)
+--   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
+--   or the counter. BADCOUNTER when the counter holds anything but a decimal
+--   integer from 0 to 2^63 - 2.
+local key, queue, timeouts, prefix, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local publish = ARGV[7] or 'publish'
+
+for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
+    local kind = redis.call('type', pair[1]).ok
+    if kind ~= 'none' and kind ~= pair[2] then
+        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
+    end
+end
+if counter then
+    local kind = redis.call('type', counter).ok
+    if kind ~= 'none' then
+        if kind ~= 'string' then
+            return redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is a ' .. kind)
+        end
+        local value = redis.call('get', counter)
+        local digits = value == '0' or string.match(value, '^[1-9]%d*$') ~= nil
+        if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
+            return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
+        end
+    end
+end
+
+local function refuse(ms)
+    if counter then
+        return {ms, -1}
+    end
+    return ms
+end
+
+-- Mints the next token (exact, as the counter's string) and replies.
+local function acquired()
+    if counter then
+        redis.call('incr', counter)
+        return {-1, redis.call('get', counter)}
+    end
+    return nil
+end
+
+if ARGV[6] == '0' then
+    if redis.call('hexists', key, owner) == 1 then
+        redis.call('hincrby', key, owner, 1)
+        if redis.call('pttl', key) < lease then
+            redis.call('pexpire', key, lease)
+        end
+        return acquired()
+    end
+    return refuse(-2)
+end
+
+-- Drops the dead heads; wakes the new head of a free lock.
+local purged = false
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', timeouts, head)
+    if deadline and tonumber(deadline) > now then
+        break
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+    purged = true
+end
+local free = redis.call('exists', key) == 0
+local head = redis.call('lindex', queue, 0)
+if purged and free and head and head ~= owner then
+    redis.call(publish, prefix .. ':' .. head, '0')
+end
+
+if free and (not head or head == owner) then
+    if head then
+        redis.call('lpop', queue)
+    end
+    redis.call('zrem', timeouts, owner)
+    local waiting = redis.call('zrange', timeouts, 0, -1)
+    for _, member in ipairs(waiting) do
+        redis.call('zincrby', timeouts, -slot, member)
+    end
+    redis.call('hset', key, owner, 1)
+    redis.call('pexpire', key, lease)
+    return acquired()
+end
+if not free and redis.call('hexists', key, owner) == 1 then
+    if ARGV[6] == '1' then
+        redis.call('hset', key, owner, 1)
+    else
+        redis.call('hincrby', key, owner, 1)
+    end
+    redis.call('pexpire', key, lease)
+    return acquired()
+end
+
+local pttl = redis.call('pttl', key)
+if ARGV[5] ~= '1' then
+    return refuse(math.max(pttl, 1))
+end
+
+-- Queues the caller, or keeps its place, and raises its deadline.
+local items = redis.call('lrange', queue, 0, -1)
+local position = nil
+for i, item in ipairs(items) do
+    if item == owner then
+        position = i - 1
+        break
+    end
+end
+local deadline = redis.call('zscore', timeouts, owner)
+if not position then
+    if deadline then
+        -- A deadline without a place (not Redisson's doing): start afresh.
+        redis.call('zrem', timeouts, owner)
+    end
+    local tail = items[#items]
+    local ttl = pttl
+    local tail_deadline = tail and redis.call('zscore', timeouts, tail)
+    if tail_deadline then
+        ttl = tonumber(tail_deadline) - now
+    end
+    deadline = ttl + slot + now
+    redis.call('rpush', queue, owner)
+    position = #items
+end
+deadline = math.max(tonumber(deadline), now + (position + 1) * slot)
+redis.call('zadd', timeouts, deadline, owner)
+
+local wait
+if free then
+    wait = tonumber(redis.call('zscore', timeouts, head)) - now
+elseif pttl >= 0 then
+    wait = pttl
+else
+    wait = slot
+end
+return refuse(math.max(1, math.min(wait, math.floor(slot / 2))))

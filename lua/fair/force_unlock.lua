@@ -1,0 +1,52 @@
+-- fair/force_unlock.lua: delete a fair lock whoever holds it, and wake the
+-- head waiter (Redisson's RFairLock.forceUnlock).
+--
+-- KEYS[1]  lock key (HASH)
+-- KEYS[2]  waiter queue "redisson_lock_queue:{<name>}" (LIST)
+-- KEYS[3]  waiter deadlines "redisson_lock_timeout:{<name>}" (ZSET)
+-- KEYS[4]  wake channel prefix "redisson_lock__channel:{<name>}"
+-- ARGV[1]  unlock message published to the head waiter ("0")
+-- ARGV[2]  now: the caller's clock in epoch milliseconds
+-- ARGV[3]  publish command, "publish" (default) or "spublish"
+--
+-- First the dead heads are dropped (see fair/acquire.lua).
+--
+-- Returns
+--   1  the lock existed: it was deleted and ARGV[1] published on the head's
+--      wake channel "<KEYS[4]>:<head>" (when the queue has a head)
+--   0  there was no lock; nothing was published
+--
+-- Errors (nothing is changed)
+--   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3]:
+--   keyholder never deletes what it did not create.
+local key, queue, timeouts, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = tonumber(ARGV[2])
+
+for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
+    local kind = redis.call('type', pair[1]).ok
+    if kind ~= 'none' and kind ~= pair[2] then
+        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
+    end
+end
+
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', timeouts, head)
+    if deadline and tonumber(deadline) > now then
+        break
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+end
+
+if redis.call('del', key) == 0 then
+    return 0
+end
+local head = redis.call('lindex', queue, 0)
+if head then
+    redis.call(ARGV[3] or 'publish', prefix .. ':' .. head, ARGV[1])
+end
+return 1

@@ -1,0 +1,100 @@
+-- fair/release.lua: give back one hold of a fair lock (Redisson RFairLock
+-- layout) and wake the head waiter only, on its own channel; latched for
+-- retried releases as release.lua is.
+--
+-- KEYS[1]  lock key (HASH)
+-- KEYS[2]  waiter queue "redisson_lock_queue:{<name>}" (LIST)
+-- KEYS[3]  waiter deadlines "redisson_lock_timeout:{<name>}" (ZSET)
+-- KEYS[4]  wake channel prefix "redisson_lock__channel:{<name>}"
+-- KEYS[5]  optional unlock latch (see release.lua): a STRING "<request
+--          id>:<outcome>"; any other key at its name is not a latch and the
+--          release runs unlatched
+-- ARGV[1]  unlock message published to the head waiter ("0")
+-- ARGV[2]  lease in milliseconds re-applied while holds remain
+-- ARGV[3]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[4]  now: the caller's clock in epoch milliseconds
+-- ARGV[5]  publish command, "publish" (default) or "spublish"
+-- ARGV[6]  latch TTL in milliseconds (required with KEYS[5])
+-- ARGV[7]  request id: a decimal number unique to this release (required
+--          with KEYS[5]); a retry of the same release sends the same id
+-- ARGV[8]  optional "1" on a retry
+--
+-- First the dead heads are dropped (see fair/acquire.lua). "Waking the head"
+-- below means: publishing ARGV[1] on "<KEYS[4]>:<head>" when the queue has a
+-- head, and nothing otherwise. No other waiter is woken.
+--
+-- Returns
+--   nil  the lock is held, but not by ARGV[3]; nothing was changed
+--   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
+--   1    last hold released: the key was deleted and the head woken
+--   2    there was no lock (the hold expired or was force-unlocked): the head
+--        was woken, as Redisson does (its unlock reports success here)
+-- With a latch, outcomes 0 and 1 are stored as "<request id>:<outcome>" in
+-- KEYS[5] for ARGV[6] ms, and a retry whose request id is stored there
+-- returns that outcome without changing anything.
+--
+-- Errors (nothing is changed)
+--   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3].
+local key, queue, timeouts, prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, now = ARGV[3], tonumber(ARGV[4])
+local publish = ARGV[5] or 'publish'
+
+for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
+    local kind = redis.call('type', pair[1]).ok
+    if kind ~= 'none' and kind ~= pair[2] then
+        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
+    end
+end
+
+if latch then
+    local kind = redis.call('type', latch).ok
+    local value = kind == 'string' and redis.call('get', latch)
+    if kind ~= 'none' and not (value and string.match(value, '^%d+:%d+$')) then
+        latch = nil
+    elseif value and ARGV[8] == '1' then
+        local id, outcome = string.match(value, '^(%d+):(%d+)$')
+        if id == ARGV[7] then
+            return tonumber(outcome)
+        end
+    end
+end
+
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', timeouts, head)
+    if deadline and tonumber(deadline) > now then
+        break
+    end
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, head)
+end
+
+local function wake_head()
+    local head = redis.call('lindex', queue, 0)
+    if head then
+        redis.call(publish, prefix .. ':' .. head, ARGV[1])
+    end
+end
+
+if redis.call('exists', key) == 0 then
+    wake_head()
+    return 2
+end
+if redis.call('hexists', key, owner) == 0 then
+    return nil
+end
+local outcome = 1
+if redis.call('hincrby', key, owner, -1) > 0 then
+    redis.call('pexpire', key, ARGV[2])
+    outcome = 0
+else
+    redis.call('del', key)
+    wake_head()
+end
+if latch then
+    redis.call('set', latch, ARGV[7] .. ':' .. outcome, 'px', ARGV[6])
+end
+return outcome

@@ -1,0 +1,683 @@
+//! Lua contract tests of the fair lock's scripts (`lua/fair/*.lua`), each
+//! called directly on a raw connection and checked against its header: the
+//! Redis state after every branch, and who is woken on which channel.
+//!
+//! The scripts take the caller's clock as an argument, so most tests pass a
+//! made-up `NOW` and move it by hand instead of sleeping.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Listener, RedisServer, channel_of, exists, hgetall, pttl};
+use redis::Value;
+
+const A: &str = "8c1f0a4e-1111-4000-8000-000000000001:1";
+const B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
+const C: &str = "8c1f0a4e-3333-4000-8000-000000000003:9";
+const D: &str = "8c1f0a4e-4444-4000-8000-000000000004:2";
+const NOW: i64 = 1_700_000_000_000;
+const SLOT: i64 = 60_000;
+const LEASE: i64 = 30_000;
+
+fn script(text: &str) -> redis::Script {
+    redis::Script::new(text)
+}
+
+fn queue_of(name: &str) -> String {
+    format!("redisson_lock_queue:{{{name}}}")
+}
+
+fn timeouts_of(name: &str) -> String {
+    format!("redisson_lock_timeout:{{{name}}}")
+}
+
+fn token_of(name: &str) -> String {
+    format!("redisson_lock_token:{{{name}}}")
+}
+
+/// The wake channel of `owner` waiting for `name`.
+fn wake_of(name: &str, owner: &str) -> String {
+    format!("{}:{owner}", channel_of(name))
+}
+
+/// Arguments of one `fair/acquire.lua` call.
+#[derive(Clone, Copy)]
+struct Try<'a> {
+    owner: &'a str,
+    now: i64,
+    queue: bool,
+    mode: Option<&'a str>,
+    lease: i64,
+    slot: i64,
+    fenced: bool,
+}
+
+impl<'a> Try<'a> {
+    fn waiting(owner: &'a str, now: i64) -> Try<'a> {
+        Try { owner, now, queue: true, mode: Some("1"), lease: LEASE, slot: SLOT, fenced: false }
+    }
+    fn once(owner: &'a str, now: i64) -> Try<'a> {
+        Try { queue: false, ..Try::waiting(owner, now) }
+    }
+}
+
+fn acquire(con: &mut redis::Connection, name: &str, t: Try<'_>) -> redis::RedisResult<Value> {
+    let s = script(include_str!("../lua/fair/acquire.lua"));
+    let mut call = s.prepare_invoke();
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    if t.fenced {
+        call.key(token_of(name));
+    }
+    call.arg(t.lease).arg(t.owner).arg(t.slot).arg(t.now).arg(if t.queue { "1" } else { "0" });
+    // An empty mode is neither "0" nor "1": Redisson's rule, as when absent.
+    call.arg(t.mode.unwrap_or("")).arg("publish");
+    call.invoke(con)
+}
+
+fn release_with(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    now: i64,
+    latch: Option<(&str, u64, bool)>,
+) -> redis::RedisResult<Value> {
+    let s = script(include_str!("../lua/fair/release.lua"));
+    let mut call = s.prepare_invoke();
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    if let Some((key, _, _)) = latch {
+        call.key(key);
+    }
+    call.arg("0").arg(LEASE).arg(owner).arg(now).arg("publish");
+    if let Some((_, request, retry)) = latch {
+        call.arg(20_000).arg(request).arg(if retry { "1" } else { "0" });
+    }
+    call.invoke(con)
+}
+
+fn release(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> redis::RedisResult<Value> {
+    release_with(con, name, owner, now, None)
+}
+
+fn dequeue(con: &mut redis::Connection, name: &str, owner: &str, slot: i64) -> redis::RedisResult<Value> {
+    script(include_str!("../lua/fair/dequeue.lua"))
+        .key(name)
+        .key(queue_of(name))
+        .key(timeouts_of(name))
+        .key(channel_of(name))
+        .arg(owner)
+        .arg(slot)
+        .arg("publish")
+        .invoke(con)
+}
+
+fn force_unlock(con: &mut redis::Connection, name: &str, now: i64) -> redis::RedisResult<Value> {
+    script(include_str!("../lua/fair/force_unlock.lua"))
+        .key(name)
+        .key(queue_of(name))
+        .key(timeouts_of(name))
+        .key(channel_of(name))
+        .arg("0")
+        .arg(now)
+        .arg("publish")
+        .invoke(con)
+}
+
+fn queue(con: &mut redis::Connection, name: &str) -> Vec<String> {
+    redis::cmd("LRANGE").arg(queue_of(name)).arg(0).arg(-1).query(con).unwrap()
+}
+
+fn deadline(con: &mut redis::Connection, name: &str, owner: &str) -> Option<i64> {
+    redis::cmd("ZSCORE").arg(timeouts_of(name)).arg(owner).query(con).unwrap()
+}
+
+fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, String> {
+    [(owner.to_owned(), count.to_owned())].into_iter().collect()
+}
+
+fn int(value: Value) -> i64 {
+    match value {
+        Value::Int(n) => n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// Every channel a test about `name` could see a message on.
+fn listen(server: &RedisServer, name: &str) -> Listener {
+    let channels = [channel_of(name), wake_of(name, A), wake_of(name, B), wake_of(name, C), wake_of(name, D)];
+    let refs: Vec<&str> = channels.iter().map(String::as_str).collect();
+    Listener::start(server, &refs)
+}
+
+/// The messages published before now on the test's channels.
+fn heard(listener: &Listener, con: &mut redis::Connection, name: &str) -> Vec<(String, String)> {
+    listener.drain_until_marker(con, &channel_of(name))
+}
+
+#[test]
+fn every_fair_script_documents_its_contract_in_a_header() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/fair");
+    let mut scripts = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        scripts += 1;
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
+        let header = header.join("\n");
+        for word in ["KEYS[", "ARGV[", "Returns"] {
+            assert!(header.contains(word), "{}'s header does not document {word}", path.display());
+        }
+    }
+    assert_eq!(scripts, 4);
+}
+
+#[test]
+fn a_free_lock_is_taken_with_count_one_and_the_lease_and_no_queue_keys() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    assert_eq!(acquire(&mut con, "f", Try::waiting(A, NOW)).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "f"), one_field(A, "1"));
+    let ttl = pttl(&mut con, "f");
+    assert!(ttl > LEASE - 1_000 && ttl <= LEASE, "PTTL {ttl}");
+    assert!(!exists(&mut con, &queue_of("f")));
+    assert!(!exists(&mut con, &timeouts_of("f")));
+}
+
+#[test]
+fn waiters_queue_in_arrival_order_with_redissons_chained_deadlines() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    assert_eq!(acquire(&mut con, "q", Try::waiting(A, NOW)).unwrap(), Value::Nil);
+    let _: i64 = redis::cmd("PEXPIRE").arg("q").arg(10_000).query(&mut con).unwrap();
+
+    let wait_b = int(acquire(&mut con, "q", Try::waiting(B, NOW)).unwrap());
+    assert!(wait_b > 9_000 && wait_b <= 10_000, "B waits for the holder's PTTL, not {wait_b}");
+    let wait_c = int(acquire(&mut con, "q", Try::waiting(C, NOW)).unwrap());
+    assert!(wait_c > 9_000 && wait_c <= 10_000, "C waits for the holder's PTTL too, not {wait_c}");
+    assert_eq!(queue(&mut con, "q"), [B, C]);
+
+    // Redisson's deadlines: B's = now + PTTL + slot; C's = B's + slot.
+    let b = deadline(&mut con, "q", B).unwrap();
+    assert!(b > NOW + 9_000 + SLOT && b <= NOW + 10_000 + SLOT, "B's deadline {b}");
+    assert_eq!(deadline(&mut con, "q", C), Some(b + SLOT));
+    // The holder is untouched.
+    assert_eq!(hgetall(&mut con, "q"), one_field(A, "1"));
+}
+
+#[test]
+fn a_single_attempt_never_queues() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    assert_eq!(acquire(&mut con, "t", Try::once(A, NOW)).unwrap(), Value::Nil);
+    let reply = int(acquire(&mut con, "t", Try::once(B, NOW)).unwrap());
+    assert!(reply > 0 && reply <= LEASE, "reply {reply}");
+    assert!(!exists(&mut con, &queue_of("t")));
+    assert!(!exists(&mut con, &timeouts_of("t")));
+    // Nor does it jump the queue of a free lock.
+    assert!(int(acquire(&mut con, "t", Try::waiting(C, NOW)).unwrap()) > 0);
+    assert_eq!(release(&mut con, "t", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(acquire(&mut con, "t", Try::once(B, NOW)).unwrap(), Value::Int(1));
+    assert_eq!(queue(&mut con, "t"), [C]);
+    assert!(!exists(&mut con, "t"));
+}
+
+#[test]
+fn a_queued_waiter_keeps_its_place_and_its_deadline_only_rises() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "k", Try::waiting(B, NOW)).unwrap());
+    int(acquire(&mut con, "k", Try::waiting(C, NOW)).unwrap());
+    let (b, c) = (deadline(&mut con, "k", B).unwrap(), deadline(&mut con, "k", C).unwrap());
+
+    // Retrying a little later changes nothing: both deadlines are ahead.
+    int(acquire(&mut con, "k", Try::waiting(C, NOW + 1_000)).unwrap());
+    int(acquire(&mut con, "k", Try::waiting(B, NOW + 1_000)).unwrap());
+    assert_eq!(queue(&mut con, "k"), [B, C]);
+    assert_eq!((deadline(&mut con, "k", B), deadline(&mut con, "k", C)), (Some(b), Some(c)));
+
+    // The holder renews for ten slots; both retry every half slot, and
+    // each retry raises the deadline to now + (position + 1) slots: nobody
+    // is dropped, however long the wait.
+    let mut now = NOW;
+    for _ in 0..20 {
+        now += SLOT / 2;
+        let _: i64 = redis::cmd("PEXPIRE").arg("k").arg(LEASE).query(&mut con).unwrap();
+        for owner in [C, B] {
+            let wait = int(acquire(&mut con, "k", Try::waiting(owner, now)).unwrap());
+            assert!((1..=SLOT / 2).contains(&wait), "a queued wait is bounded by half a slot, not {wait}");
+        }
+    }
+    assert_eq!(queue(&mut con, "k"), [B, C]);
+    assert_eq!(deadline(&mut con, "k", B), Some(now + SLOT));
+    assert_eq!(deadline(&mut con, "k", C), Some(now + 2 * SLOT));
+}
+
+#[test]
+fn release_wakes_only_the_head_on_its_own_channel_and_only_the_head_may_take_the_lock() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "w");
+    acquire(&mut con, "w", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "w", Try::waiting(B, NOW)).unwrap());
+    int(acquire(&mut con, "w", Try::waiting(C, NOW)).unwrap());
+
+    assert_eq!(release(&mut con, "w", A, NOW).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "w"));
+    assert_eq!(heard(&listener, &mut con, "w"), [(wake_of("w", B), "0".to_owned())]);
+
+    // C is not the head: the free lock is not its, and it may wait until
+    // B's deadline (bounded by half a slot).
+    let wait = int(acquire(&mut con, "w", Try::waiting(C, NOW + 10)).unwrap());
+    assert_eq!(wait, SLOT / 2);
+    assert!(!exists(&mut con, "w"));
+    // With a longer slot, the wait is exactly the time until B's deadline.
+    let b_deadline = deadline(&mut con, "w", B).unwrap();
+    let long = Try { slot: 2 * (b_deadline - NOW), ..Try::waiting(C, NOW) };
+    assert_eq!(int(acquire(&mut con, "w", long).unwrap()), b_deadline - NOW);
+
+    // B is: it takes the lock, leaves the queue, and C's deadline drops by
+    // a slot (Redisson's drift fix).
+    let c = deadline(&mut con, "w", C).unwrap();
+    assert_eq!(acquire(&mut con, "w", Try::waiting(B, NOW + 20)).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "w"), one_field(B, "1"));
+    assert_eq!(queue(&mut con, "w"), [C]);
+    assert_eq!(deadline(&mut con, "w", B), None);
+    assert_eq!(deadline(&mut con, "w", C), Some(c - SLOT));
+    assert!(heard(&listener, &mut con, "w").is_empty(), "acquiring publishes nothing");
+}
+
+#[test]
+fn dead_heads_are_dropped_once_their_deadline_passes_and_the_next_is_woken() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "d");
+    acquire(&mut con, "d", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "d", Try::waiting(B, NOW)).unwrap());
+    int(acquire(&mut con, "d", Try::waiting(C, NOW)).unwrap());
+    int(acquire(&mut con, "d", Try::waiting(D, NOW)).unwrap());
+    assert_eq!(release(&mut con, "d", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "d"), [(wake_of("d", B), "0".to_owned())]);
+
+    // B never comes. Before its deadline, D's retry changes nothing.
+    let b = deadline(&mut con, "d", B).unwrap();
+    int(acquire(&mut con, "d", Try::waiting(D, b - 1)).unwrap());
+    assert_eq!(queue(&mut con, "d"), [B, C, D]);
+    // At its deadline, D's retry drops B and wakes C, the new head, since
+    // the lock is free; D stays queued.
+    int(acquire(&mut con, "d", Try::waiting(D, b)).unwrap());
+    assert_eq!(queue(&mut con, "d"), [C, D]);
+    assert_eq!(deadline(&mut con, "d", B), None);
+    assert_eq!(heard(&listener, &mut con, "d"), [(wake_of("d", C), "0".to_owned())]);
+    assert_eq!(acquire(&mut con, "d", Try::waiting(C, b)).unwrap(), Value::Nil);
+    assert_eq!(queue(&mut con, "d"), [D]);
+}
+
+#[test]
+fn a_head_without_a_deadline_counts_as_dead() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let _: i64 = redis::cmd("RPUSH").arg(queue_of("n")).arg(B).query(&mut con).unwrap();
+    assert_eq!(acquire(&mut con, "n", Try::waiting(C, NOW)).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &queue_of("n")));
+}
+
+#[test]
+fn reentry_increments_and_never_touches_the_queue() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    acquire(&mut con, "r", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "r", Try::waiting(B, NOW)).unwrap());
+    let _: i64 = redis::cmd("PEXPIRE").arg("r").arg(1_000).query(&mut con).unwrap();
+    // A re-entry long after B's deadline drops nobody.
+    let reentry = Try { mode: Some("0"), ..Try::waiting(A, NOW + 100 * SLOT) };
+    assert_eq!(acquire(&mut con, "r", reentry).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "r"), one_field(A, "2"));
+    assert!(pttl(&mut con, "r") > LEASE - 1_000, "the re-entry lengthens the lease");
+    assert_eq!(queue(&mut con, "r"), [B]);
+    // A re-entry of an owner without a field is refused with -2.
+    let stranger = Try { mode: Some("0"), ..Try::waiting(C, NOW) };
+    assert_eq!(acquire(&mut con, "r", stranger).unwrap(), Value::Int(-2));
+    assert_eq!(queue(&mut con, "r"), [B]);
+    // Redisson's rule (no mode) increments too.
+    let redisson = Try { mode: None, ..Try::waiting(A, NOW) };
+    assert_eq!(acquire(&mut con, "r", redisson).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "r"), one_field(A, "3"));
+    // A new hold resets a stale count.
+    assert_eq!(acquire(&mut con, "r", Try::waiting(A, NOW)).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "r"), one_field(A, "1"));
+}
+
+#[test]
+fn release_outcomes_nested_final_not_owner_and_gone() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "o");
+    acquire(&mut con, "o", Try::waiting(A, NOW)).unwrap();
+    acquire(&mut con, "o", Try { mode: Some("0"), ..Try::waiting(A, NOW) }).unwrap();
+    int(acquire(&mut con, "o", Try::waiting(B, NOW)).unwrap());
+
+    assert_eq!(release(&mut con, "o", C, NOW).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "o"), one_field(A, "2"));
+    let _: i64 = redis::cmd("PEXPIRE").arg("o").arg(1_000).query(&mut con).unwrap();
+    assert_eq!(release(&mut con, "o", A, NOW).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, "o"), one_field(A, "1"));
+    assert!(pttl(&mut con, "o") > LEASE - 1_000, "a nested release re-applies the lease");
+    assert!(heard(&listener, &mut con, "o").is_empty());
+
+    assert_eq!(release(&mut con, "o", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "o"), [(wake_of("o", B), "0".to_owned())]);
+    // The lock is gone: Redisson's unlock succeeds and wakes the head again.
+    assert_eq!(release(&mut con, "o", A, NOW).unwrap(), Value::Int(2));
+    assert_eq!(heard(&listener, &mut con, "o"), [(wake_of("o", B), "0".to_owned())]);
+    assert_eq!(queue(&mut con, "o"), [B]);
+}
+
+#[test]
+fn a_latched_release_retried_returns_the_first_outcome_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let latch = "redisson_unlock_latch:{l}:000000000000000000000000000000a1";
+    acquire(&mut con, "l", Try::waiting(A, NOW)).unwrap();
+    acquire(&mut con, "l", Try { mode: Some("0"), ..Try::waiting(A, NOW) }).unwrap();
+    acquire(&mut con, "l", Try { mode: Some("0"), ..Try::waiting(A, NOW) }).unwrap();
+
+    assert_eq!(release_with(&mut con, "l", A, NOW, Some((latch, 7, false))).unwrap(), Value::Int(0));
+    let value: String = redis::cmd("GET").arg(latch).query(&mut con).unwrap();
+    assert_eq!(value, "7:0");
+    assert!(pttl(&mut con, latch) > 19_000);
+    // The retry of request 7 returns 0 again and leaves the count at 2.
+    assert_eq!(release_with(&mut con, "l", A, NOW, Some((latch, 7, true))).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, "l"), one_field(A, "2"));
+    // A new request releases again; not being a retry, it ignores the latch.
+    assert_eq!(release_with(&mut con, "l", A, NOW, Some((latch, 8, false))).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, "l"), one_field(A, "1"));
+    // A foreign key at the latch's name is neither read nor overwritten.
+    let _: () = redis::cmd("SET").arg(latch).arg("foreign").query(&mut con).unwrap();
+    assert_eq!(release_with(&mut con, "l", A, NOW, Some((latch, 9, true))).unwrap(), Value::Int(1));
+    let value: String = redis::cmd("GET").arg(latch).query(&mut con).unwrap();
+    assert_eq!(value, "foreign");
+    assert!(!exists(&mut con, "l"));
+}
+
+#[test]
+fn fencing_tokens_are_minted_on_each_acquisition_made_with_the_counter() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let fenced = |owner| Try { fenced: true, ..Try::waiting(owner, NOW) };
+    let reply = acquire(&mut con, "tok", fenced(A)).unwrap();
+    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"1".to_vec())]));
+    let refused = acquire(&mut con, "tok", fenced(B)).unwrap();
+    let Value::Array(pair) = refused else { panic!("expected a pair, got {refused:?}") };
+    assert_eq!(pair[1], Value::Int(-1));
+    assert!(int(pair[0].clone()) > 0);
+    assert_eq!(release(&mut con, "tok", A, NOW).unwrap(), Value::Int(1));
+    let reply = acquire(&mut con, "tok", fenced(B)).unwrap();
+    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"2".to_vec())]));
+    let value: String = redis::cmd("GET").arg(token_of("tok")).query(&mut con).unwrap();
+    assert_eq!(value, "2");
+    assert_eq!(pttl(&mut con, &token_of("tok")), -1, "the counter has no TTL");
+    // A counter with no next token is refused before anything changes.
+    let _: () = redis::cmd("SET").arg(token_of("tok")).arg("9223372036854775807").query(&mut con).unwrap();
+    assert_eq!(release(&mut con, "tok", B, NOW).unwrap(), Value::Int(1));
+    let e = acquire(&mut con, "tok", fenced(C)).unwrap_err();
+    assert!(e.to_string().contains("BADCOUNTER"), "{e}");
+    assert!(!exists(&mut con, "tok"));
+}
+
+#[test]
+fn dequeue_removes_the_waiter_lowers_later_deadlines_and_passes_on_a_wake_up() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "g");
+    acquire(&mut con, "g", Try::waiting(A, NOW)).unwrap();
+    for owner in [B, C, D] {
+        int(acquire(&mut con, "g", Try::waiting(owner, NOW)).unwrap());
+    }
+    let (b, d) = (deadline(&mut con, "g", B).unwrap(), deadline(&mut con, "g", D).unwrap());
+    // C leaves while the lock is held: D's deadline drops by a slot; B's
+    // stays; nobody is woken.
+    assert_eq!(dequeue(&mut con, "g", C, SLOT).unwrap(), Value::Int(1));
+    assert_eq!(queue(&mut con, "g"), [B, D]);
+    assert_eq!(deadline(&mut con, "g", C), None);
+    assert_eq!((deadline(&mut con, "g", B), deadline(&mut con, "g", D)), (Some(b), Some(d - SLOT)));
+    assert!(heard(&listener, &mut con, "g").is_empty());
+    // Leaving again changes nothing.
+    assert_eq!(dequeue(&mut con, "g", C, SLOT).unwrap(), Value::Int(0));
+
+    // The lock is released and B woken, but B gives up: D is woken.
+    assert_eq!(release(&mut con, "g", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "g"), [(wake_of("g", B), "0".to_owned())]);
+    assert_eq!(dequeue(&mut con, "g", B, SLOT).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "g"), [(wake_of("g", D), "0".to_owned())]);
+    assert_eq!(queue(&mut con, "g"), [D]);
+}
+
+#[test]
+fn force_unlock_deletes_any_holders_lock_and_wakes_the_head() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "x");
+    assert_eq!(force_unlock(&mut con, "x", NOW).unwrap(), Value::Int(0));
+    acquire(&mut con, "x", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "x", Try::waiting(B, NOW)).unwrap());
+    assert_eq!(force_unlock(&mut con, "x", NOW).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "x"));
+    assert_eq!(heard(&listener, &mut con, "x"), [(wake_of("x", B), "0".to_owned())]);
+    assert_eq!(queue(&mut con, "x"), [B]);
+    assert_eq!(force_unlock(&mut con, "x", NOW).unwrap(), Value::Int(0));
+    assert!(heard(&listener, &mut con, "x").is_empty());
+}
+
+#[test]
+fn keys_of_another_type_are_wrongtype_and_nothing_changes() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    for (key, name) in [("bad".to_owned(), "bad"), (queue_of("bq"), "bq"), (timeouts_of("bt"), "bt")] {
+        let _: () = redis::cmd("SET").arg(&key).arg("foreign").query(&mut con).unwrap();
+        let mut before: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        before.sort();
+        for result in [
+            acquire(&mut con, name, Try::waiting(A, NOW)),
+            release(&mut con, name, A, NOW),
+            dequeue(&mut con, name, A, SLOT),
+            force_unlock(&mut con, name, NOW),
+        ] {
+            let e = result.unwrap_err();
+            assert!(e.to_string().contains("WRONGTYPE"), "{key}: {e}");
+        }
+        let mut after: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        after.sort();
+        assert_eq!(before, after, "{key}");
+        let value: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+        assert_eq!(value, "foreign");
+    }
+    let _: () = redis::cmd("SET").arg(token_of("bc")).arg("x").query(&mut con).unwrap();
+    let e = acquire(&mut con, "bc", Try { fenced: true, ..Try::waiting(A, NOW) }).unwrap_err();
+    assert!(e.to_string().contains("BADCOUNTER"), "{e}");
+    assert!(!exists(&mut con, "bc"));
+}
+
+#[test]
+fn a_name_with_braces_keeps_them_in_every_derived_key() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "{user}:1";
+    let s = script(include_str!("../lua/fair/acquire.lua"));
+    let call = |con: &mut redis::Connection, owner: &str| -> Value {
+        s.key(name)
+            .key("redisson_lock_queue:{user}:1")
+            .key("redisson_lock_timeout:{user}:1")
+            .key("redisson_lock__channel:{user}:1")
+            .arg(LEASE)
+            .arg(owner)
+            .arg(SLOT)
+            .arg(NOW)
+            .arg("1")
+            .arg("1")
+            .arg("publish")
+            .invoke(con)
+            .unwrap()
+    };
+    assert_eq!(call(&mut con, A), Value::Nil);
+    int(call(&mut con, B));
+    let queued: Vec<String> =
+        redis::cmd("LRANGE").arg("redisson_lock_queue:{user}:1").arg(0).arg(-1).query(&mut con).unwrap();
+    assert_eq!(queued, [B]);
+}
+
+/// A stand-in for a Java Redisson client, written from the reference's
+/// description of RedissonFairLock's `tryLockInnerAsync` (EVAL_LONG) and
+/// `unlockInnerAsync`: it checks that a queue shared by both sides stays in
+/// one FIFO order, and that each side's release wakes the other's head.
+const REDISSON_ACQUIRE: &str = r"
+local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local lease, owner, wait, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if head == false then break end
+    local t = redis.call('zscore', timeouts, head)
+    if t == false or tonumber(t) > now then break end
+    redis.call('zrem', timeouts, head)
+    redis.call('lpop', queue)
+end
+if redis.call('exists', key) == 0 and
+   (redis.call('exists', queue) == 0 or redis.call('lindex', queue, 0) == owner) then
+    redis.call('lpop', queue)
+    redis.call('zrem', timeouts, owner)
+    for _, m in ipairs(redis.call('zrange', timeouts, 0, -1)) do
+        redis.call('zincrby', timeouts, -wait, m)
+    end
+    redis.call('hset', key, owner, 1)
+    redis.call('pexpire', key, lease)
+    return nil
+end
+if redis.call('hexists', key, owner) == 1 then
+    redis.call('hincrby', key, owner, 1)
+    redis.call('pexpire', key, lease)
+    return nil
+end
+if redis.call('zscore', timeouts, owner) ~= false then
+    return math.max(0, redis.call('pttl', key))
+end
+local tail = redis.call('lindex', queue, -1)
+local ttl
+if tail ~= false and tail ~= owner and redis.call('zscore', timeouts, tail) ~= false then
+    ttl = tonumber(redis.call('zscore', timeouts, tail)) - now
+else
+    ttl = redis.call('pttl', key)
+end
+if redis.call('zadd', timeouts, ttl + wait + now, owner) == 1 then
+    redis.call('rpush', queue, owner)
+end
+return ttl
+";
+
+const REDISSON_UNLOCK: &str = r"
+local key, queue, timeouts, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if head == false then break end
+    local t = redis.call('zscore', timeouts, head)
+    if t == false or tonumber(t) > tonumber(ARGV[4]) then break end
+    redis.call('zrem', timeouts, head)
+    redis.call('lpop', queue)
+end
+if redis.call('exists', key) == 0 then
+    local head = redis.call('lindex', queue, 0)
+    if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
+    return 1
+end
+if redis.call('hexists', key, ARGV[3]) == 0 then return nil end
+if redis.call('hincrby', key, ARGV[3], -1) > 0 then
+    redis.call('pexpire', key, ARGV[2])
+    return 0
+end
+redis.call('del', key)
+local head = redis.call('lindex', queue, 0)
+if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
+return 1
+";
+
+fn java_acquire(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
+    script(REDISSON_ACQUIRE)
+        .key(name)
+        .key(queue_of(name))
+        .key(timeouts_of(name))
+        .arg(LEASE)
+        .arg(owner)
+        .arg(SLOT)
+        .arg(now)
+        .invoke(con)
+        .unwrap()
+}
+
+fn java_release(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
+    script(REDISSON_UNLOCK)
+        .key(name)
+        .key(queue_of(name))
+        .key(timeouts_of(name))
+        .key(channel_of(name))
+        .arg("0")
+        .arg(LEASE)
+        .arg(owner)
+        .arg(now)
+        .arg("publish")
+        .invoke(con)
+        .unwrap()
+}
+
+#[test]
+fn java_and_keyholder_waiters_share_one_fifo_queue() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "mix");
+    // A (Java) holds; B (keyholder), C (Java), D (keyholder) queue.
+    assert_eq!(java_acquire(&mut con, "mix", A, NOW), Value::Nil);
+    int(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap());
+    int(java_acquire(&mut con, "mix", C, NOW));
+    int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap());
+    assert_eq!(queue(&mut con, "mix"), [B, C, D]);
+    // Java's deadline for C chains on B's, as between two Java waiters.
+    let b = deadline(&mut con, "mix", B).unwrap();
+    assert_eq!(deadline(&mut con, "mix", C), Some(b + SLOT));
+
+    // Java's release wakes the keyholder head; nobody else may take it.
+    assert_eq!(java_release(&mut con, "mix", A, NOW), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", B), "0".to_owned())]);
+    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Int(0));
+    assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
+    assert_eq!(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap(), Value::Nil);
+
+    // keyholder's release wakes the Java head, C, which takes it.
+    assert_eq!(release(&mut con, "mix", B, NOW).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", C), "0".to_owned())]);
+    assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
+    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Nil);
+    assert_eq!(java_release(&mut con, "mix", C, NOW), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", D), "0".to_owned())]);
+    assert_eq!(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &queue_of("mix")));
+    assert!(!exists(&mut con, &timeouts_of("mix")));
+}
+
+#[test]
+fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java_waiter() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // A holds for ten slots, renewing; B (keyholder) retries every half
+    // slot, C (Java) waits without refreshing, as Redisson does (#3004).
+    assert_eq!(java_acquire(&mut con, "long", A, NOW), Value::Nil);
+    int(java_acquire(&mut con, "long", C, NOW));
+    int(acquire(&mut con, "long", Try::waiting(B, NOW)).unwrap());
+    assert_eq!(queue(&mut con, "long"), [C, B]);
+    let mut now = NOW;
+    for _ in 0..20 {
+        now += SLOT / 2;
+        let _: i64 = redis::cmd("PEXPIRE").arg("long").arg(LEASE).query(&mut con).unwrap();
+        int(acquire(&mut con, "long", Try::waiting(B, now)).unwrap());
+    }
+    // C was dropped as soon as its deadline passed; B, alive, is the head.
+    assert_eq!(queue(&mut con, "long"), [B]);
+    assert_eq!(java_release(&mut con, "long", A, now), Value::Int(1));
+    assert_eq!(acquire(&mut con, "long", Try::waiting(B, now)).unwrap(), Value::Nil);
+}
