@@ -8,3 +8,4 @@
 
 pub(crate) mod job;
 pub(crate) mod lock;
+pub(crate) mod rwlock;

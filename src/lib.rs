@@ -207,6 +207,7 @@ pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
