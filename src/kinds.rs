@@ -12,3 +12,4 @@ pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod latch;
 pub(crate) mod lock;
+pub(crate) mod rwlock;

@@ -210,6 +210,7 @@ pub use kinds::fair::{
 };
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};

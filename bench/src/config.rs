@@ -12,7 +12,7 @@ usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...] [--w2
                              127.0.0.1) over lock names spread across its shards, with each
                              primary's command counts and redirections (REDIS_URL is ignored)
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
-  --only LIST                run only these workloads (W1..W7, FAIR; comma-separated)
+  --only LIST                run only these workloads (W1..W7, FAIR, RW, SEM, SPIN, REDLOCK; comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
@@ -26,7 +26,7 @@ REDIS_URL selects a Redis server; without it a private redis-server is started
 pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
-pub(crate) const WORKLOADS: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR"];
+pub(crate) const WORKLOADS: [&str; 9] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW"];
 
 /// Sizes and switches of one bench run.
 #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@ mod fair;
 mod handoff;
 mod header;
 mod loops;
+mod rw;
 mod threads;
 mod w1;
 mod w2;
@@ -38,6 +39,7 @@ pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -
         ("W6", w6::w6),
         ("W7", w7::w7),
         ("FAIR", fair::fair),
+        ("RW", rw::rw),
     ];
     for (name, run) in workloads {
         if env.cfg.wants(name) {

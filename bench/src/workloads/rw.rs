@@ -1,0 +1,176 @@
+//! RW: the read-write lock (issue 9). Eight reader threads of one client,
+//! each looping acquire, 1 ms hold, release, for a fixed window:
+//!
+//! 1. through a plain [`Lock`](keyholder::Lock) (the baseline: one holder
+//!    at a time), then through the read side of a
+//!    [`ReadWriteLock`](keyholder::ReadWriteLock): reader throughput, and
+//!    its ratio to the plain lock's (target at least 6x);
+//! 2. the read-write lock again while a writer on another client arrives
+//!    every 10 ms (a fixed schedule; an arrival that finds the previous
+//!    write still waiting is counted from its scheduled time) and takes the
+//!    write lock for 1 ms: the writer's wait from arrival to acquisition
+//!    (target: worst at most 50 ms), and what the readers still get done.
+//!
+//! Both run on the same server in the same run; every figure is the median
+//! over `--runs` runs, the writer's worst wait the worst over all runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use keyholder::Client;
+
+use crate::env::Env;
+use crate::error::{Res, err};
+use crate::measure::{max_of, med, pct, sorted};
+use crate::report::{fmt, fmt_ratio, print_table};
+
+/// Reader threads.
+const READERS: usize = 8;
+/// The critical section of readers and the writer.
+const HOLD: Duration = Duration::from_millis(1);
+/// The writer's arrival period.
+const WRITER_EVERY: Duration = Duration::from_millis(10);
+
+/// One run's figures.
+struct Run {
+    plain_rate: f64,
+    read_rate: f64,
+    mixed_read_rate: f64,
+    writes: f64,
+    wait_p50_ms: f64,
+    wait_p99_ms: f64,
+    wait_max_ms: f64,
+}
+
+pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
+    let window = if env.cfg.quick { Duration::from_millis(400) } else { Duration::from_secs(3) };
+    let mut runs = Vec::new();
+    for run in 1..=env.cfg.runs {
+        eprintln!("RW run {run}/{}", env.cfg.runs);
+        let readers = Client::builder(env.url.clone()).build()?;
+        let plain_name = env.key(&format!("rw-plain-{run}"));
+        let plain = readers.lock(&plain_name)?;
+        let plain_rate = loop_readers(window, move || {
+            let guard = plain.lock()?;
+            thread::sleep(HOLD);
+            guard.unlock()?;
+            Ok(())
+        })?;
+        let rw_name = env.key(&format!("rw-{run}"));
+        let read = readers.read_write_lock(&rw_name)?.read();
+        let read_rate = loop_readers(window, {
+            let read = read.clone();
+            move || {
+                let guard = read.lock()?;
+                thread::sleep(HOLD);
+                guard.unlock()?;
+                Ok(())
+            }
+        })?;
+        let writer = Client::builder(env.url.clone()).build()?;
+        let write = writer.read_write_lock(&rw_name)?.write();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer_thread = {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || -> Res<Vec<f64>> {
+                let mut waits = Vec::new();
+                let start = Instant::now();
+                let mut next = start + WRITER_EVERY;
+                while !stop.load(Ordering::Acquire) {
+                    let now = Instant::now();
+                    if now < next {
+                        thread::sleep(next - now);
+                    }
+                    let arrived = next;
+                    let guard = write.lock()?;
+                    waits.push(arrived.elapsed().as_secs_f64() * 1e3);
+                    thread::sleep(HOLD);
+                    guard.unlock()?;
+                    next = arrived + WRITER_EVERY;
+                }
+                Ok(waits)
+            })
+        };
+        let mixed_read_rate = loop_readers(window, move || {
+            let guard = read.lock()?;
+            thread::sleep(HOLD);
+            guard.unlock()?;
+            Ok(())
+        });
+        stop.store(true, Ordering::Release);
+        let waits = writer_thread.join().map_err(|_| err("the RW writer panicked"))??;
+        let mixed_read_rate = mixed_read_rate?;
+        let writes = waits.len() as f64;
+        let waits = sorted(waits);
+        runs.push(Run {
+            plain_rate,
+            read_rate,
+            mixed_read_rate,
+            writes,
+            wait_p50_ms: pct(&waits, 50.0),
+            wait_p99_ms: pct(&waits, 99.0),
+            wait_max_ms: waits.last().copied().unwrap_or(f64::NAN),
+        });
+    }
+    let plain = med(&runs, |r| r.plain_rate);
+    let read = med(&runs, |r| r.read_rate);
+    let worst = max_of(&runs, |r| r.wait_max_ms);
+    print_table(
+        &format!(
+            "RW: read-write lock, {READERS} reader threads (1 client), {} ms hold, {} s windows",
+            HOLD.as_millis(),
+            fmt(window.as_secs_f64(), 1)
+        ),
+        &["configuration", "reader acquisitions/s", "vs plain lock", "writes", "writer wait p50 ms", "p99 ms", "max ms"],
+        &[
+            vec!["plain Lock (baseline)".into(), fmt(plain, 0), "1.00x".into(), "-".into(), "-".into(), "-".into(), "-".into()],
+            vec!["ReadWriteLock, readers only".into(), fmt(read, 0), fmt_ratio(read / plain), "-".into(), "-".into(), "-".into(), "-".into()],
+            vec![
+                format!("ReadWriteLock, + a writer every {} ms", WRITER_EVERY.as_millis()),
+                fmt(med(&runs, |r| r.mixed_read_rate), 0),
+                fmt_ratio(med(&runs, |r| r.mixed_read_rate) / plain),
+                fmt(med(&runs, |r| r.writes), 0),
+                fmt(med(&runs, |r| r.wait_p50_ms), 2),
+                fmt(med(&runs, |r| r.wait_p99_ms), 2),
+                fmt(worst, 2),
+            ],
+        ],
+        &[
+            format!(
+                "targets: readers at least 6x the plain lock ({}); the writer's worst wait at most 50 ms ({}).",
+                if read / plain >= 6.0 { "met" } else { "NOT met" },
+                if worst <= 50.0 { "met" } else { "NOT met" }
+            ),
+            "writer wait: from its scheduled arrival to acquisition; the writer's client is not the readers'."
+                .to_owned(),
+        ],
+    );
+    Ok(())
+}
+
+/// Runs `body` in a loop on [`READERS`] threads for `window`; returns
+/// iterations per second over all threads.
+fn loop_readers(window: Duration, body: impl Fn() -> Res<()> + Send + Sync + 'static) -> Res<f64> {
+    let body = Arc::new(body);
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + window;
+    let threads: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (body, done) = (Arc::clone(&body), Arc::clone(&done));
+            thread::spawn(move || -> Res<()> {
+                while Instant::now() < deadline {
+                    body()?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().map_err(|_| err("an RW reader panicked"))??;
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
+}

@@ -1,0 +1,66 @@
+//! Renewal of read holds (Redisson's `ReadLockTask`): each read hold has
+//! timeout keys of its own besides the lock's hash, and a renewal must
+//! reset both, or the next release would see the hold as dead
+//! (`lua/rwlock/read_renew.lua`). Write holds keep the hash layout and are
+//! renewed with the reentrant lock's renewer.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::holds::hold::Hold;
+use crate::holds::renew::Renew;
+use crate::kinds::rwlock::scripts::{self, RwKeys};
+use crate::store::slots::key_slot;
+
+/// Renews read holds, up to a batch per call.
+#[derive(Debug)]
+pub(crate) struct ReadRenewal {
+    client: Weak<Inner>,
+}
+
+impl ReadRenewal {
+    /// The renewer for `client`'s read holds.
+    pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
+        Arc::new(ReadRenewal { client: client.weak() })
+    }
+}
+
+impl Renew for ReadRenewal {
+    fn batch_key(&self) -> &'static str {
+        "rwlock-read"
+    }
+
+    fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
+        let inner = self.client.upgrade().ok_or_else(Error::shutdown)?;
+        let prefixes: Vec<String> = holds.iter().map(|h| RwKeys::new(&h.name).key_prefix).collect();
+        let triples: Vec<(&str, &str, &str)> =
+            holds.iter().zip(&prefixes).map(|(h, p)| (&*h.name, p.as_str(), h.owner.as_str())).collect();
+        let Some(&(first, _, _)) = triples.first() else { return Ok((Vec::new(), true)) };
+        let renew = |group: &[(&str, &str, &str)], conn: &mut crate::store::lanes::Session<'_>| {
+            let held = scripts::read_renew(&inner.scripts, conn, group, lease_ms)?;
+            Ok((held, conn.replicated() != Some(false)))
+        };
+        if inner.routes.cluster().is_none() {
+            // Renewing is safe to repeat: a dead connection costs no period.
+            return inner.with_live_conn(first, |conn| renew(&triples, conn));
+        }
+        // A script's declared keys share one slot: one call per slot.
+        let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (at, (key, _, _)) in triples.iter().enumerate() {
+            slots.entry(key_slot(key.as_bytes())).or_default().push(at);
+        }
+        let mut held = vec![false; triples.len()];
+        let mut replicated = true;
+        for positions in slots.values() {
+            let group: Vec<(&str, &str, &str)> = positions.iter().map(|&at| triples[at]).collect();
+            let (renewed, acked) = inner.with_live_conn(group[0].0, |conn| renew(&group, conn))?;
+            for (&at, renewed) in positions.iter().zip(renewed) {
+                held[at] = renewed;
+            }
+            replicated &= acked;
+        }
+        Ok((held, replicated))
+    }
+}
