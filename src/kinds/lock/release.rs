@@ -9,50 +9,29 @@
 //! state is cleared: renewal stops and the gate passes on.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
-use crate::gate::entry::{Entry, Successor};
-use crate::gate::hold::{Acquisition, Hold};
+use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::latch::Latch;
+use crate::kinds::lock::renewal::HashRenewal;
+use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
 use crate::lease::Lease;
-use crate::names;
 use crate::observe;
 use crate::store::lanes::Session;
-use crate::store::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
+use crate::wait::entry::{Entry, Successor};
 
 impl Inner {
-    /// Runs a latched release script (`release.lua`, `handoff.lua`) of
-    /// `thread` on `entry`'s lock; with `retry`, once more on a fresh
-    /// connection if the first reply was lost: the latch makes the retry
-    /// return the first outcome rather than release a second hold. A failure to
-    /// connect means the script never ran, so it is not retried.
-    fn run_latched<T>(
-        &self,
-        entry: &Entry,
-        thread: u64,
-        retry: bool,
-        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let key = names::unlock_latch(&entry.keys.name, self.uuid.as_u128(), thread);
-        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
-        let latch = Latch { key: &key, ttl_ms, request, retry: false };
-        match self.with_conn(&entry.keys.name, |conn| script(conn, latch)) {
-            Err(e) if retry && e.is_transport() => {
-                self.with_conn(&entry.keys.name, |conn| script(conn, Latch { retry: true, ..latch }))
-            }
-            outcome => outcome,
-        }
-    }
-
     /// Releases one of several holds of `thread` (owner id `owner`) on
     /// `entry`'s lock, latched and retried once.
     fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
-        self.run_latched(entry, thread, true, |conn, latch| {
-            let outcome =
-                self.scripts.release(conn, &self.release_args(entry, owner, lease_ms, Some(latch)))?;
+        self.run_latched(&entry.keys.name, thread, true, |conn, latch| {
+            let outcome = scripts::release(
+                &self.scripts,
+                conn,
+                &self.release_args(entry, owner, lease_ms, Some(latch)),
+            )?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         })
     }
@@ -65,7 +44,7 @@ impl Inner {
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
         let args = self.release_args(entry, owner, lease_ms, None);
         let release = |conn: &mut Session<'_>| {
-            let outcome = self.scripts.release(conn, &args)?;
+            let outcome = scripts::release(&self.scripts, conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         };
         match self.with_conn(&entry.keys.name, release) {
@@ -78,7 +57,7 @@ impl Inner {
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
         let args = self.release_args(entry, owner, lease_ms, None);
-        self.with_live_conn(&entry.keys.name, |conn| self.scripts.release(conn, &args))
+        self.with_live_conn(&entry.keys.name, |conn| scripts::release(&self.scripts, conn, &args))
     }
 
     /// What `release.lua` needs to release one hold of `owner` on `entry`'s
@@ -93,7 +72,7 @@ impl Inner {
         ReleaseArgs {
             name: &entry.keys.name,
             channel: &entry.keys.channel,
-            turns: self.turns(entry),
+            turns: Turns::of(&entry.keys, &self.id),
             lease_ms,
             owner,
             latch,
@@ -113,13 +92,6 @@ impl Inner {
         }
         log::warn!("keyholder: lock '{name}' released, but not acknowledged by the replicas");
         Ok(())
-    }
-
-    /// How long an unlock latch must outlive its first use: a command
-    /// timeout for the lost reply, then a connect and a command timeout for
-    /// the retry, and a second of slack.
-    fn latch_ttl(&self) -> Duration {
-        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
     }
 
     /// Releases one guard's share of `hold`, in a `keyholder.release` span.
@@ -203,17 +175,17 @@ impl Inner {
     /// successor contends in Redis like any waiter.
     fn hand_over(&self, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let sent = Instant::now();
-        let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
+        let outcome = self.run_latched(&entry.keys.name, hold.thread, true, |conn, latch| {
             let args = HandoffArgs {
                 name: &entry.keys.name,
                 channel: &entry.keys.channel,
-                turns: self.turns(entry),
+                turns: Turns::of(&entry.keys, &self.id),
                 lease_ms: successor.lease_ms,
                 from: &hold.owner,
                 to: &successor.owner,
                 latch,
             };
-            let outcome = self.scripts.handoff(conn, &args)?;
+            let outcome = scripts::handoff(&self.scripts, conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         });
         hold.drop_guard();
@@ -224,7 +196,11 @@ impl Inner {
                 let handed =
                     Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
                 if lease == Lease::Watchdog {
-                    self.watchdog.register(Arc::clone(&handed), Arc::clone(entry));
+                    self.watchdog.register(
+                        Arc::clone(&handed),
+                        Arc::clone(entry) as _,
+                        HashRenewal::of(self),
+                    );
                 }
                 entry.finish_handoff(Some(handed));
                 Ok(())
