@@ -205,8 +205,13 @@ pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWat
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
+pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::permit_semaphore::{
+    ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
+};
+pub use kinds::semaphore::{Semaphore, SemaphorePermits};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};

@@ -1,4 +1,4 @@
-//! Lua contract tests for the count-down latch's scripts (`lua/latch/`):
+//! Lua contract tests for the count-down latch's scripts (`lua/count_down_latch/`):
 //! each called directly on a raw connection and checked, branch by branch,
 //! against its header, Redis state and messages included.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -29,15 +29,20 @@ fn int(value: redis::RedisResult<Value>) -> i64 {
 }
 
 fn count_down(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {
-    script("latch/count_down.lua").key(name).key(channel(name)).arg("publish").invoke(con)
+    script("count_down_latch/count_down.lua").key(name).key(channel(name)).arg("publish").invoke(con)
 }
 
 fn try_set(con: &mut redis::Connection, name: &str, n: i64) -> redis::RedisResult<Value> {
-    script("latch/try_set_count.lua").key(name).key(channel(name)).arg(n).arg("publish").invoke(con)
+    script("count_down_latch/try_set_count.lua")
+        .key(name)
+        .key(channel(name))
+        .arg(n)
+        .arg("publish")
+        .invoke(con)
 }
 
 fn delete(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {
-    script("latch/delete.lua").key(name).key(channel(name)).arg("publish").invoke(con)
+    script("count_down_latch/delete.lua").key(name).key(channel(name)).arg("publish").invoke(con)
 }
 
 #[test]
