@@ -12,7 +12,7 @@ usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...] [--w2
                              127.0.0.1) over lock names spread across its shards, with each
                              primary's command counts and redirections (REDIS_URL is ignored)
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
-  --only LIST                run only these workloads (W1..W7, comma-separated)
+  --only LIST                run only these workloads (W1..W7, SEM; comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
@@ -26,7 +26,7 @@ REDIS_URL selects a Redis server; without it a private redis-server is started
 pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
-pub(crate) const WORKLOADS: [&str; 7] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7"];
+pub(crate) const WORKLOADS: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "SEM"];
 
 /// Sizes and switches of one bench run.
 #[derive(Debug, Clone)]
@@ -67,6 +67,8 @@ pub(crate) struct Cfg {
     pub(crate) w4_watchdog: Duration,
     pub(crate) w4_periods: u32,
     pub(crate) w5_iters: usize,
+    /// SEM: acquisitions per thread (8 threads).
+    pub(crate) sem_per_thread: usize,
 }
 
 impl Cfg {
@@ -99,6 +101,7 @@ impl Cfg {
             w4_watchdog: Duration::from_millis(3000),
             w4_periods: 4,
             w5_iters: 2000,
+            sem_per_thread: 200,
         }
     }
 
@@ -122,6 +125,7 @@ impl Cfg {
             w4_threads: 2,
             w4_watchdog: Duration::from_millis(600),
             w5_iters: 100,
+            sem_per_thread: 10,
             ..Cfg::full()
         }
     }
