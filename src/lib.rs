@@ -75,6 +75,19 @@
 //! the same tick twice; the [`JobOutcome`] says whether it ran, was skipped,
 //! or lost its lock while running.
 //!
+//! # Semaphores and latches
+//!
+//! [`Client::semaphore`], [`Client::permit_expirable_semaphore`] and
+//! [`Client::count_down_latch`] give Redisson's `RSemaphore`,
+//! `RPermitExpirableSemaphore` and `RCountDownLatch` on the same keys and
+//! channels, so Java services share them. Permits come in guards that give
+//! them back on drop ([`SemaphorePermits`], [`ExpirablePermits`]); expirable
+//! permits are renewed by the watchdog while their guard lives, so a holder
+//! that dies loses them within the watchdog timeout, and a guard whose
+//! permits were reclaimed reports it like a lost lock. Every wait sleeps on
+//! the object's channel and is bounded ([`CountDownLatch::await_for`]; no
+//! endless `await`).
+//!
 //! # Migrating from hand-rolled locks
 //!
 //! During a node-by-node rollout, old nodes' `SET key token NX PX` strings and
