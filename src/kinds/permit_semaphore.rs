@@ -361,3 +361,33 @@ fn check_at_most(n: usize) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permit_ids_read_and_write_javas_32_hex_digits() {
+        let id: PermitId = "00112233445566778899AABBCCDDEEFF".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(id.to_string(), "00112233445566778899aabbccddeeff");
+        assert_eq!(id.as_bytes()[15], 0xff);
+        for bad in [
+            "",
+            "0011",
+            "00112233445566778899aabbccddeefg",
+            "00112233445566778899aabbccddeeff00",
+            "é0112233445566778899aabbccddeef",
+        ] {
+            assert!(bad.parse::<PermitId>().is_err_and(|e| e.is_invalid()), "{bad:?}");
+        }
+        assert_ne!(PermitId::random(), PermitId::random());
+    }
+
+    #[test]
+    fn derived_names_follow_redissons_brace_rule() {
+        assert_eq!(timeouts_of("slots"), "{slots}:timeout");
+        assert_eq!(timeouts_of("{user}:1"), "{user}:1:timeout");
+        assert_eq!(channel_of("slots"), "redisson_sc:{slots}");
+        assert_eq!(channel_of("{user}:1"), "redisson_sc:{user}:1");
+    }
+}
