@@ -7,9 +7,16 @@
 //! (a run-once job is a reentrant lock's hold), or shares its layout (the
 //! hash renewer of `lock::renewal`). `latch` is what every kind whose
 //! release decrements a count shares: the unlock latch and its one retry.
+//! The semaphores and the count-down latch share `semaphore::wait_loop`
+//! (Redisson's try, subscribe, sleep-on-the-channel loop, bounded) and
+//! `semaphore::scripts::eval`; the permit-expirable semaphore also shares the
+//! semaphore's count and channel.
 
+pub(crate) mod count_down_latch;
 pub(crate) mod fair;
 pub(crate) mod job;
 pub(crate) mod latch;
 pub(crate) mod lock;
+pub(crate) mod permit_semaphore;
 pub(crate) mod rwlock;
+pub(crate) mod semaphore;

@@ -75,6 +75,19 @@
 //! the same tick twice; the [`JobOutcome`] says whether it ran, was skipped,
 //! or lost its lock while running.
 //!
+//! # Semaphores and latches
+//!
+//! [`Client::semaphore`], [`Client::permit_expirable_semaphore`] and
+//! [`Client::count_down_latch`] give Redisson's `RSemaphore`,
+//! `RPermitExpirableSemaphore` and `RCountDownLatch` on the same keys and
+//! channels, so Java services share them. Permits come in guards that give
+//! them back on drop ([`SemaphorePermits`], [`ExpirablePermits`]); expirable
+//! permits are renewed by the watchdog while their guard lives, so a holder
+//! that dies loses them within the watchdog timeout, and a guard whose
+//! permits were reclaimed reports it like a lost lock. Every wait sleeps on
+//! the object's channel and is bounded ([`CountDownLatch::await_for`]; no
+//! endless `await`).
+//!
 //! # Migrating from hand-rolled locks
 //!
 //! During a node-by-node rollout, old nodes' `SET key token NX PX` strings and
@@ -205,12 +218,17 @@ pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWat
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
+pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{
     DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
 };
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::permit_semaphore::{
+    ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
+};
 pub use kinds::rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
+pub use kinds::semaphore::{Semaphore, SemaphorePermits};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};

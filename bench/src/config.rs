@@ -26,7 +26,7 @@ REDIS_URL selects a Redis server; without it a private redis-server is started
 pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
-pub(crate) const WORKLOADS: [&str; 9] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW"];
+pub(crate) const WORKLOADS: [&str; 10] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW", "SEM"];
 
 /// Sizes and switches of one bench run.
 #[derive(Debug, Clone)]
@@ -67,6 +67,8 @@ pub(crate) struct Cfg {
     pub(crate) w4_watchdog: Duration,
     pub(crate) w4_periods: u32,
     pub(crate) w5_iters: usize,
+    /// SEM: acquisitions per thread (8 threads).
+    pub(crate) sem_per_thread: usize,
 }
 
 impl Cfg {
@@ -99,6 +101,7 @@ impl Cfg {
             w4_watchdog: Duration::from_millis(3000),
             w4_periods: 4,
             w5_iters: 2000,
+            sem_per_thread: 200,
         }
     }
 
@@ -122,6 +125,7 @@ impl Cfg {
             w4_threads: 2,
             w4_watchdog: Duration::from_millis(600),
             w5_iters: 100,
+            sem_per_thread: 10,
             ..Cfg::full()
         }
     }

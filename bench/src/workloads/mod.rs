@@ -10,6 +10,7 @@ mod handoff;
 mod header;
 mod loops;
 mod rw;
+mod sem;
 mod threads;
 mod w1;
 mod w2;
@@ -30,7 +31,7 @@ type Workload = fn(&Env, &mut redis::Connection) -> Res<()>;
 /// Prints the header, then runs the workloads `--only` selects, in order.
 pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
     header::header(env, redis, stats)?;
-    let workloads: [(&str, Workload); 8] = [
+    let workloads: [(&str, Workload); 10] = [
         ("W1", w1::w1),
         ("W2", w2::w2),
         ("W3", w3::w3),
@@ -40,6 +41,7 @@ pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -
         ("W7", w7::w7),
         ("FAIR", fair::fair),
         ("RW", rw::rw),
+        ("SEM", sem::sem),
     ];
     for (name, run) in workloads {
         if env.cfg.wants(name) {

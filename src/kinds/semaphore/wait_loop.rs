@@ -1,0 +1,83 @@
+//! The wait the semaphores and the latch share: Redisson's loop, bounded.
+//!
+//! Try; if refused, subscribe to the object's channel (once per client,
+//! through [`ChannelWait`](crate::wait::channel::ChannelWait)) and try again
+//! at once, since a release between the first try and the subscription
+//! would otherwise go unheard; then sleep until a message on the channel,
+//! the bound the refusal gave (a permit's expiry), the caller's deadline, or
+//! at most [`recheck`] without any of these, and try again. Java's blocking
+//! calls wait for a message without limit; the re-check bound makes a
+//! message that never comes (a publisher that died between its write and
+//! its publish) cost latency, never a hang. A replaced pub/sub connection
+//! counts as a message, so a reconnect never loses a wake-up either.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Inner;
+use crate::error::Result;
+use crate::wait::channel::ChannelWait;
+
+/// The outcome of one attempt.
+pub(crate) enum Attempt<T> {
+    /// Done: the permits, or the open latch.
+    Won(T),
+    /// Not now; worth trying again after a message, or after `retry_in`
+    /// at the latest (a permit's expiry), when given.
+    Refused { retry_in: Option<Duration> },
+}
+
+/// How long a caller waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Patience {
+    /// One attempt, no wait.
+    Once,
+    /// Until this instant.
+    Until(Instant),
+    /// As long as it takes (each sleep still bounded by [`recheck`]).
+    Forever,
+}
+
+/// The longest sleep without news: the client's watchdog timeout.
+pub(crate) fn recheck(inner: &Inner) -> Duration {
+    inner.config.watchdog_timeout
+}
+
+/// Runs `attempt` until it wins or `patience` runs out (`Ok(None)`),
+/// sleeping on `channel` between attempts.
+pub(crate) fn wait_for<T>(
+    inner: &Inner,
+    name: &Arc<str>,
+    channel: &str,
+    patience: Patience,
+    mut attempt: impl FnMut() -> Result<Attempt<T>>,
+) -> Result<Option<T>> {
+    let mut wait: Option<Arc<ChannelWait>> = None;
+    loop {
+        inner.check_running()?;
+        let seen = wait.as_ref().map(|w| w.seen());
+        let retry_in = match attempt()? {
+            Attempt::Won(won) => return Ok(Some(won)),
+            Attempt::Refused { retry_in } => retry_in,
+        };
+        let now = Instant::now();
+        let deadline = match patience {
+            Patience::Once => return Ok(None),
+            Patience::Until(deadline) if now >= deadline => return Ok(None),
+            Patience::Until(deadline) => Some(deadline),
+            Patience::Forever => None,
+        };
+        let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+        if !wait.is_subscribed() {
+            wait.subscribe(&inner.subscribers, deadline)?;
+            continue;
+        }
+        // Subscribed by another thread before this one's attempt: the
+        // counter must be read before an attempt to be trusted.
+        let Some(seen) = seen else { continue };
+        // At least 1 ms: a permit expiring now is reclaimed by the next try.
+        let nap = retry_in.map_or(recheck(inner), |r| r.clamp(Duration::from_millis(1), recheck(inner)));
+        let until = deadline.map_or(now + nap, |d| d.min(now + nap));
+        wait.wait_past(seen, until);
+    }
+}
