@@ -184,6 +184,7 @@ mod config;
 mod endpoints;
 mod guard;
 mod job;
+mod kinds;
 mod lock;
 mod release;
 // Renewal.
@@ -209,6 +210,8 @@ pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
 pub use guard::LockGuard;
 pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
+pub use kinds::lost_signals::LostSignals;
+pub use kinds::multi_lock::{MultiLock, MultiLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
