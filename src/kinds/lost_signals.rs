@@ -16,7 +16,7 @@ const YEAR: Duration = Duration::from_secs(86_400 * 365);
 
 /// The components' lost-hold signals of a
 /// [`MultiLockGuard`](crate::MultiLockGuard) or
-/// [`RedLockGuard`](crate::RedLockGuard), read as one: each receive reports
+/// `RedLockGuard`, read as one: each receive reports
 /// the next component known lost, as its index in the guard's components and
 /// the [`LostReason`]. Each component is reported at most once.
 #[derive(Debug)]
