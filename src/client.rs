@@ -9,7 +9,7 @@
 //! keeps the threads running, but a live guard still releases its own lock
 //! when dropped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -25,7 +25,7 @@ use crate::endpoints::{
     FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
 };
 use crate::error::{Error, Result};
-use crate::gate::entry::Entry;
+use crate::holds::watchdog::{self, Registry, Renewals, Signals};
 use crate::names::LockKeys;
 use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Primaries, Subscribers};
 use crate::pubsub::sentinel_watch::SentinelWatch;
@@ -37,9 +37,10 @@ use crate::store::connection::{Connector, Generation};
 use crate::store::lanes::{Lanes, Session};
 use crate::store::primary::Node;
 use crate::store::routes::Routes;
-use crate::store::scripts::{Scripts, Turns};
+use crate::store::scripts::Scripts;
 use crate::store::slots::{Addr, key_slot};
-use crate::watchdog::{self, Registry, Renewals, Signals};
+use crate::wait::channel::ChannelWait;
+use crate::wait::entry::Entry;
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -86,13 +87,18 @@ impl Drop for Handle {
 }
 
 pub(crate) struct Inner {
+    /// Itself, for the renewers and waits that must not keep it alive.
+    this: Weak<Inner>,
+    /// The channel waits in use, by channel (see `wait/channel.rs`).
+    #[allow(dead_code)]
+    waits: Mutex<HashMap<String, Weak<ChannelWait>>>,
     pub(crate) uuid: uuid::Uuid,
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
     pub(crate) config: Config,
     /// The command connections, shared by every thread (on a cluster, per
     /// node); closed on shutdown, after which each call opens its own.
-    routes: Routes,
+    pub(crate) routes: Routes,
     pub(crate) scripts: Scripts,
     entries: Mutex<Entries>,
     /// Numbers release requests, for their latches.
@@ -278,7 +284,9 @@ impl Client {
         };
         let Connections { routes, subscribers, sharded, wait, on_start } = connections;
         let BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx } = signals;
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|this| Inner {
+            this: Weak::clone(this),
+            waits: Mutex::new(HashMap::new()),
             uuid,
             id: uuid.to_string(),
             config,
@@ -372,47 +380,6 @@ impl Renewals for Inner {
 
     fn renewal_group(&self, name: &str) -> Option<Addr> {
         self.routes.node_of(name)
-    }
-
-    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
-        let Some(&(first, _)) = pairs.first() else { return Ok((Vec::new(), true)) };
-        let renew = |pairs: &[(&str, &str)], declared: bool, conn: &mut Session<'_>| {
-            let held = self.scripts.renew(conn, pairs, lease_ms, declared)?;
-            Ok((held, conn.replicated() != Some(false)))
-        };
-        let Some(cluster) = self.routes.cluster() else {
-            // Renewing is safe to repeat: a dead connection costs no period.
-            return self.with_live_conn(first, |conn| renew(pairs, true, conn));
-        };
-        // The watchdog groups holds by node: one call renews up to a batch
-        // of one node's locks, whatever their slots.
-        let node = cluster.node_of(first);
-        if node.is_some() && pairs.iter().all(|(key, _)| cluster.node_of(key) == node) {
-            let outcome = cluster
-                .shard_of_slot(key_slot(first.as_bytes()))
-                .and_then(|shard| renew(pairs, false, &mut shard.session()?));
-            match outcome {
-                Ok(renewed) => return Ok(renewed),
-                Err(e) => log::debug!("keyholder: renewing per slot after a node's batch failed: {e}"),
-            }
-        }
-        // A slot moved or a node failed: one call per slot, keys declared,
-        // redirections followed.
-        let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (at, (key, _)) in pairs.iter().enumerate() {
-            slots.entry(key_slot(key.as_bytes())).or_default().push(at);
-        }
-        let mut held = vec![false; pairs.len()];
-        let mut replicated = true;
-        for positions in slots.values() {
-            let group: Vec<(&str, &str)> = positions.iter().map(|&at| pairs[at]).collect();
-            let (renewed, acked) = self.with_live_conn(group[0].0, |conn| renew(&group, true, conn))?;
-            for (&at, renewed) in positions.iter().zip(renewed) {
-                held[at] = renewed;
-            }
-            replicated &= acked;
-        }
-        Ok((held, replicated))
     }
 }
 
@@ -693,6 +660,30 @@ impl Background {
 }
 
 impl Inner {
+    /// A weak handle on this client, for what it owns that must not keep
+    /// it alive (a hold's renewer).
+    pub(crate) fn weak(&self) -> Weak<Inner> {
+        Weak::clone(&self.this)
+    }
+
+    /// The wait on `channel` for the object `name`, shared by this client's
+    /// threads waiting there (one subscription for all of them); made on
+    /// first use, dropped with its last waiter.
+    #[allow(dead_code)] // The lock family's kinds (issue 9) use it as they land.
+    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
+        let mut waits = self.waits.lock();
+        if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {
+            return wait;
+        }
+        let wait = Arc::new(ChannelWait::new(Arc::clone(name), channel.to_owned()));
+        waits.insert(channel.to_owned(), Arc::downgrade(&wait));
+        if waits.len() > MIN_SWEEP_AT && waits.len().is_power_of_two() {
+            // Forget waits nobody uses: amortised O(1).
+            waits.retain(|_, w| w.strong_count() > 0);
+        }
+        wait
+    }
+
     /// The primary moved (a Sentinel failover): retire every command
     /// connection (they go to the old one), stop failing fast, and move the
     /// pub/sub connection, whose reconnection wakes every waiter and has
@@ -745,11 +736,6 @@ impl Inner {
         }
         drop(session);
         self.with_conn(key, f)
-    }
-
-    /// The waiter queue of `entry`'s lock, as this client takes part in it.
-    pub(crate) fn turns<'a>(&'a self, entry: &'a Entry) -> Turns<'a> {
-        Turns::of(&entry.keys, &self.id)
     }
 
     /// Checks a lock name before any I/O (see `names.rs`), on a Redis

@@ -177,20 +177,17 @@
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
-// Public types and the client that wires them.
+// The kinds of lock (one module each), and the operators' view of them.
 mod admin;
+mod kinds;
+// The client that wires the layers below, and its configuration.
 mod client;
 mod config;
 mod endpoints;
-mod guard;
-mod job;
-mod kinds;
-mod lock;
-mod release;
-// Renewal.
-mod watchdog;
-// Local coordination, without I/O.
-mod gate;
+// Waiting without polling: per-channel waits, the reentrant lock's gate.
+mod wait;
+// Holds, and the watchdog that renews them.
+mod holds;
 // Connections: pub/sub, and the Redis layer (shared connections, scripts).
 mod pubsub;
 mod store;
@@ -208,12 +205,10 @@ pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWat
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};
-pub use guard::LockGuard;
-pub use job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
-pub use kinds::lost_signals::LostSignals;
-pub use kinds::multi_lock::{MultiLock, MultiLockGuard};
+pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
+pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::multi_lock::{LostSignals, MultiLock, MultiLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
-pub use lock::Lock;
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
 #[cfg(feature = "metrics")]

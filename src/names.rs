@@ -105,7 +105,7 @@ pub(crate) struct LockKeys {
     pub(crate) name: Arc<str>,
     /// Redisson's unlock channel, shared with Java waiters.
     pub(crate) channel: Arc<str>,
-    /// The claim marker (see `lua/acquire.lua`).
+    /// The claim marker (see `lua/lock/acquire.lua`).
     pub(crate) marker: Arc<str>,
     /// The waiter queue.
     pub(crate) queue: Arc<str>,
@@ -160,7 +160,7 @@ fn own_key(prefix: &str, name: &str) -> String {
 }
 
 /// The claim marker of the lock `name`: the client whose turn it is (see
-/// `lua/acquire.lua`).
+/// `lua/lock/acquire.lua`).
 pub(crate) fn next_marker(name: &str) -> String {
     own_key(MARKER_PREFIX, name)
 }

@@ -85,8 +85,8 @@ fn a_handed_over_hold_is_never_believed_longer_than_the_server_keeps_it() {
 /// PTTL, then try again. Returns the longest single wait for the lock.
 fn redisson_waiter(url: &str, name: &str, rounds: usize, stop: &AtomicBool) -> Duration {
     let owner = "9b2e7c1a-0000-4000-8000-00000000beef:1";
-    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
-    let release = redis::Script::new(include_str!("../lua/release.lua"));
+    let acquire = redis::Script::new(include_str!("../lua/lock/acquire.lua"));
+    let release = redis::Script::new(include_str!("../lua/lock/release.lua"));
     let client = redis::Client::open(url).unwrap();
     let mut con = client.get_connection().unwrap();
     let mut sub = client.get_connection().unwrap();

@@ -13,19 +13,19 @@ const OWNER_A: &str = "8c1f0a4e-1111-4000-8000-000000000001:1";
 const OWNER_B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
 
 fn acquire_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/acquire.lua"))
+    redis::Script::new(include_str!("../lua/lock/acquire.lua"))
 }
 
 fn release_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/release.lua"))
+    redis::Script::new(include_str!("../lua/lock/release.lua"))
 }
 
 fn renew_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/renew.lua"))
+    redis::Script::new(include_str!("../lua/lock/renew.lua"))
 }
 
 fn force_unlock_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/force_unlock.lua"))
+    redis::Script::new(include_str!("../lua/lock/force_unlock.lua"))
 }
 
 fn acquire(con: &mut redis::Connection, name: &str, lease_ms: u64, owner: &str) -> redis::RedisResult<Value> {
@@ -60,13 +60,8 @@ fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, Str
 
 #[test]
 fn every_script_documents_its_contract_in_a_header() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
     let mut scripts = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "lua") {
-            continue;
-        }
+    for path in lua_scripts() {
         scripts += 1;
         let text = std::fs::read_to_string(&path).unwrap();
         let file = path.display();
@@ -449,7 +444,7 @@ fn handoff(
     to: &str,
     latch: Option<(&str, u64, bool)>,
 ) -> redis::RedisResult<Value> {
-    let script = redis::Script::new(include_str!("../lua/handoff.lua"));
+    let script = redis::Script::new(include_str!("../lua/lock/handoff.lua"));
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name));
     if let Some((latch, _, _)) = latch {
@@ -585,7 +580,7 @@ fn dequeue_leaves_the_queue_and_passes_on_a_turn() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let name = "gave-up";
-    let dequeue = redis::Script::new(include_str!("../lua/dequeue.lua"));
+    let dequeue = redis::Script::new(include_str!("../lua/lock/dequeue.lua"));
     let run = |con: &mut redis::Connection, owner: &str| -> i64 {
         let mut invocation = dequeue.key(queue_of(name));
         invocation.key(grants_of(name)).key(marker_of(name)).key(name).key(channel_of(name));
@@ -832,7 +827,7 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 5, false).unwrap(), Value::Int(0));
     assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 6, false).unwrap(), Value::Int(1));
     // dequeue.lua leaves them alone too.
-    let dequeue = redis::Script::new(include_str!("../lua/dequeue.lua"));
+    let dequeue = redis::Script::new(include_str!("../lua/lock/dequeue.lua"));
     let mut invocation = dequeue.key(&queue_key);
     invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
     invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
@@ -880,8 +875,7 @@ fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
 fn the_compat_doc_quotes_every_script_header_verbatim() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/redisson-compat.md")).unwrap();
-    for entry in std::fs::read_dir(root.join("lua")).unwrap() {
-        let path = entry.unwrap().path();
+    for path in lua_scripts() {
         let text = std::fs::read_to_string(&path).unwrap();
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
         let quoted = format!("```lua\n{}\n```", header.join("\n"));
@@ -891,4 +885,23 @@ fn the_compat_doc_quotes_every_script_header_verbatim() {
             path.display()
         );
     }
+}
+
+/// Every script under `lua/`, one folder per kind (`lua/<kind>/*.lua`).
+fn lua_scripts() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let mut scripts = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "lua") {
+                scripts.push(path);
+            }
+        }
+    }
+    scripts.sort();
+    scripts
 }

@@ -53,11 +53,11 @@ impl Redis {
     }
 }
 
-pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/acquire.lua");
-pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/release.lua");
-pub(crate) const RENEW_LUA: &str = include_str!("../../lua/renew.lua");
-const HANDOFF_LUA: &str = include_str!("../../lua/handoff.lua");
-const DEQUEUE_LUA: &str = include_str!("../../lua/dequeue.lua");
+pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/lock/acquire.lua");
+pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/lock/release.lua");
+pub(crate) const RENEW_LUA: &str = include_str!("../../lua/lock/renew.lua");
+const HANDOFF_LUA: &str = include_str!("../../lua/lock/handoff.lua");
+const DEQUEUE_LUA: &str = include_str!("../../lua/lock/dequeue.lua");
 /// The hand-rolled release: Lua compare-and-delete.
 pub(crate) const COMPARE_AND_DELETE: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";

@@ -11,7 +11,7 @@
 //! serves slots, not one per lock; an idle one is how the client hears at
 //! once that its node died. When slots change hands, the channels of the
 //! slots that moved are dropped and their waiters woken, and they subscribe
-//! again on the new owner (see `gate/entry.rs`); a subscriber whose node
+//! again on the new owner (see `wait/entry.rs`); a subscriber whose node
 //! serves no slot any more is stopped once its channels are gone.
 
 use std::collections::HashMap;

@@ -45,7 +45,7 @@ pub(crate) trait Waiters: Send + Sync {
 }
 
 /// A lock handed to this client by another client's release (see
-/// `lua/release.lua`), not yet taken by its thread.
+/// `lua/lock/release.lua`), not yet taken by its thread.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
     /// The owner id the lock was given to.
@@ -56,15 +56,28 @@ pub(crate) struct Grant {
     pub(crate) received: Instant,
 }
 
-/// What a waiter subscribes for: a lock name, its two channels, and whom to
+/// What a waiter subscribes for: a lock name, its channels, and whom to
 /// wake.
 pub(crate) struct Interest<'a> {
     pub(crate) name: &'a Arc<str>,
-    /// Redisson's unlock channel.
+    /// The channel whose messages wake the waiters (Redisson's unlock
+    /// channel, or a kind's own).
     pub(crate) channel: &'a str,
-    /// This client's wake channel for the lock.
-    pub(crate) wake_channel: &'a str,
+    /// This client's wake channel for the lock, whose messages carry
+    /// grants (the reentrant lock's). Without one (the other kinds), every
+    /// message on `channel` wakes the waiters: a permit count, a latch's
+    /// `0`, a fair lock's turn are all worth a look.
+    pub(crate) wake_channel: Option<&'a str>,
     pub(crate) waiters: Weak<dyn Waiters>,
+}
+
+impl Interest<'_> {
+    fn channels(&self) -> Vec<(String, Kind)> {
+        match self.wake_channel {
+            Some(wake) => vec![(self.channel.to_owned(), Kind::Unlock), (wake.to_owned(), Kind::Wake)],
+            None => vec![(self.channel.to_owned(), Kind::Any)],
+        }
+    }
 }
 
 pub(crate) struct Subscriber {
@@ -104,7 +117,7 @@ struct Channel {
     /// When the last waiter left, for a lingering channel.
     idle_since: Option<Instant>,
     /// A `2` arrived: the `0` that follows it was published by a keyholder
-    /// release that woke the next waiter itself (see `lua/release.lua`).
+    /// release that woke the next waiter itself (see `lua/lock/release.lua`).
     paired: bool,
 }
 
@@ -115,6 +128,8 @@ enum Kind {
     Unlock,
     /// This client's wake channel for one lock: its turn has come.
     Wake,
+    /// Another kind's channel: every message wakes.
+    Any,
 }
 
 /// The waiters of one lock name on a channel.
@@ -136,7 +151,8 @@ impl Channel {
 
     /// Whether a message with `payload` wakes this channel's waiters.
     ///
-    /// A wake channel's message is this client's turn. On an unlock channel
+    /// A wake channel's message is this client's turn; any message on
+    /// another kind's channel wakes. On an unlock channel
     /// `0` wakes one waiting thread and `1` all of them; behind the gate at
     /// most one thread of this client waits per lock, so both wake that
     /// thread, unless the `0` follows a `2`: a keyholder release sends that
@@ -144,7 +160,7 @@ impl Channel {
     /// not unlocks. An unlock channel does not say which of the names
     /// sharing it was unlocked: each name's waiter retries.
     fn wakes(&mut self, payload: &str) -> bool {
-        if self.kind == Kind::Wake {
+        if self.kind != Kind::Unlock {
             return true;
         }
         match payload {
@@ -263,11 +279,12 @@ impl State {
     }
 }
 
-/// A waiter's share of a lock's two channel subscriptions (its unlock
-/// channel and this client's wake channel); unsubscribes when dropped.
+/// A waiter's share of a lock's channel subscriptions (its unlock channel
+/// and, for the reentrant lock, this client's wake channel); unsubscribes
+/// when dropped.
 pub(crate) struct Subscription {
     subscriber: Arc<Subscriber>,
-    channels: [String; 2],
+    channels: Vec<String>,
     /// The lock name it was made for.
     name: Arc<str>,
 }
@@ -391,9 +408,7 @@ impl Subscriber {
     pub(crate) fn resume(self: &Arc<Self>, interest: Interest<'_>) -> Option<Subscription> {
         let mut st = self.state.lock();
         let ready = !st.shutdown
-            && [interest.channel, interest.wake_channel]
-                .iter()
-                .all(|c| st.channels.contains_key(*c) && st.is_confirmed(c));
+            && interest.channels().iter().all(|(c, _)| st.channels.contains_key(c) && st.is_confirmed(c));
         ready.then(|| self.register(&mut st, interest).0)
     }
 
@@ -401,10 +416,10 @@ impl Subscriber {
     /// needed; returns the share and the channels created, which need a
     /// SUBSCRIBE.
     fn register(self: &Arc<Self>, st: &mut State, interest: Interest<'_>) -> (Subscription, Vec<String>) {
-        let Interest { name: lock_name, channel, wake_channel, waiters } = interest;
-        let channels = [channel.to_owned(), wake_channel.to_owned()];
+        let (channels, kinds): (Vec<String>, Vec<Kind>) = interest.channels().into_iter().unzip();
+        let Interest { name: lock_name, waiters, .. } = interest;
         let mut created = Vec::new();
-        for (name, kind) in channels.iter().zip([Kind::Unlock, Kind::Wake]) {
+        for (name, kind) in channels.iter().zip(kinds) {
             let slot = st.channels.entry(name.clone()).or_insert_with(|| {
                 created.push(name.clone());
                 Channel { kind, listeners: Vec::new(), idle_since: None, paired: false }
@@ -439,7 +454,7 @@ impl Subscriber {
     /// The number of channels subscribed for waiters right now (not
     /// counting lingering ones).
     pub(crate) fn channel_count(&self) -> usize {
-        self.state.lock().channels.values().filter(|c| c.kind == Kind::Unlock && c.refs() > 0).count()
+        self.state.lock().channels.values().filter(|c| c.kind != Kind::Wake && c.refs() > 0).count()
     }
 
     /// Wakes the reader so it times lingering channels out: a tiny write
@@ -730,7 +745,7 @@ impl Subscriber {
 }
 
 /// A wake message that hands the lock over: `"<owner id> <elapsed ms>"` (see
-/// `lua/release.lua`); an empty one only wakes.
+/// `lua/lock/release.lua`); an empty one only wakes.
 fn parse_grant(payload: &str) -> Option<Grant> {
     let (owner, elapsed) = payload.split_once(' ')?;
     Some(Grant {

@@ -7,22 +7,30 @@
 //! NOSCRIPT and caches the script for the next EVALSHA: one extra round trip
 //! after a flush, and no caller ever sees NOSCRIPT.
 
+use std::sync::OnceLock;
+
 use redis::{RedisResult, ToRedisArgs, Value};
 
 use crate::error::Result;
 use crate::store::batch::Request;
 use crate::store::lanes::Session;
 
-/// A bundled script: its source and SHA1 digest.
+/// A bundled script: its source and SHA1 digest. Kinds keep theirs in
+/// `static`s (`LuaScript::new(include_str!(..))`); the digest is computed
+/// on first use.
 #[derive(Debug)]
 pub(crate) struct LuaScript {
     source: &'static str,
-    hash: String,
+    hash: OnceLock<String>,
 }
 
 impl LuaScript {
-    pub(crate) fn new(source: &'static str) -> Self {
-        LuaScript { source, hash: redis::Script::new(source).get_hash().to_owned() }
+    pub(crate) const fn new(source: &'static str) -> Self {
+        LuaScript { source, hash: OnceLock::new() }
+    }
+
+    fn hash(&self) -> &str {
+        self.hash.get_or_init(|| redis::Script::new(self.source).get_hash().to_owned())
     }
 
     /// A call of this script, to be given its keys and arguments.
@@ -67,7 +75,7 @@ impl Call<'_> {
             let request = self.request(verb, body);
             if acked { request.acknowledged() } else { request }
         };
-        let mut replies = session.send(request("EVALSHA", &self.script.hash))?;
+        let mut replies = session.send(request("EVALSHA", self.script.hash()))?;
         if matches!(replies.values.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
             replies = session.send(request("EVAL", self.script.source))?;
         }

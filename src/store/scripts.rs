@@ -1,422 +1,58 @@
-//! The bundled Lua scripts and their typed replies.
-//!
-//! Each script is a real file under `lua/` whose header comment is its
-//! contract. Calls go out as EVALSHA, falling back to EVAL on NOSCRIPT
-//! (see `store/eval.rs`). Replies are decoded into small enums
-//! here; a reply outside a contract becomes an `UnexpectedReply` error, never a
-//! panic and never a raw integer leaking upward.
-
-use std::time::Duration;
+//! What every kind's scripts share: the client's script settings (whether
+//! writes ask the replicas for acknowledgement, which command publishes)
+//! and the error for a reply outside a script's contract. Each kind keeps
+//! its scripts and their typed replies in its own module
+//! (`kinds/<kind>/scripts.rs`, sources under `lua/<kind>/`).
 
 use redis::Value;
 
-use crate::error::{Error, Result};
-use crate::store::eval::LuaScript;
-use crate::store::lanes::Session;
+use crate::error::Error;
 
-/// Outcome of `acquire.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acquire {
-    /// Acquired or re-entered; with the fencing token minted, when asked.
-    /// `replicated`: whether the replicas asked for acknowledged it (`None`
-    /// when none were asked for).
-    Acquired { token: Option<u64>, replicated: Option<bool> },
-    /// Held by another owner, with that holder's remaining lease (`None` when
-    /// the key has no TTL).
-    Held { remaining: Option<Duration> },
-    /// A re-entry found the lock free: the caller's hold vanished.
-    Free,
-}
-
-/// Outcome of `release.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The owner held nothing; nothing changed.
-    NotOwner,
-    /// One hold released; others remain.
-    StillHeld,
-    /// The last hold released: key deleted, unlock message published.
-    Released,
-}
-
-/// Outcome of `handoff.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Handoff {
-    /// The giving owner held nothing; nothing changed.
-    NotOwner,
-    /// The giving owner still holds other holds; nothing handed over.
-    StillHeld,
-    /// Released, not handed over: another client was woken for its turn.
-    Released,
-    /// The receiving owner now holds the lock.
-    HandedOver,
-}
-
-/// Outcome of `job_finish.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JobFinish {
-    /// The run no longer held the lock; nothing changed.
-    NotOwner,
-    /// Kept for the rest of the job's minimum hold time.
-    Kept,
-    /// Released: key deleted, unlock message published.
-    Released,
-}
-
-/// The scripts of one client.
-#[derive(Debug)]
+/// One client's script settings, shared by every kind.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Scripts {
-    acquire: LuaScript,
-    release: LuaScript,
-    handoff: LuaScript,
-    renew: LuaScript,
-    force_unlock: LuaScript,
-    dequeue: LuaScript,
-    job_finish: LuaScript,
-    /// Acquire, release, hand-off and renewal calls ask for the replicas'
+    /// Writing calls (acquire, release, renewal) ask for the replicas'
     /// acknowledgement.
     acks: bool,
-    /// The command unlock and wake messages go out with: `PUBLISH`, or
-    /// `SPUBLISH` on a Redis Cluster with shard channels.
+    /// The command messages go out with: `PUBLISH`, or `SPUBLISH` on a
+    /// Redis Cluster with shard channels.
     publish: &'static str,
 }
 
 /// The unlock message that wakes one waiter (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
-/// The commands the scripts publish unlock messages with: to every
-/// subscriber, or (Redis Cluster, Redis 7+) to the subscribers of the
-/// channel's shard, as Redisson's `shardedSubscriptionMode` does.
+/// The commands scripts publish with: to every subscriber, or (Redis
+/// Cluster, Redis 7+) to the subscribers of the channel's shard, as
+/// Redisson's `shardedSubscriptionMode` does.
 const PUBLISH: &str = "publish";
 const SPUBLISH: &str = "spublish";
-
-/// How long a client woken by a release has to claim the lock before other
-/// waiters may take it: its wake-up and one round trip, with room for a
-/// loaded machine.
-const CLAIM_MS: u64 = 1000;
-
-/// Added to the waiter queue's TTL beyond the longest wait of its waiters.
-const QUEUE_SLACK_MS: u64 = 1000;
-
-/// The waiter queue of one lock, as one client sees it: the keys and channel
-/// prefix that decide whose turn it is (see `lua/release.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Turns<'a> {
-    /// The claim marker key.
-    pub(crate) marker: &'a str,
-    /// The queue key.
-    pub(crate) queue: &'a str,
-    /// The grants key.
-    pub(crate) grants: &'a str,
-    /// The recent releasers key.
-    pub(crate) recent: &'a str,
-    /// The prefix of the lock's per-client wake channels.
-    pub(crate) wake_prefix: &'a str,
-    /// This client's id.
-    pub(crate) client: &'a str,
-}
-
-impl<'a> Turns<'a> {
-    /// The queue of the lock whose keys are `keys`, for the client `client`.
-    pub(crate) fn of(keys: &'a crate::names::LockKeys, client: &'a str) -> Turns<'a> {
-        Turns {
-            marker: &keys.marker,
-            queue: &keys.queue,
-            grants: &keys.grants,
-            recent: &keys.recent,
-            wake_prefix: &keys.wake_prefix,
-            client,
-        }
-    }
-}
-
-/// What `acquire.lua` needs for one attempt.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AcquireArgs<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) turns: Turns<'a>,
-    /// The fencing-token counter, to mint a token.
-    pub(crate) token_key: Option<&'a str>,
-    pub(crate) lease_ms: u64,
-    pub(crate) owner: &'a str,
-    /// A new hold, not a re-entry: the owner's count is set to 1. A
-    /// re-entry succeeds only onto the owner's existing field.
-    pub(crate) fresh: bool,
-    /// The caller listens on its wake channel: if refused, its client
-    /// joins the queue.
-    pub(crate) enqueue: bool,
-    /// The caller takes the lock handed over by a release (unfenced).
-    pub(crate) grantable: bool,
-    /// Migration mode: a string key at the name is a hand-rolled lock's
-    /// holder (refused with its PTTL), not a `WRONGTYPE` error.
-    pub(crate) legacy: bool,
-}
-
-/// What `handoff.lua` needs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HandoffArgs<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) channel: &'a str,
-    pub(crate) turns: Turns<'a>,
-    /// The receiving owner's lease.
-    pub(crate) lease_ms: u64,
-    pub(crate) from: &'a str,
-    pub(crate) to: &'a str,
-    pub(crate) latch: Latch<'a>,
-}
-
-/// What `release.lua` needs to release one hold.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ReleaseArgs<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) channel: &'a str,
-    pub(crate) turns: Turns<'a>,
-    /// The TTL re-applied while holds remain.
-    pub(crate) lease_ms: u64,
-    pub(crate) owner: &'a str,
-    /// Needed only when a retry could release a second hold.
-    pub(crate) latch: Option<Latch<'a>>,
-    /// For how much longer this client listens on the lock's unlock channel
-    /// itself (zero when it does not).
-    pub(crate) listening: Duration,
-}
-
-/// An unlock latch: the outcome of a release request, kept for its retry.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    /// The owner's latch key for the lock.
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    /// Unique per release request; a retry sends the same.
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
-}
 
 impl Scripts {
     /// With `acks`, writes ask for the replicas' acknowledgement; with
     /// `sharded`, messages go out on shard channels.
     pub(crate) fn new(acks: bool, sharded: bool) -> Self {
-        Scripts {
-            acks,
-            publish: if sharded { SPUBLISH } else { PUBLISH },
-            acquire: LuaScript::new(include_str!("../../lua/acquire.lua")),
-            release: LuaScript::new(include_str!("../../lua/release.lua")),
-            handoff: LuaScript::new(include_str!("../../lua/handoff.lua")),
-            renew: LuaScript::new(include_str!("../../lua/renew.lua")),
-            force_unlock: LuaScript::new(include_str!("../../lua/force_unlock.lua")),
-            dequeue: LuaScript::new(include_str!("../../lua/dequeue.lua")),
-            job_finish: LuaScript::new(include_str!("../../lua/job_finish.lua")),
-        }
+        Scripts { acks, publish: if sharded { SPUBLISH } else { PUBLISH } }
     }
 
-    /// True when unlock messages go out on shard channels (`SPUBLISH`).
+    /// Whether writing calls ask for the replicas' acknowledgement (pass it
+    /// to `Call::invoke`).
+    pub(crate) fn acks(&self) -> bool {
+        self.acks
+    }
+
+    /// The publish command, as an argument for a script that publishes.
+    pub(crate) fn publish(&self) -> &'static str {
+        self.publish
+    }
+
+    /// True when messages go out on shard channels (`SPUBLISH`).
     pub(crate) fn sharded(&self) -> bool {
         self.publish == SPUBLISH
     }
-
-    /// One acquisition attempt; mints a fencing token when `token_key` is set.
-    pub(crate) fn acquire(&self, session: &mut Session<'_>, args: &AcquireArgs<'_>) -> Result<Acquire> {
-        let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } =
-            *args;
-        let mut invocation = self.acquire.call();
-        invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
-        invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
-        invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
-        if legacy {
-            invocation.arg(1);
-        }
-        if let Some(token_key) = token_key {
-            invocation.key(token_key);
-        }
-        let (reply, acked) = invocation.invoke(session, self.acks)?;
-        let reply = reply.map_err(|e| acquire_error(name, token_key, e))?;
-        session.note_replicated(acked);
-        let refused = |ms: i64| match ms {
-            -2 if !fresh => Some(Acquire::Free),
-            -1.. => Some(Acquire::Held { remaining: u64::try_from(ms).ok().map(Duration::from_millis) }),
-            _ => None,
-        };
-        let outcome = match (&reply, token_key) {
-            (Value::Nil, None) => Some(Acquire::Acquired { token: None, replicated: acked }),
-            (Value::Int(ms), None) => refused(*ms),
-            (Value::Array(items), Some(_)) => match items.as_slice() {
-                [Value::Int(-1), token] => {
-                    parse_token(token).map(|t| Acquire::Acquired { token: Some(t), replicated: acked })
-                }
-                [Value::Int(ms), Value::Int(-1)] => refused(*ms),
-                _ => None,
-            },
-            _ => None,
-        };
-        outcome.ok_or_else(|| unexpected("acquire", &reply))
-    }
-
-    /// Releases one hold; with a latch, a retry with the same latch key
-    /// returns the first outcome instead of releasing twice.
-    pub(crate) fn release(&self, session: &mut Session<'_>, args: &ReleaseArgs<'_>) -> Result<Release> {
-        let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening } = *args;
-        let mut invocation = self.release.call();
-        invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
-        invocation.key(turns.recent);
-        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(self.publish);
-        match latch {
-            Some(latch) => {
-                invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry))
-            }
-            None => invocation.arg(0).arg(0).arg(0),
-        };
-        let listening_ms = crate::lease::millis_ceil(listening);
-        invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
-        let (reply, acked) = invocation.invoke(session, self.acks)?;
-        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
-        session.note_replicated(acked);
-        match reply {
-            Value::Nil => Ok(Release::NotOwner),
-            Value::Int(0) => Ok(Release::StillHeld),
-            Value::Int(1) => Ok(Release::Released),
-            other => Err(unexpected("release", &other)),
-        }
-    }
-
-    /// Releases the last hold and hands the lock to another owner of this
-    /// client in one call, unless another client was woken for its turn.
-    pub(crate) fn handoff(&self, session: &mut Session<'_>, args: &HandoffArgs<'_>) -> Result<Handoff> {
-        let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
-        let mut invocation = self.handoff.call();
-        invocation.key(name).key(channel).key(turns.marker).key(latch.key);
-        invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(self.publish).arg(latch.ttl_ms);
-        invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
-        let (reply, acked) = invocation.invoke(session, self.acks)?;
-        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
-        session.note_replicated(acked);
-        match reply {
-            Value::Nil => Ok(Handoff::NotOwner),
-            Value::Int(0) => Ok(Handoff::StillHeld),
-            Value::Int(1) => Ok(Handoff::Released),
-            Value::Int(2) => Ok(Handoff::HandedOver),
-            other => Err(unexpected("handoff", &other)),
-        }
-    }
-
-    /// Takes this client out of the lock's queue, and passes on its turn if
-    /// it was woken for one.
-    pub(crate) fn dequeue(
-        &self,
-        session: &mut Session<'_>,
-        name: &str,
-        channel: &str,
-        turns: Turns<'_>,
-        owner: &str,
-    ) -> Result<()> {
-        let mut invocation = self.dequeue.call();
-        invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
-        invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(self.publish);
-        let (reply, _) = invocation.invoke(session, false)?;
-        reply.map_err(Error::redis)?;
-        Ok(())
-    }
-
-    /// Renews the `(key, owner)` pairs in one call; `true` = still held.
-    /// `declared`: the lock keys go out as the script's `KEYS`, as they
-    /// must unless the session is on a cluster node that serves all of
-    /// them (see `lua/renew.lua`).
-    pub(crate) fn renew(
-        &self,
-        session: &mut Session<'_>,
-        holds: &[(&str, &str)],
-        lease_ms: u64,
-        declared: bool,
-    ) -> Result<Vec<bool>> {
-        let mut invocation = self.renew.call();
-        invocation.arg(lease_ms);
-        for (key, owner) in holds {
-            if declared {
-                invocation.key(*key).arg(*owner);
-            } else {
-                invocation.arg(*key).arg(*owner);
-            }
-        }
-        let (reply, acked) = invocation.invoke(session, self.acks)?;
-        let reply = reply.map_err(Error::redis)?;
-        session.note_replicated(acked);
-        match reply {
-            Value::Array(items) if items.len() == holds.len() => items
-                .iter()
-                .map(|item| match item {
-                    Value::Int(1) => Ok(true),
-                    Value::Int(0) => Ok(false),
-                    other => Err(unexpected("renew", other)),
-                })
-                .collect(),
-            other => Err(unexpected("renew", &other)),
-        }
-    }
-
-    /// Deletes the lock whoever holds it; `true` when there was one.
-    pub(crate) fn force_unlock(&self, session: &mut Session<'_>, name: &str, channel: &str) -> Result<bool> {
-        let mut invocation = self.force_unlock.call();
-        invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(self.publish);
-        let (reply, _) = invocation.invoke(session, false)?;
-        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
-        match reply {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
-            other => Err(unexpected("force_unlock", &other)),
-        }
-    }
 }
 
-impl Scripts {
-    /// Ends a run-once job's hold: kept for `keep` more (shortened, never
-    /// lengthened), or released now when `keep` is zero.
-    pub(crate) fn job_finish(
-        &self,
-        session: &mut Session<'_>,
-        name: &str,
-        channel: &str,
-        owner: &str,
-        keep: Duration,
-    ) -> Result<JobFinish> {
-        let mut invocation = self.job_finish.call();
-        invocation.key(name).key(channel);
-        invocation.arg(owner).arg(crate::lease::millis_ceil(keep)).arg(UNLOCK_MESSAGE).arg(self.publish);
-        let (reply, acked) = invocation.invoke(session, self.acks)?;
-        let reply = reply.map_err(|e| Error::from_redis(name, e))?;
-        session.note_replicated(acked);
-        match reply {
-            Value::Int(0) => Ok(JobFinish::NotOwner),
-            Value::Int(1) => Ok(JobFinish::Kept),
-            Value::Int(2) => Ok(JobFinish::Released),
-            other => Err(unexpected("job_finish", &other)),
-        }
-    }
-}
-
-/// A fencing token as `acquire.lua` returns it: the counter's decimal string,
-/// exact over the whole range (a Lua number would round past 2^53).
-fn parse_token(value: &Value) -> Option<u64> {
-    match value {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok().filter(|t| *t > 0),
-        _ => None,
-    }
-}
-
-/// Maps an error of `acquire.lua`, telling a bad fencing counter from a bad
-/// lock key.
-fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> Error {
-    let text = e.to_string();
-    if text.contains("LEGACYNOTTL") {
-        return Error::legacy_lock_without_ttl(name);
-    }
-    match token_key {
-        Some(key) if text.contains("BADCOUNTER") => Error::bad_fencing_counter(name, key),
-        Some(key) if text.contains("WRONGTYPE") && text.contains("fencing counter") => {
-            Error::wrong_type(name, key)
-        }
-        _ => Error::from_redis(name, e),
-    }
-}
-
-fn unexpected(script: &'static str, reply: &Value) -> Error {
+/// A reply outside `script`'s contract.
+pub(crate) fn unexpected(script: &'static str, reply: &Value) -> Error {
     Error::unexpected_reply(script, format!("{reply:?}"))
 }

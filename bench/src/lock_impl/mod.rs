@@ -1,7 +1,7 @@
 //! The three lock implementations every workload compares, behind one
 //! trait, so that each workload is written once:
 //!
-//! * [`Floor`]: the library's own `lua/acquire.lua` and `lua/release.lua`
+//! * [`Floor`]: the library's own `lua/lock/acquire.lua` and `lua/lock/release.lua`
 //!   called on a plain redis-rs connection, with no library logic: the
 //!   physical floor. It never waits (a held lock is an error), so it runs
 //!   only where nothing contends; the contended workloads' floor is the

@@ -1,8 +1,8 @@
 //! The MultiLock guard: one [`LockGuard`] per component, released together.
 
 use crate::error::{Error, LostReason, Result};
-use crate::guard::LockGuard;
-use crate::kinds::lost_signals::LostSignals;
+use crate::kinds::lock::LockGuard;
+use crate::kinds::multi_lock::lost_signals::LostSignals;
 
 /// Proof that a [`MultiLock`](crate::MultiLock) is held: one
 /// [`LockGuard`] per component, in acquisition order.

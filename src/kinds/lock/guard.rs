@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use crate::client::Inner;
 use crate::error::{LostReason, Result};
-use crate::gate::entry::Entry;
-use crate::gate::hold::Hold;
+use crate::holds::hold::Hold;
 use crate::lease::Lease;
+use crate::wait::entry::Entry;
 
 /// An RAII guard for one acquisition of a [`Lock`](crate::Lock).
 ///
@@ -113,7 +113,7 @@ impl LockGuard {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::clone(&self.entry));
+            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::clone(&self.entry) as _);
         }
         signal
     }

@@ -28,25 +28,28 @@ use crossbeam_channel::{Receiver, Sender, select};
 use parking_lot::Mutex;
 
 use crate::error::LostReason;
-use crate::error::Result;
-use crate::gate::entry::Entry;
-use crate::gate::hold::Hold;
+use crate::holds::hold::Hold;
+use crate::holds::renew::{OnLost, Renew};
 use crate::store::slots::Addr;
-
-/// A watched hold and its lock's entry.
-type Held = (Arc<Hold>, Arc<Entry>);
 
 /// Keys renewed per script call.
 pub(crate) const BATCH: usize = 100;
 
 /// A hold the watchdog looks after.
-#[derive(Debug)]
+#[derive(Clone)]
 struct Watched {
     hold: Arc<Hold>,
-    /// The lock's local state: its queue hears when the hold is lost.
-    entry: Arc<Entry>,
-    /// Renew it (watchdog lease), or only watch its deadline (fixed lease).
-    renew: bool,
+    /// Told when the hold is lost (the lock's local waiters).
+    on_lost: Arc<dyn OnLost>,
+    /// How to renew it (watchdog lease), or `None` to only watch its
+    /// deadline (fixed lease).
+    renew: Option<Arc<dyn Renew>>,
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched").field("hold", &self.hold).field("renew", &self.renew).finish()
+    }
 }
 
 /// The holds to renew or watch, by hold id.
@@ -62,14 +65,15 @@ impl Registry {
         Registry { holds: Mutex::new(HashMap::new()), kick }
     }
 
-    /// Renews `hold` until deregistered.
-    pub(crate) fn register(&self, hold: Arc<Hold>, entry: Arc<Entry>) {
-        self.holds.lock().insert(hold.id, Watched { hold, entry, renew: true });
+    /// Renews `hold` with `renew` until deregistered; tells `on_lost` if it
+    /// is lost.
+    pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Arc<dyn OnLost>, renew: Arc<dyn Renew>) {
+        self.holds.lock().insert(hold.id, Watched { hold, on_lost, renew: Some(renew) });
     }
 
     /// Watches the deadline of a hold that is not renewed.
-    pub(crate) fn watch(&self, hold: Arc<Hold>, entry: Arc<Entry>) {
-        self.holds.lock().entry(hold.id).or_insert(Watched { hold, entry, renew: false });
+    pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Arc<dyn OnLost>) {
+        self.holds.lock().entry(hold.id).or_insert(Watched { hold, on_lost, renew: None });
         let _ = self.kick.try_send(());
     }
 
@@ -79,16 +83,11 @@ impl Registry {
 
     /// The number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
-        self.holds.lock().values().filter(|w| w.renew).count()
+        self.holds.lock().values().filter(|w| w.renew.is_some()).count()
     }
 
-    fn to_renew(&self) -> Vec<Held> {
-        self.holds
-            .lock()
-            .values()
-            .filter(|w| w.renew)
-            .map(|w| (Arc::clone(&w.hold), Arc::clone(&w.entry)))
-            .collect()
+    fn to_renew(&self) -> Vec<Watched> {
+        self.holds.lock().values().filter(|w| w.renew.is_some()).cloned().collect()
     }
 
     fn earliest_deadline(&self) -> Option<Instant> {
@@ -103,27 +102,24 @@ impl Registry {
                 holds.iter().filter(|(_, w)| w.hold.deadline() <= now).map(|(id, _)| *id).collect();
             ids.iter().filter_map(|id| holds.remove(id)).collect()
         };
-        for Watched { hold, entry, .. } in overdue {
+        for Watched { hold, on_lost, .. } in overdue {
             if !hold.is_releasing() {
                 hold.mark_lost(LostReason::LeaseExpired);
-                entry.wake_front();
+                on_lost.hold_lost(&hold);
             }
         }
     }
 }
 
 /// What the watchdog needs of its client: the holds to look after, the
-/// lease to re-apply, and one renewal call. (The client implements it; the
-/// watchdog knows nothing else of it.)
+/// lease to re-apply, and where each lock lives. (The client implements
+/// it; the watchdog knows nothing else of it. The renewal calls themselves
+/// are the holds' kinds', through [`Renew`].)
 pub(crate) trait Renewals: Send + Sync {
     /// The holds to renew or watch.
     fn registry(&self) -> &Registry;
     /// The lease a renewal re-applies.
     fn watchdog_timeout(&self) -> Duration;
-    /// Renews the `(key, owner)` pairs in one script call, on a live
-    /// connection; `true` = still held. The flag is false when the replicas
-    /// asked for did not acknowledge the renewal.
-    fn renew(&self, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)>;
 
     /// Which node `name`'s lock lives on, when the client talks to several
     /// (a Redis Cluster): holds are batched per node, so that one call
@@ -216,37 +212,36 @@ pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
 fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
     let registry = inner.registry();
     let timeout = inner.watchdog_timeout();
-    let mut holds = registry.to_renew();
-    // A node's holds next to each other, each batch within one node.
-    let mut groups: Vec<Option<Addr>> = Vec::new();
-    if holds.first().is_some_and(|(hold, _)| inner.renewal_group(&hold.name).is_some()) {
-        let mut keyed: Vec<(Option<Addr>, Held)> =
-            holds.into_iter().map(|held| (inner.renewal_group(&held.0.name), held)).collect();
-        keyed.sort_by(|a, b| a.0.cmp(&b.0));
-        (groups, holds) = keyed.into_iter().unzip();
-    }
-    let batches: Vec<&[Held]> = if groups.is_empty() {
-        holds.chunks(BATCH).collect()
-    } else {
-        let mut batches = Vec::new();
-        let mut start = 0;
-        for end in 1..=holds.len() {
-            if end == holds.len() || groups[end] != groups[start] {
-                batches.extend(holds[start..end].chunks(BATCH));
-                start = end;
-            }
+    // Holds renewed by one call sit next to each other: the same batch key
+    // (layout) and, on a cluster, the same node.
+    let mut keyed: Vec<((&'static str, Option<Addr>), Watched)> = registry
+        .to_renew()
+        .into_iter()
+        .filter_map(|w| {
+            let key = w.renew.as_ref()?.batch_key();
+            Some(((key, inner.renewal_group(&w.hold.name)), w))
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let (groups, holds): (Vec<_>, Vec<Watched>) = keyed.into_iter().unzip();
+    let mut batches: Vec<&[Watched]> = Vec::new();
+    let mut start = 0;
+    for end in 1..=holds.len() {
+        if end == holds.len() || groups[end] != groups[start] {
+            batches.extend(holds[start..end].chunks(BATCH));
+            start = end;
         }
-        batches
-    };
+    }
     // Deadlines only move later while a round runs, so one look at the
     // earliest tells when a slow round must stop to mark holds lost.
     let mut earliest = registry.earliest_deadline();
     let lease_ms = crate::lease::millis_ceil(timeout);
     for batch in batches {
-        let pairs: Vec<(&str, &str)> = batch.iter().map(|(h, _)| (&*h.name, h.owner.as_str())).collect();
+        let Some(renewer) = batch.first().and_then(|w| w.renew.as_ref()) else { continue };
+        let batch_holds: Vec<&Hold> = batch.iter().map(|w| &*w.hold).collect();
         let sent = Instant::now();
         // Renewing is safe to repeat: a dead connection costs no period.
-        let replies = inner.renew(&pairs, lease_ms);
+        let replies = renewer.renew(&batch_holds, lease_ms);
         match replies {
             Ok((replies, replicated)) => {
                 if !replicated {
@@ -255,7 +250,7 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                         batch.len()
                     );
                 }
-                for ((hold, entry), held) in batch.iter().zip(replies) {
+                for (Watched { hold, on_lost, .. }, held) in batch.iter().zip(replies) {
                     if !replicated {
                         hold.mark_unreplicated();
                     }
@@ -266,7 +261,7 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                         registry.deregister(hold.id);
                         // Threads of this client queued behind the lost
                         // hold may take the lock now.
-                        entry.wake_front();
+                        on_lost.hold_lost(hold);
                     }
                 }
             }

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
-use crate::gate::entry::{Entry, Successor};
-use crate::gate::hold::{Acquisition, Hold};
+use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::lock::renewal::HashRenewal;
+use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Latch, Release, ReleaseArgs, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
 use crate::store::lanes::Session;
-use crate::store::scripts::{Handoff, HandoffArgs, Latch, Release, ReleaseArgs};
+use crate::wait::entry::{Entry, Successor};
 
 impl Inner {
     /// Runs a latched release script (`release.lua`, `handoff.lua`) of
@@ -51,8 +52,11 @@ impl Inner {
     /// `entry`'s lock, latched and retried once.
     fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
         self.run_latched(entry, thread, true, |conn, latch| {
-            let outcome =
-                self.scripts.release(conn, &self.release_args(entry, owner, lease_ms, Some(latch)))?;
+            let outcome = scripts::release(
+                &self.scripts,
+                conn,
+                &self.release_args(entry, owner, lease_ms, Some(latch)),
+            )?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         })
     }
@@ -65,7 +69,7 @@ impl Inner {
     fn release_last(&self, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
         let args = self.release_args(entry, owner, lease_ms, None);
         let release = |conn: &mut Session<'_>| {
-            let outcome = self.scripts.release(conn, &args)?;
+            let outcome = scripts::release(&self.scripts, conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         };
         match self.with_conn(&entry.keys.name, release) {
@@ -78,7 +82,7 @@ impl Inner {
     /// reply was lost may have taken.
     pub(crate) fn release_orphan(&self, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
         let args = self.release_args(entry, owner, lease_ms, None);
-        self.with_live_conn(&entry.keys.name, |conn| self.scripts.release(conn, &args))
+        self.with_live_conn(&entry.keys.name, |conn| scripts::release(&self.scripts, conn, &args))
     }
 
     /// What `release.lua` needs to release one hold of `owner` on `entry`'s
@@ -93,7 +97,7 @@ impl Inner {
         ReleaseArgs {
             name: &entry.keys.name,
             channel: &entry.keys.channel,
-            turns: self.turns(entry),
+            turns: Turns::of(&entry.keys, &self.id),
             lease_ms,
             owner,
             latch,
@@ -207,13 +211,13 @@ impl Inner {
             let args = HandoffArgs {
                 name: &entry.keys.name,
                 channel: &entry.keys.channel,
-                turns: self.turns(entry),
+                turns: Turns::of(&entry.keys, &self.id),
                 lease_ms: successor.lease_ms,
                 from: &hold.owner,
                 to: &successor.owner,
                 latch,
             };
-            let outcome = self.scripts.handoff(conn, &args)?;
+            let outcome = scripts::handoff(&self.scripts, conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
         });
         hold.drop_guard();
@@ -224,7 +228,11 @@ impl Inner {
                 let handed =
                     Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
                 if lease == Lease::Watchdog {
-                    self.watchdog.register(Arc::clone(&handed), Arc::clone(entry));
+                    self.watchdog.register(
+                        Arc::clone(&handed),
+                        Arc::clone(entry) as _,
+                        HashRenewal::of(self),
+                    );
                 }
                 entry.finish_handoff(Some(handed));
                 Ok(())

@@ -7,7 +7,7 @@
 //!
 //! Why it is built this way:
 //! - **Order.** The locks are taken in one order every process agrees on,
-//!   sorted by (deployment, name) (see `kinds/node.rs`), not in the order
+//!   sorted by (deployment, name) (see `multi_lock/node.rs`), not in the order
 //!   given: two MultiLocks over overlapping sets then cannot deadlock, since
 //!   neither can hold a lock the other needs while waiting for one it holds
 //!   ahead of it. (Redisson takes them in list order.)
@@ -24,14 +24,16 @@
 //!   unlock channel.
 
 mod guard;
+pub(crate) mod lost_signals;
+pub(crate) mod node;
 
 pub use guard::MultiLockGuard;
+pub use lost_signals::LostSignals;
 
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::kinds::node;
-use crate::lock::Lock;
+use crate::kinds::lock::{Lock, LockGuard};
 
 /// A round of [`MultiLock::lock`] lasts this long per lock (Redisson's
 /// `RedissonMultiLock.lock()` waits `locks × 1500 ms` per try).
@@ -188,7 +190,7 @@ impl MultiLock {
 /// Releases guards last-taken first, logging (not returning) failures: the
 /// caller reports why it gave up, and a lock whose release failed expires
 /// with its lease.
-fn release_all(guards: Vec<crate::guard::LockGuard>) {
+fn release_all(guards: Vec<LockGuard>) {
     for guard in guards.into_iter().rev() {
         let name = guard.name().to_owned();
         if let Err(e) = guard.unlock() {

@@ -5,7 +5,7 @@
 //! 1. **Re-entry**: a thread that already holds the lock runs the acquire
 //!    script again (the hold count lives in Redis) and gets another guard.
 //! 2. **The gate**: threads of this client queue locally, FIFO, so that one
-//!    of them at a time talks to Redis (see `gate/entry.rs`).
+//!    of them at a time talks to Redis (see `wait/entry.rs`).
 //! 3. **Contention**: try the acquire script; if another owner holds the
 //!    lock, subscribe to its unlock channel, try again (a release between the
 //!    first try and the subscription would otherwise go unnoticed), then
@@ -13,20 +13,27 @@
 //!    caller's deadline, whichever is first, and repeat. No connection is
 //!    held while sleeping.
 
+mod guard;
+mod release;
+pub(crate) mod renewal;
+pub(crate) mod scripts;
+
+pub use guard::LockGuard;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::gate::entry::{Entered, Entry, GateRedis, Successor};
-use crate::gate::hold::{Acquisition, Hold};
-use crate::guard::LockGuard;
+use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::lock::renewal::HashRenewal;
+use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
 use crate::owner;
 use crate::pubsub::subscriber::{Grant, Subscription};
-use crate::store::scripts::{Acquire, AcquireArgs};
+use crate::wait::entry::{Entered, Entry, GateRedis, Successor};
 
 impl Client {
     /// A lock handle for `name` with the default [`Lease::Watchdog`]. No I/O.
@@ -348,7 +355,9 @@ impl Lock {
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| inner.scripts.force_unlock(conn, &self.name, &self.channel))
+        inner.with_live_conn(&self.name, |conn| {
+            scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+        })
     }
 
     fn current_owner(&self) -> String {
@@ -428,7 +437,11 @@ impl Lock {
                 }
                 entry.set_held(Arc::clone(&hold));
                 if self.lease == Lease::Watchdog {
-                    inner.watchdog.register(Arc::clone(&hold), Arc::clone(entry));
+                    inner.watchdog.register(
+                        Arc::clone(&hold),
+                        Arc::clone(entry) as _,
+                        HashRenewal::of(inner),
+                    );
                 }
                 Ok(Some(hold))
             }
@@ -627,9 +640,9 @@ impl Lock {
             // place: leave the queue, and pass on a turn (or a lock) this
             // client was given meanwhile. (With Redis failing, the place is
             // dropped when its turn comes and nobody listens.)
-            let turns = inner.turns(entry);
+            let turns = Turns::of(&entry.keys, &inner.id);
             let _ = inner.with_live_conn(&self.name, |conn| {
-                inner.scripts.dequeue(conn, &entry.keys.name, &entry.keys.channel, turns, owner)
+                scripts::dequeue(&inner.scripts, conn, &entry.keys.name, &entry.keys.channel, turns, owner)
             });
         }
         outcome
@@ -657,7 +670,7 @@ impl Lock {
         };
         let args = AcquireArgs {
             name: &self.name,
-            turns: inner.turns(entry),
+            turns: Turns::of(&entry.keys, &inner.id),
             // Re-entries keep their hold's token.
             token_key: self.token_key.as_deref().filter(|_| mint),
             lease_ms,
@@ -669,9 +682,9 @@ impl Lock {
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
-            inner.with_live_conn(&self.name, |conn| inner.scripts.acquire(conn, &args))
+            inner.with_live_conn(&self.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
         } else {
-            inner.with_conn(&self.name, |conn| inner.scripts.acquire(conn, &args))
+            inner.with_conn(&self.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
         }
     }
 }

@@ -38,7 +38,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, LostReason, Result};
-use crate::gate::hold::Hold;
+use crate::holds::hold::Hold;
+use crate::holds::renew::OnLost;
 use crate::lease::Lease;
 use crate::names::LockKeys;
 use crate::pubsub::subscriber::{Grant, Interest, Subscription, Waiters};
@@ -401,7 +402,7 @@ impl Entry {
         Interest {
             name: &self.keys.name,
             channel: &self.keys.channel,
-            wake_channel: &self.keys.wake_channel,
+            wake_channel: Some(&self.keys.wake_channel),
             waiters,
         }
     }
@@ -443,6 +444,14 @@ impl Entry {
             let _ = queued.wake.try_send(());
         }
         self.woken.notify_all();
+    }
+}
+
+impl OnLost for Entry {
+    /// Threads of this client queued behind the lost hold may take the
+    /// lock now.
+    fn hold_lost(&self, _hold: &Hold) {
+        self.wake_front();
     }
 }
 
@@ -514,7 +523,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
-    use crate::gate::hold::Acquisition;
+    use crate::holds::hold::Acquisition;
 
     const LIMIT: Duration = Duration::from_secs(5);
 

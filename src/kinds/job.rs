@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
+use crate::kinds::lock::scripts::{self, Acquire, AcquireArgs, JobFinish, Turns};
 use crate::lease::{MAX_LEASE, MIN_LEASE};
 use crate::names::LockKeys;
 use crate::owner;
-use crate::store::scripts::{Acquire, AcquireArgs, JobFinish, Turns};
 
 /// The default of [`Job::at_most`]: 30 s, the same bound as a lock whose
 /// holder dies (Redisson's watchdog timeout).
@@ -301,7 +301,7 @@ impl Job {
             legacy: self.migration,
         };
         // A new hold's acquire sets the count to 1: safe to repeat.
-        match inner.with_live_conn(&self.keys.name, |conn| inner.scripts.acquire(conn, &args)) {
+        match inner.with_live_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args)) {
             Ok(Acquire::Acquired { replicated: Some(false), .. }) if inner.config.replica_acks_required => {
                 // Not on the replicas: a failover could lose it. Give it back.
                 let _ = self.finish(&owner, Duration::ZERO);
@@ -367,7 +367,7 @@ impl Job {
         // Owner-checked and idempotent (shortening, or deleting our own
         // field's key): safe to repeat on a new connection.
         inner.with_live_conn(&self.keys.name, |conn| {
-            inner.scripts.job_finish(conn, &self.keys.name, &self.keys.channel, owner, keep)
+            scripts::job_finish(&inner.scripts, conn, &self.keys.name, &self.keys.channel, owner, keep)
         })
     }
 

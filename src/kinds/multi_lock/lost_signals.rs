@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select};
 
 use crate::error::LostReason;
-use crate::guard::LockGuard;
+use crate::kinds::lock::LockGuard;
 
 const YEAR: Duration = Duration::from_secs(86_400 * 365);
 

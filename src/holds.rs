@@ -1,0 +1,17 @@
+//! The hold and renewal layer: what a client knows of the locks and permits
+//! its threads hold, and the watchdog thread that keeps them alive.
+//!
+//! - [`hold`]: one hold: owner, lease, local deadline, guards, fencing
+//!   token, and the lost signal (the first reason wins).
+//! - [`renew`]: the [`renew::Renew`] trait: how a kind renews its holds in
+//!   Redis. A kind registers each hold with its renewer; the watchdog
+//!   batches holds that share a renewer and a node into one call.
+//! - [`watchdog`]: the registry and the thread: renews every third of the
+//!   watchdog timeout, verifies every hold after a reconnect, and marks a
+//!   hold lost when its lease runs out unrenewed.
+//!
+//! Nothing here knows which kind of lock a hold belongs to.
+
+pub(crate) mod hold;
+pub(crate) mod renew;
+pub(crate) mod watchdog;

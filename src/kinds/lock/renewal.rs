@@ -1,0 +1,83 @@
+//! Renewal of the hash layout the reentrant lock shares with Redisson's
+//! fair, write and spin locks: `<name>` → `{owner: count}`, renewed by
+//! resetting the key's TTL while the owner's field exists
+//! (`lua/lock/renew.lua`, Redisson's `LockTask`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::holds::hold::Hold;
+use crate::holds::renew::Renew;
+use crate::kinds::lock::scripts;
+use crate::store::lanes::Session;
+use crate::store::slots::key_slot;
+
+/// Renews holds of the hash layout, up to a batch per call.
+#[derive(Debug)]
+pub(crate) struct HashRenewal {
+    client: Weak<Inner>,
+}
+
+impl HashRenewal {
+    /// The renewer for `client`'s holds of the hash layout.
+    pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
+        Arc::new(HashRenewal { client: client.weak() })
+    }
+}
+
+impl Renew for HashRenewal {
+    fn batch_key(&self) -> &'static str {
+        "hash"
+    }
+
+    fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
+        let inner = self.client.upgrade().ok_or_else(Error::shutdown)?;
+        let pairs: Vec<(&str, &str)> = holds.iter().map(|h| (&*h.name, h.owner.as_str())).collect();
+        renew_pairs(&inner, &pairs, lease_ms)
+    }
+}
+
+/// Renews the `(key, owner)` pairs: one call on one server; on a cluster,
+/// one call per node when no slot moved, else one per slot.
+fn renew_pairs(inner: &Inner, pairs: &[(&str, &str)], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
+    let Some(&(first, _)) = pairs.first() else { return Ok((Vec::new(), true)) };
+    let renew = |pairs: &[(&str, &str)], declared: bool, conn: &mut Session<'_>| {
+        let held = scripts::renew(&inner.scripts, conn, pairs, lease_ms, declared)?;
+        Ok((held, conn.replicated() != Some(false)))
+    };
+    let Some(cluster) = inner.routes.cluster() else {
+        // Renewing is safe to repeat: a dead connection costs no period.
+        return inner.with_live_conn(first, |conn| renew(pairs, true, conn));
+    };
+    // The watchdog groups holds by node: one call renews up to a batch
+    // of one node's locks, whatever their slots.
+    let node = cluster.node_of(first);
+    if node.is_some() && pairs.iter().all(|(key, _)| cluster.node_of(key) == node) {
+        let outcome = cluster
+            .shard_of_slot(key_slot(first.as_bytes()))
+            .and_then(|shard| renew(pairs, false, &mut shard.session()?));
+        match outcome {
+            Ok(renewed) => return Ok(renewed),
+            Err(e) => log::debug!("keyholder: renewing per slot after a node's batch failed: {e}"),
+        }
+    }
+    // A slot moved or a node failed: one call per slot, keys declared,
+    // redirections followed.
+    let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (at, (key, _)) in pairs.iter().enumerate() {
+        slots.entry(key_slot(key.as_bytes())).or_default().push(at);
+    }
+    let mut held = vec![false; pairs.len()];
+    let mut replicated = true;
+    for positions in slots.values() {
+        let group: Vec<(&str, &str)> = positions.iter().map(|&at| pairs[at]).collect();
+        let (renewed, acked) = inner.with_live_conn(group[0].0, |conn| renew(&group, true, conn))?;
+        for (&at, renewed) in positions.iter().zip(renewed) {
+            held[at] = renewed;
+        }
+        replicated &= acked;
+    }
+    Ok((held, replicated))
+}
