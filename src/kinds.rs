@@ -9,3 +9,4 @@
 pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod multi_lock;
+pub(crate) mod spin_lock;

@@ -208,6 +208,7 @@ pub use error::{Error, ErrorKind, LostReason, Result};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi_lock::{LostSignals, MultiLock, MultiLockGuard};
+pub use kinds::spin_lock::{BackOff, SpinLock, SpinLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
