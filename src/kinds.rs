@@ -9,4 +9,5 @@
 pub(crate) mod job;
 pub(crate) mod lock;
 pub(crate) mod multi_lock;
+pub(crate) mod red_lock;
 pub(crate) mod spin_lock;

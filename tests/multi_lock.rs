@@ -138,8 +138,8 @@ fn a_lost_component_is_signalled() {
     // Someone force-unlocks the component on the second server.
     let index = multi.locks().iter().position(|l| l.name() == "b").unwrap();
     let _: i64 = redis::cmd("DEL").arg("b").query(&mut s2.conn()).unwrap();
-    let (which, _reason) = lost.recv_timeout(10 * SECOND).expect("the loss is signalled");
-    assert_eq!(which, index);
+    let lost = lost.recv_timeout(10 * SECOND).expect("the loss is signalled");
+    assert_eq!(lost.component, Some(index));
     assert!(guard.is_lost());
     assert_eq!(guard.lost_reason().map(|(i, _)| i), Some(index));
     let e = guard.unlock().unwrap_err();

@@ -28,7 +28,7 @@ pub(crate) mod lost_signals;
 pub(crate) mod node;
 
 pub use guard::MultiLockGuard;
-pub use lost_signals::LostSignals;
+pub use lost_signals::{Lost, LostSignals};
 
 use std::time::{Duration, Instant};
 

@@ -40,9 +40,10 @@ impl MultiLockGuard {
         self.guards.iter().enumerate().find_map(|(i, g)| g.lost_reason().map(|r| (i, r)))
     }
 
-    /// The components' lost-hold signals as one: each receive names the
-    /// next component known lost (its index in [`guards`](MultiLockGuard::guards))
-    /// and why. The MultiLock is no longer held as a whole from the first.
+    /// The components' lost-hold signals as one: a receive reports the
+    /// first component known lost (its index in
+    /// [`guards`](MultiLockGuard::guards)) and why; the MultiLock is no
+    /// longer held as a whole from then on.
     pub fn lost_signal(&self) -> LostSignals {
         LostSignals::of(&self.guards)
     }
