@@ -224,11 +224,14 @@ pub use kinds::fair::{
 };
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::multi_lock::{Lost, LostSignals, MultiLock, MultiLockGuard};
 pub use kinds::permit_semaphore::{
     ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
 };
+pub use kinds::red_lock::{RedLock, RedLockGuard};
 pub use kinds::rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
 pub use kinds::semaphore::{Semaphore, SemaphorePermits};
+pub use kinds::spin_lock::{BackOff, SpinLock, SpinLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};

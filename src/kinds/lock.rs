@@ -128,6 +128,11 @@ impl Lock {
         }
     }
 
+    /// The client this handle acquires through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The lock name (also its Redis key).
     pub fn name(&self) -> &str {
         &self.name

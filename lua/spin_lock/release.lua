@@ -1,0 +1,62 @@
+-- spin_lock/release.lua: give back one hold of a spin lock (Redisson
+-- RedissonSpinLock's unlock: the RLock release without any publish), with
+-- keyholder's per-owner unlock latch for retried releases.
+--
+-- KEYS[1]  lock key (HASH)
+-- KEYS[2]  optional unlock latch (keyholder's own key, the one release.lua
+--          uses): a STRING "<request id>:<outcome>". Any other key at its
+--          name is not a latch: never read as one nor overwritten, and the
+--          release runs unlatched
+-- ARGV[1]  lease in milliseconds re-applied while holds remain
+-- ARGV[2]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[3]  latch TTL in milliseconds (required with KEYS[2])
+-- ARGV[4]  request id: a decimal number unique to this release (required
+--          with KEYS[2]); a retry of the same release sends the same id
+-- ARGV[5]  optional "1" on a retry
+--
+-- Returns
+--   nil  the owner holds nothing here (never held, expired, or
+--        force-unlocked); nothing was changed
+--   0    one hold released, others remain; the key's PTTL reset to ARGV[1]
+--   1    last hold released: the key was deleted
+-- Nothing is ever published: a spin lock's waiters retry on their own
+-- (Redisson's spin unlock publishes nothing either, so RLock waiters on the
+-- same name are not woken by it and wait out their sleep).
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[2] for ARGV[3]
+-- ms, and a retry whose request id is stored there returns that outcome
+-- without changing anything.
+--
+-- Errors
+--   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+local key, latch, owner = KEYS[1], KEYS[2], ARGV[2]
+if latch then
+    local kind = redis.call('type', latch).ok
+    local value = kind == 'string' and redis.call('get', latch)
+    if kind ~= 'none' and not (value and string.match(value, '^%d+:%d+$')) then
+        -- Not a latch: leave it alone and run unlatched.
+        latch = nil
+    elseif value and ARGV[5] == '1' then
+        local id, outcome = string.match(value, '^(%d+):(%d+)$')
+        if id == ARGV[4] then
+            return tonumber(outcome)
+        end
+    end
+end
+local kind = redis.call('type', key).ok
+if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
+end
+if kind == 'none' or redis.call('hexists', key, owner) == 0 then
+    return nil
+end
+local outcome = 1
+if redis.call('hincrby', key, owner, -1) > 0 then
+    redis.call('pexpire', key, ARGV[1])
+    outcome = 0
+else
+    redis.call('del', key)
+end
+if latch then
+    redis.call('set', latch, ARGV[4] .. ':' .. outcome, 'px', ARGV[3])
+end
+return outcome

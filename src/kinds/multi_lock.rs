@@ -1,0 +1,200 @@
+//! MultiLock: all of several locks, or none (Redisson's `RedissonMultiLock`).
+//!
+//! A MultiLock has no Redis data of its own: it composes [`Lock`] handles,
+//! which may belong to different clients (servers, Sentinel deployments,
+//! cluster shards), and takes each with its own protocol, so a Java
+//! `RedissonMultiLock` over the same names contends correctly with it.
+//!
+//! Why it is built this way:
+//! - **Order.** The locks are taken in one order every process agrees on,
+//!   sorted by (deployment, name) (see `multi_lock/node.rs`), not in the order
+//!   given: two MultiLocks over overlapping sets then cannot deadlock, since
+//!   neither can hold a lock the other needs while waiting for one it holds
+//!   ahead of it. (Redisson takes them in list order.)
+//! - **All or none.** A component not acquired in time, or failing, makes
+//!   the whole attempt fail: the components already taken are released
+//!   before the call returns.
+//! - **Bounded.** The deadline of `try_lock_for`/`try_lock_until` is the
+//!   whole call's: each component waits until it at most (and makes one
+//!   attempt when it has passed). `lock` runs rounds of `1.5 s` per lock
+//!   (Redisson's `waitTime`), each ending with everything released when it
+//!   fails, so even processes that name a server two ways (and so order
+//!   differently) cannot deadlock for longer than a round.
+//! - **No polling.** Each component waits as a [`Lock`] does, on its own
+//!   unlock channel.
+
+mod guard;
+pub(crate) mod lost_signals;
+pub(crate) mod node;
+
+pub use guard::MultiLockGuard;
+pub use lost_signals::{Lost, LostSignals};
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::kinds::lock::{Lock, LockGuard};
+
+/// A round of [`MultiLock::lock`] lasts this long per lock (Redisson's
+/// `RedissonMultiLock.lock()` waits `locks × 1500 ms` per try).
+const ROUND_PER_LOCK: Duration = Duration::from_millis(1_500);
+
+/// All of several locks, or none.
+///
+/// Made of [`Lock`] handles, of one client or of several (other servers,
+/// other shards of a cluster); acquired in a consistent order, all of them
+/// or none, and released together when the [`MultiLockGuard`] is dropped.
+/// Reentrant as its components are: a thread that holds the MultiLock (or
+/// some of its locks) re-enters those.
+///
+/// ```no_run
+/// # fn main() -> Result<(), keyholder::Error> {
+/// use std::time::Duration;
+/// let a = keyholder::Client::open("redis://10.0.0.1:6379/")?;
+/// let b = keyholder::Client::open("redis://10.0.0.2:6379/")?;
+/// let both = keyholder::MultiLock::new(vec![a.lock("account:1")?, b.lock("account:2")?])?;
+/// if let Some(guard) = both.try_lock_for(Duration::from_secs(2))? {
+///     // ... move money between the two accounts ...
+///     guard.unlock()?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MultiLock {
+    /// In acquisition order.
+    locks: Vec<Lock>,
+}
+
+impl MultiLock {
+    /// A MultiLock over `locks`. No I/O.
+    ///
+    /// The locks may come from several clients. They are acquired sorted by
+    /// (deployment, name), whatever the order given: see
+    /// [`locks`](MultiLock::locks).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
+    /// no locks at all, or for the same lock twice: the same name on the
+    /// same deployment, through one client or two (two clients are two
+    /// owners, so the second could never be taken while the first is held).
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock> {
+        let mut keyed: Vec<(String, Lock)> =
+            locks.into_iter().map(|lock| (node::identity(lock.client()), lock)).collect();
+        if keyed.is_empty() {
+            return Err(Error::invalid_argument("a MultiLock needs at least one lock"));
+        }
+        keyed.sort_by(|(a, x), (b, y)| (a.as_str(), x.name()).cmp(&(b.as_str(), y.name())));
+        if let Some(pair) = keyed.windows(2).find(|w| w[0].0 == w[1].0 && w[0].1.name() == w[1].1.name()) {
+            return Err(Error::invalid_argument(format!(
+                "lock '{}' of {} is twice in one MultiLock",
+                pair[0].1.name(),
+                pair[0].0
+            )));
+        }
+        Ok(MultiLock { locks: keyed.into_iter().map(|(_, lock)| lock).collect() })
+    }
+
+    /// The locks, in the order they are acquired (sorted by deployment,
+    /// then name).
+    pub fn locks(&self) -> &[Lock] {
+        &self.locks
+    }
+
+    /// Acquires every lock, waiting as long as it takes.
+    ///
+    /// Runs rounds of `1.5 s` per lock: a round that does not get them all
+    /// releases what it took and the next begins at once (no sleep: each
+    /// component waits for its unlock message).
+    ///
+    /// # Errors
+    ///
+    /// The first error a component's acquisition returns (see
+    /// [`Lock::lock`]); what was taken is released first.
+    pub fn lock(&self) -> Result<MultiLockGuard> {
+        let round = ROUND_PER_LOCK.saturating_mul(u32::try_from(self.locks.len()).unwrap_or(u32::MAX));
+        loop {
+            let deadline = Instant::now().checked_add(round).unwrap_or_else(Instant::now);
+            if let Some(guard) = self.try_lock_until(deadline)? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One attempt at each lock, never waiting: `Ok(None)` if any of them is
+    /// held elsewhere (what was taken is released).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiLock::lock).
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.try_lock_until(Instant::now())
+    }
+
+    /// Acquires every lock, waiting at most `wait` for the whole; `Ok(None)`
+    /// when they were not all acquired in time (what was taken is released).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiLock::lock).
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.try_lock_until(deadline),
+            None => self.lock().map(Some),
+        }
+    }
+
+    /// Acquires every lock, waiting until `deadline` at the latest;
+    /// `Ok(None)` when they were not all acquired by then. Each lock gets
+    /// at least one attempt, so a call whose deadline has passed still tries
+    /// each (while the earlier ones succeed).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](MultiLock::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard>> {
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            match lock.try_lock_until(deadline) {
+                Ok(Some(guard)) => guards.push(guard),
+                // Dropping `guards` releases what was taken, last first.
+                Ok(None) => {
+                    release_all(guards);
+                    return Ok(None);
+                }
+                Err(e) => {
+                    release_all(guards);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiLockGuard::new(guards)))
+    }
+
+    /// True if this thread holds every lock, as Redis sees it (one
+    /// `HEXISTS` per lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::is_held_by_current_thread`].
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        for lock in &self.locks {
+            if !lock.is_held_by_current_thread()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Releases guards last-taken first, logging (not returning) failures: the
+/// caller reports why it gave up, and a lock whose release failed expires
+/// with its lease.
+fn release_all(guards: Vec<LockGuard>) {
+    for guard in guards.into_iter().rev() {
+        let name = guard.name().to_owned();
+        if let Err(e) = guard.unlock() {
+            log::warn!("keyholder: releasing lock '{name}' of a failed MultiLock attempt failed: {e}");
+        }
+    }
+}

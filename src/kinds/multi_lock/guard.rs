@@ -1,0 +1,78 @@
+//! The MultiLock guard: one [`LockGuard`] per component, released together.
+
+use crate::error::{Error, LostReason, Result};
+use crate::kinds::lock::LockGuard;
+use crate::kinds::multi_lock::lost_signals::LostSignals;
+
+/// Proof that a [`MultiLock`](crate::MultiLock) is held: one
+/// [`LockGuard`] per component, in acquisition order.
+///
+/// Dropping it releases every component, last-acquired first (best effort,
+/// errors logged); [`unlock`](MultiLockGuard::unlock) does the same and
+/// returns the first error. Like a [`LockGuard`], it stays on the thread
+/// that acquired it.
+#[must_use = "if unused the locks will immediately unlock"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    pub(crate) fn new(guards: Vec<LockGuard>) -> Self {
+        MultiLockGuard { guards }
+    }
+
+    /// The components' guards, in acquisition order (that of
+    /// [`MultiLock::locks`](crate::MultiLock::locks)).
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// True if any component's hold is known lost (see
+    /// [`LockGuard::is_lost`]). No I/O.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// The first component known lost and why, if any. No I/O.
+    pub fn lost_reason(&self) -> Option<(usize, LostReason)> {
+        self.guards.iter().enumerate().find_map(|(i, g)| g.lost_reason().map(|r| (i, r)))
+    }
+
+    /// The components' lost-hold signals as one: a receive reports the
+    /// first component known lost (its index in
+    /// [`guards`](MultiLockGuard::guards)) and why; the MultiLock is no
+    /// longer held as a whole from then on.
+    pub fn lost_signal(&self) -> LostSignals {
+        LostSignals::of(&self.guards)
+    }
+
+    /// Releases every component, last-acquired first, like dropping the
+    /// guard, and returns the first error. Every component is released
+    /// whatever the others' outcome.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a component's [`LockGuard::unlock`]
+    /// ([`ErrorKind::LockLost`](crate::ErrorKind::LockLost) for a component
+    /// whose hold was lost, a Redis failure, ...).
+    pub fn unlock(mut self) -> Result<()> {
+        let mut first: Option<Error> = None;
+        for guard in std::mem::take(&mut self.guards).into_iter().rev() {
+            if let Err(e) = guard.unlock() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for MultiLockGuard {
+    fn drop(&mut self) {
+        // Last-acquired first; each guard logs its own failure.
+        while let Some(guard) = self.guards.pop() {
+            drop(guard);
+        }
+    }
+}
