@@ -140,11 +140,12 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
     let owners = queued(&mut con, "head");
     let channels: Vec<String> =
         owners.iter().map(|o| format!("redisson_lock__channel:{{head}}:{o}")).collect();
-    let mut all: Vec<&str> = channels.iter().map(String::as_str).collect();
+    let grants: Vec<String> = owners.iter().map(|o| format!("keyholder_fair__grant:{{head}}:{o}")).collect();
+    let mut all: Vec<&str> = channels.iter().chain(&grants).map(String::as_str).collect();
     all.push("redisson_lock__channel:{head}");
     let listener = Listener::start(&server, &all);
-    // Each waiter subscribed its own channel: its wake-up reaches it alone.
-    for channel in &channels {
+    // Each waiter subscribed its own channels: its wake-up reaches it alone.
+    for channel in channels.iter().chain(&grants) {
         common::wait_numsub(&mut con, channel, 2);
     }
     // Let every waiter finish its retry after subscribing: then they sleep.
@@ -163,10 +164,14 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
     let first = recv_within(&waiters[0].acquired, 10 * SECOND, "the head");
     assert_eq!(first, owners[0]);
     let heard = listener.drain_until_marker(&mut con, "redisson_lock__channel:{head}");
-    assert_eq!(heard, [(channels[0].clone(), "0".to_owned())], "only the head's channel hears the release");
-    // The release and the head's attempt: the others slept through it.
+    // The release handed the lock to the head (a keyholder waiter) on its
+    // grant channel; nobody else heard anything.
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0].0, grants[0], "only the head's channel hears the release");
+    assert!(heard[0].1.starts_with(&format!("{}/", owners[0])), "{heard:?}");
+    // The release alone: the head needed no attempt, the others slept.
     let attempts = script_calls(&mut con) - attempts_before;
-    assert_eq!(attempts, 2, "script calls after the release");
+    assert_eq!(attempts, 1, "script calls after the release");
     assert_eq!(queued(&mut con, "head"), owners[1..]);
     assert!(waiters[1].acquired.try_recv().is_err());
 
@@ -319,6 +324,7 @@ fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
         .key(queue_of("dead"))
         .key(timeouts_of("dead"))
         .key("redisson_lock__channel:{dead}")
+        .key("keyholder_fair_grants:{dead}")
         .arg(30_000)
         .arg(dead)
         .arg(slot.as_millis() as u64)

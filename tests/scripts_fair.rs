@@ -31,6 +31,14 @@ fn timeouts_of(name: &str) -> String {
     format!("redisson_lock_timeout:{{{name}}}")
 }
 
+fn grants_of(name: &str) -> String {
+    format!("keyholder_fair_grants:{{{name}}}")
+}
+
+fn grant_prefix_of(name: &str) -> String {
+    format!("keyholder_fair__grant:{{{name}}}")
+}
+
 fn token_of(name: &str) -> String {
     format!("redisson_lock_token:{{{name}}}")
 }
@@ -47,6 +55,7 @@ struct Try<'a> {
     now: i64,
     queue: bool,
     mode: Option<&'a str>,
+    ticket: Option<u64>,
     lease: i64,
     slot: i64,
     fenced: bool,
@@ -54,7 +63,16 @@ struct Try<'a> {
 
 impl<'a> Try<'a> {
     fn waiting(owner: &'a str, now: i64) -> Try<'a> {
-        Try { owner, now, queue: true, mode: Some("1"), lease: LEASE, slot: SLOT, fenced: false }
+        Try {
+            owner,
+            now,
+            queue: true,
+            mode: Some("1"),
+            ticket: None,
+            lease: LEASE,
+            slot: SLOT,
+            fenced: false,
+        }
     }
     fn once(owner: &'a str, now: i64) -> Try<'a> {
         Try { queue: false, ..Try::waiting(owner, now) }
@@ -64,13 +82,16 @@ impl<'a> Try<'a> {
 fn acquire(con: &mut redis::Connection, name: &str, t: Try<'_>) -> redis::RedisResult<Value> {
     let s = script(include_str!("../lua/fair/acquire.lua"));
     let mut call = s.prepare_invoke();
-    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if t.fenced {
         call.key(token_of(name));
     }
     call.arg(t.lease).arg(t.owner).arg(t.slot).arg(t.now).arg(if t.queue { "1" } else { "0" });
     // An empty mode is neither "0" nor "1": Redisson's rule, as when absent.
     call.arg(t.mode.unwrap_or("")).arg("publish");
+    if let Some(ticket) = t.ticket {
+        call.arg(ticket);
+    }
     call.invoke(con)
 }
 
@@ -83,14 +104,13 @@ fn release_with(
 ) -> redis::RedisResult<Value> {
     let s = script(include_str!("../lua/fair/release.lua"));
     let mut call = s.prepare_invoke();
-    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if let Some((key, _, _)) = latch {
         call.key(key);
     }
     call.arg("0").arg(LEASE).arg(owner).arg(now).arg("publish");
-    if let Some((_, request, retry)) = latch {
-        call.arg(20_000).arg(request).arg(if retry { "1" } else { "0" });
-    }
+    let (request, retry) = latch.map_or((0, false), |(_, request, retry)| (request, retry));
+    call.arg(20_000).arg(request).arg(if retry { "1" } else { "0" }).arg(grant_prefix_of(name));
     call.invoke(con)
 }
 
@@ -104,6 +124,7 @@ fn dequeue(con: &mut redis::Connection, name: &str, owner: &str, slot: i64) -> r
         .key(queue_of(name))
         .key(timeouts_of(name))
         .key(channel_of(name))
+        .key(grants_of(name))
         .arg(owner)
         .arg(slot)
         .arg("publish")
@@ -472,16 +493,25 @@ fn force_unlock_deletes_any_holders_lock_and_wakes_the_head() {
 fn keys_of_another_type_are_wrongtype_and_nothing_changes() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    for (key, name) in [("bad".to_owned(), "bad"), (queue_of("bq"), "bq"), (timeouts_of("bt"), "bt")] {
+    for (key, name) in [
+        ("bad".to_owned(), "bad"),
+        (queue_of("bq"), "bq"),
+        (timeouts_of("bt"), "bt"),
+        (grants_of("bg"), "bg"),
+    ] {
         let _: () = redis::cmd("SET").arg(&key).arg("foreign").query(&mut con).unwrap();
         let mut before: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
         before.sort();
-        for result in [
+        let mut results = vec![
             acquire(&mut con, name, Try::waiting(A, NOW)),
             release(&mut con, name, A, NOW),
             dequeue(&mut con, name, A, SLOT),
-            force_unlock(&mut con, name, NOW),
-        ] {
+        ];
+        // Force unlock does not read the grants.
+        if name != "bg" {
+            results.push(force_unlock(&mut con, name, NOW));
+        }
+        for result in results {
             let e = result.unwrap_err();
             assert!(e.to_string().contains("WRONGTYPE"), "{key}: {e}");
         }
@@ -508,6 +538,7 @@ fn a_name_with_braces_keeps_them_in_every_derived_key() {
             .key("redisson_lock_queue:{user}:1")
             .key("redisson_lock_timeout:{user}:1")
             .key("redisson_lock__channel:{user}:1")
+            .key("keyholder_fair_grants:tagged:{user}:1")
             .arg(LEASE)
             .arg(owner)
             .arg(SLOT)
@@ -680,4 +711,83 @@ fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java
     assert_eq!(queue(&mut con, "long"), [B]);
     assert_eq!(java_release(&mut con, "long", A, now), Value::Int(1));
     assert_eq!(acquire(&mut con, "long", Try::waiting(B, now)).unwrap(), Value::Nil);
+}
+
+/// Every channel a test about `name` could see a message on, grant channels
+/// included.
+fn listen_with_grants(server: &RedisServer, name: &str) -> Listener {
+    let mut channels = vec![channel_of(name)];
+    for owner in [A, B, C, D] {
+        channels.push(wake_of(name, owner));
+        channels.push(format!("{}:{owner}", grant_prefix_of(name)));
+    }
+    let refs: Vec<&str> = channels.iter().map(String::as_str).collect();
+    Listener::start(server, &refs)
+}
+
+#[test]
+fn a_release_hands_the_lock_to_a_listening_keyholder_head_in_one_call() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen_with_grants(&server, "h");
+    acquire(&mut con, "h", Try::waiting(A, NOW)).unwrap();
+    let b_try = Try { ticket: Some(41), lease: 7_000, ..Try::waiting(B, NOW) };
+    int(acquire(&mut con, "h", b_try).unwrap());
+    int(acquire(&mut con, "h", Try::waiting(C, NOW)).unwrap());
+    let entry: String = redis::cmd("HGET").arg(grants_of("h")).arg(B).query(&mut con).unwrap();
+    assert!(entry.starts_with(&format!("7000 {SLOT} ")) && entry.ends_with(" 41"), "{entry}");
+    let c = deadline(&mut con, "h", C).unwrap();
+
+    assert_eq!(release(&mut con, "h", A, NOW).unwrap(), Value::Int(1));
+    // B holds it now, as its own acquire would have left it.
+    assert_eq!(hgetall(&mut con, "h"), one_field(B, "1"));
+    let ttl = pttl(&mut con, "h");
+    assert!(ttl > 6_000 && ttl <= 7_000, "the grantee's lease: PTTL {ttl}");
+    assert_eq!(queue(&mut con, "h"), [C]);
+    assert_eq!(deadline(&mut con, "h", C), Some(c - SLOT));
+    assert!(!exists(&mut con, &grants_of("h")));
+    let heard = heard(&listener, &mut con, "h");
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0].0, format!("{}:{B}", grant_prefix_of("h")));
+    let (owner, ms) = heard[0].1.split_once(' ').unwrap();
+    assert_eq!(owner, format!("{B}/41"));
+    assert!(ms.parse::<u64>().is_ok());
+    // Its retry, if it makes one, finds the lock its own.
+    assert_eq!(acquire(&mut con, "h", Try::waiting(B, NOW)).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "h"), one_field(B, "1"));
+}
+
+#[test]
+fn a_head_that_does_not_listen_for_grants_is_only_woken() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // Nobody listens on B's grant channel: the release falls back to "0".
+    let listener = listen(&server, "nl");
+    acquire(&mut con, "nl", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "nl", Try { ticket: Some(1), ..Try::waiting(B, NOW) }).unwrap());
+    assert_eq!(release(&mut con, "nl", A, NOW).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "nl"));
+    assert_eq!(heard(&listener, &mut con, "nl"), [(wake_of("nl", B), "0".to_owned())]);
+    assert_eq!(queue(&mut con, "nl"), [B]);
+    // A retry without a ticket withdraws the entry.
+    assert_eq!(acquire(&mut con, "nl", Try::waiting(B, NOW)).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &grants_of("nl")));
+}
+
+#[test]
+fn a_waiter_that_gives_up_after_a_grant_gives_the_lock_back_and_wakes_the_next() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen_with_grants(&server, "gb");
+    acquire(&mut con, "gb", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "gb", Try { ticket: Some(5), ..Try::waiting(B, NOW) }).unwrap());
+    int(acquire(&mut con, "gb", Try::waiting(C, NOW)).unwrap());
+    assert_eq!(release(&mut con, "gb", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, "gb"), one_field(B, "1"));
+    let _ = heard(&listener, &mut con, "gb");
+    // B's call timed out before it heard the grant.
+    assert_eq!(dequeue(&mut con, "gb", B, SLOT).unwrap(), Value::Int(2));
+    assert!(!exists(&mut con, "gb"));
+    assert_eq!(heard(&listener, &mut con, "gb"), [(wake_of("gb", C), "0".to_owned())]);
+    assert_eq!(acquire(&mut con, "gb", Try::waiting(C, NOW)).unwrap(), Value::Nil);
 }

@@ -63,7 +63,8 @@ impl LockImpl for Fair {
     type Session = FairSession;
 
     fn session(&self, index: usize) -> Res<FairSession> {
-        let client = self.clients.get(index % self.clients.len().max(1)).ok_or_else(|| err("fair: no client"))?;
+        let client =
+            self.clients.get(index % self.clients.len().max(1)).ok_or_else(|| err("fair: no client"))?;
         Ok(FairSession { client: client.clone(), locks: HashMap::new() })
     }
 
@@ -129,7 +130,7 @@ fn inversions(workers: &[Worker], tolerance_ms: f64) -> f64 {
             served.push((*at, arrived_ms));
         }
     }
-    served.sort_by(|a, b| a.0.cmp(&b.0));
+    served.sort_by_key(|s| s.0);
     let mut count = 0u64;
     for (i, (_, early)) in served.iter().enumerate() {
         // A later-served acquisition that arrived clearly earlier.
@@ -143,7 +144,8 @@ fn window<I: LockImpl>(env: &Env, stats: &mut redis::Connection, imp: &I, shape:
     let counter = env.key("fair:counter");
     redis::cmd("DEL").arg(&key).arg(&counter).query::<()>(stats)?;
     imp.warm_up(&key)?;
-    let (workers, (), d): (Vec<Worker>, (), Delta) = run_workers(env, stats, imp, shape, &[(&key, &counter)])?;
+    let (workers, (), d): (Vec<Worker>, (), Delta) =
+        run_workers(env, stats, imp, shape, &[(&key, &counter)])?;
     let counted: Option<i64> = redis::cmd("GET").arg(&counter).query(stats)?;
     redis::cmd("DEL").arg(&counter).query::<()>(stats)?;
     let n = workers.iter().map(|w| w.waits_ms.len()).sum::<usize>() as f64;
@@ -271,11 +273,8 @@ mod tests {
         // Worker 0 arrives at 10, served at 30; worker 1 arrives at 5,
         // served at 40: one inversion. Worker 2 arrives at 29.9, served at
         // 50: in order.
-        let workers = [
-            worker(0, &[(30, 20.0)], base),
-            worker(1, &[(40, 35.0)], base),
-            worker(2, &[(50, 20.1)], base),
-        ];
+        let workers =
+            [worker(0, &[(30, 20.0)], base), worker(1, &[(40, 35.0)], base), worker(2, &[(50, 20.1)], base)];
         assert_eq!(inversions(&workers, 0.2), 1.0);
         let fifo = [worker(0, &[(30, 25.0)], base), worker(1, &[(40, 30.0)], base)];
         assert_eq!(inversions(&fifo, 0.2), 0.0);
