@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "support/redisson_fair.rs"]
+mod redisson_fair;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -475,6 +477,54 @@ fn debug_output_names_the_lock() {
     assert!(guard.owner_id().starts_with(client.id()));
     assert!(guard.is_replicated());
     assert_eq!(guard.lost_reason(), None);
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[test]
+fn a_java_release_wakes_the_rust_head_and_a_rust_release_wakes_the_java_head() {
+    const JAVA: &str = "6f1e0a4e-9999-4000-8000-00000000000a:57";
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // Java holds; a Rust waiter queues behind it.
+    assert_eq!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Nil
+    );
+    let client = server.client();
+    let lock = client.fair_lock("mixed").unwrap();
+    let rust = spawn(move || {
+        let guard = lock.try_lock_for(20 * SECOND).unwrap().expect("never woken by Java's release");
+        let owner = guard.owner_id().to_owned();
+        // Hold until a Java waiter has queued behind, then release.
+        assert!(eventually(10 * SECOND, || lock.queue_len().unwrap() == 1));
+        drop(guard);
+        owner
+    });
+    wait_queued(&mut con, "mixed", 1);
+    let rust_owner = queued(&mut con, "mixed")[0].clone();
+    common::wait_numsub(&mut con, &format!("redisson_lock__channel:{{mixed}}:{rust_owner}"), 1);
+    assert_eq!(redisson_fair::release(&mut con, 30_000, "mixed", JAVA, epoch_ms()), redis::Value::Int(1));
+
+    // Java queues behind the Rust holder; its channel hears the release.
+    let java_channel = format!("redisson_lock__channel:{{mixed}}:{JAVA}");
+    let listener = Listener::start(&server, &[&java_channel]);
+    assert!(eventually(10 * SECOND, || common::hgetall(&mut con, "mixed").contains_key(&rust_owner)));
+    assert!(matches!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Int(_)
+    ));
+    assert_eq!(recv_within(&rust, 15 * SECOND, "the Rust waiter"), rust_owner);
+    assert_eq!(listener.next(10 * SECOND), Some((java_channel, "0".to_owned())));
+    // Not handed over (Java takes its own turn): the lock is free for it.
+    assert!(!exists(&mut con, "mixed"));
+    assert_eq!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Nil
+    );
+    assert!(!exists(&mut con, &queue_of("mixed")));
 }
 
 // ---------------------------------------------------------------------------

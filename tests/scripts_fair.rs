@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "support/redisson_fair.rs"]
+mod redisson_fair;
 
 use common::{Listener, RedisServer, channel_of, exists, hgetall, pttl};
 use redis::Value;
@@ -556,116 +558,15 @@ fn a_name_with_braces_keeps_them_in_every_derived_key() {
     assert_eq!(queued, [B]);
 }
 
-/// A stand-in for a Java Redisson client, written from the reference's
-/// description of RedissonFairLock's `tryLockInnerAsync` (EVAL_LONG) and
-/// `unlockInnerAsync`: it checks that a queue shared by both sides stays in
-/// one FIFO order, and that each side's release wakes the other's head.
-const REDISSON_ACQUIRE: &str = r"
-local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, wait, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if head == false then break end
-    local t = redis.call('zscore', timeouts, head)
-    if t == false or tonumber(t) > now then break end
-    redis.call('zrem', timeouts, head)
-    redis.call('lpop', queue)
-end
-if redis.call('exists', key) == 0 and
-   (redis.call('exists', queue) == 0 or redis.call('lindex', queue, 0) == owner) then
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, owner)
-    for _, m in ipairs(redis.call('zrange', timeouts, 0, -1)) do
-        redis.call('zincrby', timeouts, -wait, m)
-    end
-    redis.call('hset', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
-end
-if redis.call('hexists', key, owner) == 1 then
-    redis.call('hincrby', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
-end
-if redis.call('zscore', timeouts, owner) ~= false then
-    return math.max(0, redis.call('pttl', key))
-end
-local tail = redis.call('lindex', queue, -1)
-local ttl
-if tail ~= false and tail ~= owner and redis.call('zscore', timeouts, tail) ~= false then
-    ttl = tonumber(redis.call('zscore', timeouts, tail)) - now
-else
-    ttl = redis.call('pttl', key)
-end
-if redis.call('zadd', timeouts, ttl + wait + now, owner) == 1 then
-    redis.call('rpush', queue, owner)
-end
-return ttl
-";
-
-const REDISSON_UNLOCK: &str = r"
-local key, queue, timeouts, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if head == false then break end
-    local t = redis.call('zscore', timeouts, head)
-    if t == false or tonumber(t) > tonumber(ARGV[4]) then break end
-    redis.call('zrem', timeouts, head)
-    redis.call('lpop', queue)
-end
-if redis.call('exists', key) == 0 then
-    local head = redis.call('lindex', queue, 0)
-    if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
-    return 1
-end
-if redis.call('hexists', key, ARGV[3]) == 0 then return nil end
-if redis.call('hincrby', key, ARGV[3], -1) > 0 then
-    redis.call('pexpire', key, ARGV[2])
-    return 0
-end
-redis.call('del', key)
-local head = redis.call('lindex', queue, 0)
-if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
-return 1
-";
-
-fn java_acquire(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
-    script(REDISSON_ACQUIRE)
-        .key(name)
-        .key(queue_of(name))
-        .key(timeouts_of(name))
-        .arg(LEASE)
-        .arg(owner)
-        .arg(SLOT)
-        .arg(now)
-        .invoke(con)
-        .unwrap()
-}
-
-fn java_release(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
-    script(REDISSON_UNLOCK)
-        .key(name)
-        .key(queue_of(name))
-        .key(timeouts_of(name))
-        .key(channel_of(name))
-        .arg("0")
-        .arg(LEASE)
-        .arg(owner)
-        .arg(now)
-        .arg("publish")
-        .invoke(con)
-        .unwrap()
-}
-
 #[test]
 fn java_and_keyholder_waiters_share_one_fifo_queue() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let listener = listen(&server, "mix");
     // A (Java) holds; B (keyholder), C (Java), D (keyholder) queue.
-    assert_eq!(java_acquire(&mut con, "mix", A, NOW), Value::Nil);
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", A, NOW), Value::Nil);
     int(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap());
-    int(java_acquire(&mut con, "mix", C, NOW));
+    int(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW));
     int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap());
     assert_eq!(queue(&mut con, "mix"), [B, C, D]);
     // Java's deadline for C chains on B's, as between two Java waiters.
@@ -673,9 +574,9 @@ fn java_and_keyholder_waiters_share_one_fifo_queue() {
     assert_eq!(deadline(&mut con, "mix", C), Some(b + SLOT));
 
     // Java's release wakes the keyholder head; nobody else may take it.
-    assert_eq!(java_release(&mut con, "mix", A, NOW), Value::Int(1));
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "mix", A, NOW), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", B), "0".to_owned())]);
-    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Int(0));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW), Value::Int(0));
     assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
     assert_eq!(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap(), Value::Nil);
 
@@ -683,8 +584,8 @@ fn java_and_keyholder_waiters_share_one_fifo_queue() {
     assert_eq!(release(&mut con, "mix", B, NOW).unwrap(), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", C), "0".to_owned())]);
     assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
-    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Nil);
-    assert_eq!(java_release(&mut con, "mix", C, NOW), Value::Int(1));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW), Value::Nil);
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "mix", C, NOW), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", D), "0".to_owned())]);
     assert_eq!(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap(), Value::Nil);
     assert!(!exists(&mut con, &queue_of("mix")));
@@ -697,8 +598,8 @@ fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java
     let mut con = server.conn();
     // A holds for ten slots, renewing; B (keyholder) retries every half
     // slot, C (Java) waits without refreshing, as Redisson does (#3004).
-    assert_eq!(java_acquire(&mut con, "long", A, NOW), Value::Nil);
-    int(java_acquire(&mut con, "long", C, NOW));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "long", A, NOW), Value::Nil);
+    int(redisson_fair::acquire(&mut con, LEASE, SLOT, "long", C, NOW));
     int(acquire(&mut con, "long", Try::waiting(B, NOW)).unwrap());
     assert_eq!(queue(&mut con, "long"), [C, B]);
     let mut now = NOW;
@@ -709,7 +610,7 @@ fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java
     }
     // C was dropped as soon as its deadline passed; B, alive, is the head.
     assert_eq!(queue(&mut con, "long"), [B]);
-    assert_eq!(java_release(&mut con, "long", A, now), Value::Int(1));
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "long", A, now), Value::Int(1));
     assert_eq!(acquire(&mut con, "long", Try::waiting(B, now)).unwrap(), Value::Nil);
 }
 
