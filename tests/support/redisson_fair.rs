@@ -2,7 +2,7 @@
 //! from the reference's description of RedissonFairLock's
 //! `tryLockInnerAsync` (the `EVAL_LONG` variant) and `unlockInnerAsync`
 //! (without the latch), run on a raw connection. Names without braces only.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use redis::Value;
 
