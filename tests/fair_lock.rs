@@ -309,6 +309,52 @@ fn no_lost_updates_under_contention_from_several_clients() {
 }
 
 #[test]
+fn waiters_giving_up_under_contention_never_leave_two_holders() {
+    // Short waits that often run out just as a release hands the lock over:
+    // the give-back path of fair/dequeue.lua, under a lost-update counter.
+    const CLIENTS: usize = 4;
+    const THREADS: usize = 2;
+    const ROUNDS: usize = 100;
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let mut done = Vec::new();
+    for c in 0..CLIENTS {
+        let client = server.client();
+        for t in 0..THREADS {
+            let lock = client.fair_lock("impatient").unwrap();
+            let mut con = server.conn();
+            done.push(spawn(move || {
+                let mut won = 0i64;
+                for round in 0..ROUNDS {
+                    let wait = Duration::from_micros(((c * 7 + t * 3 + round) % 5 * 700) as u64);
+                    if let Some(guard) = lock.try_lock_for(wait).unwrap() {
+                        let n: i64 = redis::cmd("GET")
+                            .arg("tally")
+                            .query::<Option<i64>>(&mut con)
+                            .unwrap()
+                            .unwrap_or(0);
+                        std::thread::sleep(Duration::from_micros(500));
+                        let _: () = redis::cmd("SET").arg("tally").arg(n + 1).query(&mut con).unwrap();
+                        drop(guard);
+                        won += 1;
+                    }
+                }
+                won
+            }));
+        }
+    }
+    let won: i64 = done.iter().map(|rx| recv_within(rx, 60 * SECOND, "a worker")).sum();
+    let tally: Option<i64> = redis::cmd("GET").arg("tally").query(&mut con).unwrap();
+    assert_eq!(tally.unwrap_or(0), won);
+    eprintln!("{won} of {} attempts got the lock", CLIENTS * THREADS * ROUNDS);
+    assert!(won > 0 && won < (CLIENTS * THREADS * ROUNDS) as i64, "some waits must run out");
+    assert!(eventually(5 * SECOND, || !exists(&mut con, "impatient")));
+    assert!(!exists(&mut con, &queue_of("impatient")));
+    assert!(!exists(&mut con, &timeouts_of("impatient")));
+    assert!(!exists(&mut con, "keyholder_fair_grants:{impatient}"));
+}
+
+#[test]
 fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
     let server = RedisServer::start();
     let mut con = server.conn();
