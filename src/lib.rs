@@ -65,6 +65,16 @@
 //! release hands a contended lock straight to the next local thread for up
 //! to the client's fairness window (see [`ClientBuilder::fairness_window`]).
 //!
+//! # Fair locks
+//!
+//! [`Client::fair_lock`] gives a [`FairLock`], Redisson's `RFairLock`: one
+//! queue in Redis of every waiting thread of every client (Java's too),
+//! served strictly first come, first served; a release wakes (or hands the
+//! lock to) the queue's head alone. Its guard, [`FairLockGuard`], has
+//! [`LockGuard`]'s strengths (reentrancy, watchdog, lost-hold signals,
+//! fencing with [`FairLock::fenced`]); a waiter whose process died is
+//! skipped after its wait slot ([`FairLock::with_wait_timeout`]).
+//!
 //! # Run-once jobs
 //!
 //! [`Client::job`] gives a [`Job`]: a scheduled job that runs on one node at a

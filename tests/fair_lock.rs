@@ -8,6 +8,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "support/redisson_fair.rs"]
+mod redisson_fair;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -140,11 +142,12 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
     let owners = queued(&mut con, "head");
     let channels: Vec<String> =
         owners.iter().map(|o| format!("redisson_lock__channel:{{head}}:{o}")).collect();
-    let mut all: Vec<&str> = channels.iter().map(String::as_str).collect();
+    let grants: Vec<String> = owners.iter().map(|o| format!("keyholder_fair__grant:{{head}}:{o}")).collect();
+    let mut all: Vec<&str> = channels.iter().chain(&grants).map(String::as_str).collect();
     all.push("redisson_lock__channel:{head}");
     let listener = Listener::start(&server, &all);
-    // Each waiter subscribed its own channel: its wake-up reaches it alone.
-    for channel in &channels {
+    // Each waiter subscribed its own channels: its wake-up reaches it alone.
+    for channel in channels.iter().chain(&grants) {
         common::wait_numsub(&mut con, channel, 2);
     }
     // Let every waiter finish its retry after subscribing: then they sleep.
@@ -163,10 +166,14 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
     let first = recv_within(&waiters[0].acquired, 10 * SECOND, "the head");
     assert_eq!(first, owners[0]);
     let heard = listener.drain_until_marker(&mut con, "redisson_lock__channel:{head}");
-    assert_eq!(heard, [(channels[0].clone(), "0".to_owned())], "only the head's channel hears the release");
-    // The release and the head's attempt: the others slept through it.
+    // The release handed the lock to the head (a keyholder waiter) on its
+    // grant channel; nobody else heard anything.
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0].0, grants[0], "only the head's channel hears the release");
+    assert!(heard[0].1.starts_with(&format!("{}/", owners[0])), "{heard:?}");
+    // The release alone: the head needed no attempt, the others slept.
     let attempts = script_calls(&mut con) - attempts_before;
-    assert_eq!(attempts, 2, "script calls after the release");
+    assert_eq!(attempts, 1, "script calls after the release");
     assert_eq!(queued(&mut con, "head"), owners[1..]);
     assert!(waiters[1].acquired.try_recv().is_err());
 
@@ -302,6 +309,52 @@ fn no_lost_updates_under_contention_from_several_clients() {
 }
 
 #[test]
+fn waiters_giving_up_under_contention_never_leave_two_holders() {
+    // Short waits that often run out just as a release hands the lock over:
+    // the give-back path of fair/dequeue.lua, under a lost-update counter.
+    const CLIENTS: usize = 4;
+    const THREADS: usize = 2;
+    const ROUNDS: usize = 100;
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let mut done = Vec::new();
+    for c in 0..CLIENTS {
+        let client = server.client();
+        for t in 0..THREADS {
+            let lock = client.fair_lock("impatient").unwrap();
+            let mut con = server.conn();
+            done.push(spawn(move || {
+                let mut won = 0i64;
+                for round in 0..ROUNDS {
+                    let wait = Duration::from_micros(((c * 7 + t * 3 + round) % 5 * 700) as u64);
+                    if let Some(guard) = lock.try_lock_for(wait).unwrap() {
+                        let n: i64 = redis::cmd("GET")
+                            .arg("tally")
+                            .query::<Option<i64>>(&mut con)
+                            .unwrap()
+                            .unwrap_or(0);
+                        std::thread::sleep(Duration::from_micros(500));
+                        let _: () = redis::cmd("SET").arg("tally").arg(n + 1).query(&mut con).unwrap();
+                        drop(guard);
+                        won += 1;
+                    }
+                }
+                won
+            }));
+        }
+    }
+    let won: i64 = done.iter().map(|rx| recv_within(rx, 60 * SECOND, "a worker")).sum();
+    let tally: Option<i64> = redis::cmd("GET").arg("tally").query(&mut con).unwrap();
+    assert_eq!(tally.unwrap_or(0), won);
+    eprintln!("{won} of {} attempts got the lock", CLIENTS * THREADS * ROUNDS);
+    assert!(won > 0 && won < (CLIENTS * THREADS * ROUNDS) as i64, "some waits must run out");
+    assert!(eventually(5 * SECOND, || !exists(&mut con, "impatient")));
+    assert!(!exists(&mut con, &queue_of("impatient")));
+    assert!(!exists(&mut con, &timeouts_of("impatient")));
+    assert!(!exists(&mut con, "keyholder_fair_grants:{impatient}"));
+}
+
+#[test]
 fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
     let server = RedisServer::start();
     let mut con = server.conn();
@@ -319,6 +372,7 @@ fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
         .key(queue_of("dead"))
         .key(timeouts_of("dead"))
         .key("redisson_lock__channel:{dead}")
+        .key("keyholder_fair_grants:{dead}")
         .arg(30_000)
         .arg(dead)
         .arg(slot.as_millis() as u64)
@@ -469,6 +523,54 @@ fn debug_output_names_the_lock() {
     assert!(guard.owner_id().starts_with(client.id()));
     assert!(guard.is_replicated());
     assert_eq!(guard.lost_reason(), None);
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[test]
+fn a_java_release_wakes_the_rust_head_and_a_rust_release_wakes_the_java_head() {
+    const JAVA: &str = "6f1e0a4e-9999-4000-8000-00000000000a:57";
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // Java holds; a Rust waiter queues behind it.
+    assert_eq!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Nil
+    );
+    let client = server.client();
+    let lock = client.fair_lock("mixed").unwrap();
+    let rust = spawn(move || {
+        let guard = lock.try_lock_for(20 * SECOND).unwrap().expect("never woken by Java's release");
+        let owner = guard.owner_id().to_owned();
+        // Hold until a Java waiter has queued behind, then release.
+        assert!(eventually(10 * SECOND, || lock.queue_len().unwrap() == 1));
+        drop(guard);
+        owner
+    });
+    wait_queued(&mut con, "mixed", 1);
+    let rust_owner = queued(&mut con, "mixed")[0].clone();
+    common::wait_numsub(&mut con, &format!("redisson_lock__channel:{{mixed}}:{rust_owner}"), 1);
+    assert_eq!(redisson_fair::release(&mut con, 30_000, "mixed", JAVA, epoch_ms()), redis::Value::Int(1));
+
+    // Java queues behind the Rust holder; its channel hears the release.
+    let java_channel = format!("redisson_lock__channel:{{mixed}}:{JAVA}");
+    let listener = Listener::start(&server, &[&java_channel]);
+    assert!(eventually(10 * SECOND, || common::hgetall(&mut con, "mixed").contains_key(&rust_owner)));
+    assert!(matches!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Int(_)
+    ));
+    assert_eq!(recv_within(&rust, 15 * SECOND, "the Rust waiter"), rust_owner);
+    assert_eq!(listener.next(10 * SECOND), Some((java_channel, "0".to_owned())));
+    // Not handed over (Java takes its own turn): the lock is free for it.
+    assert!(!exists(&mut con, "mixed"));
+    assert_eq!(
+        redisson_fair::acquire(&mut con, 30_000, 300_000, "mixed", JAVA, epoch_ms()),
+        redis::Value::Nil
+    );
+    assert!(!exists(&mut con, &queue_of("mixed")));
 }
 
 // ---------------------------------------------------------------------------

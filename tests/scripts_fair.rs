@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "support/redisson_fair.rs"]
+mod redisson_fair;
 
 use common::{Listener, RedisServer, channel_of, exists, hgetall, pttl};
 use redis::Value;
@@ -31,6 +33,14 @@ fn timeouts_of(name: &str) -> String {
     format!("redisson_lock_timeout:{{{name}}}")
 }
 
+fn grants_of(name: &str) -> String {
+    format!("keyholder_fair_grants:{{{name}}}")
+}
+
+fn grant_prefix_of(name: &str) -> String {
+    format!("keyholder_fair__grant:{{{name}}}")
+}
+
 fn token_of(name: &str) -> String {
     format!("redisson_lock_token:{{{name}}}")
 }
@@ -47,6 +57,7 @@ struct Try<'a> {
     now: i64,
     queue: bool,
     mode: Option<&'a str>,
+    ticket: Option<u64>,
     lease: i64,
     slot: i64,
     fenced: bool,
@@ -54,7 +65,16 @@ struct Try<'a> {
 
 impl<'a> Try<'a> {
     fn waiting(owner: &'a str, now: i64) -> Try<'a> {
-        Try { owner, now, queue: true, mode: Some("1"), lease: LEASE, slot: SLOT, fenced: false }
+        Try {
+            owner,
+            now,
+            queue: true,
+            mode: Some("1"),
+            ticket: None,
+            lease: LEASE,
+            slot: SLOT,
+            fenced: false,
+        }
     }
     fn once(owner: &'a str, now: i64) -> Try<'a> {
         Try { queue: false, ..Try::waiting(owner, now) }
@@ -64,13 +84,16 @@ impl<'a> Try<'a> {
 fn acquire(con: &mut redis::Connection, name: &str, t: Try<'_>) -> redis::RedisResult<Value> {
     let s = script(include_str!("../lua/fair/acquire.lua"));
     let mut call = s.prepare_invoke();
-    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if t.fenced {
         call.key(token_of(name));
     }
     call.arg(t.lease).arg(t.owner).arg(t.slot).arg(t.now).arg(if t.queue { "1" } else { "0" });
     // An empty mode is neither "0" nor "1": Redisson's rule, as when absent.
     call.arg(t.mode.unwrap_or("")).arg("publish");
+    if let Some(ticket) = t.ticket {
+        call.arg(ticket);
+    }
     call.invoke(con)
 }
 
@@ -83,14 +106,13 @@ fn release_with(
 ) -> redis::RedisResult<Value> {
     let s = script(include_str!("../lua/fair/release.lua"));
     let mut call = s.prepare_invoke();
-    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name));
+    call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if let Some((key, _, _)) = latch {
         call.key(key);
     }
     call.arg("0").arg(LEASE).arg(owner).arg(now).arg("publish");
-    if let Some((_, request, retry)) = latch {
-        call.arg(20_000).arg(request).arg(if retry { "1" } else { "0" });
-    }
+    let (request, retry) = latch.map_or((0, false), |(_, request, retry)| (request, retry));
+    call.arg(20_000).arg(request).arg(if retry { "1" } else { "0" }).arg(grant_prefix_of(name));
     call.invoke(con)
 }
 
@@ -104,6 +126,7 @@ fn dequeue(con: &mut redis::Connection, name: &str, owner: &str, slot: i64) -> r
         .key(queue_of(name))
         .key(timeouts_of(name))
         .key(channel_of(name))
+        .key(grants_of(name))
         .arg(owner)
         .arg(slot)
         .arg("publish")
@@ -472,16 +495,25 @@ fn force_unlock_deletes_any_holders_lock_and_wakes_the_head() {
 fn keys_of_another_type_are_wrongtype_and_nothing_changes() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    for (key, name) in [("bad".to_owned(), "bad"), (queue_of("bq"), "bq"), (timeouts_of("bt"), "bt")] {
+    for (key, name) in [
+        ("bad".to_owned(), "bad"),
+        (queue_of("bq"), "bq"),
+        (timeouts_of("bt"), "bt"),
+        (grants_of("bg"), "bg"),
+    ] {
         let _: () = redis::cmd("SET").arg(&key).arg("foreign").query(&mut con).unwrap();
         let mut before: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
         before.sort();
-        for result in [
+        let mut results = vec![
             acquire(&mut con, name, Try::waiting(A, NOW)),
             release(&mut con, name, A, NOW),
             dequeue(&mut con, name, A, SLOT),
-            force_unlock(&mut con, name, NOW),
-        ] {
+        ];
+        // Force unlock does not read the grants.
+        if name != "bg" {
+            results.push(force_unlock(&mut con, name, NOW));
+        }
+        for result in results {
             let e = result.unwrap_err();
             assert!(e.to_string().contains("WRONGTYPE"), "{key}: {e}");
         }
@@ -508,6 +540,7 @@ fn a_name_with_braces_keeps_them_in_every_derived_key() {
             .key("redisson_lock_queue:{user}:1")
             .key("redisson_lock_timeout:{user}:1")
             .key("redisson_lock__channel:{user}:1")
+            .key("keyholder_fair_grants:tagged:{user}:1")
             .arg(LEASE)
             .arg(owner)
             .arg(SLOT)
@@ -525,116 +558,15 @@ fn a_name_with_braces_keeps_them_in_every_derived_key() {
     assert_eq!(queued, [B]);
 }
 
-/// A stand-in for a Java Redisson client, written from the reference's
-/// description of RedissonFairLock's `tryLockInnerAsync` (EVAL_LONG) and
-/// `unlockInnerAsync`: it checks that a queue shared by both sides stays in
-/// one FIFO order, and that each side's release wakes the other's head.
-const REDISSON_ACQUIRE: &str = r"
-local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, wait, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if head == false then break end
-    local t = redis.call('zscore', timeouts, head)
-    if t == false or tonumber(t) > now then break end
-    redis.call('zrem', timeouts, head)
-    redis.call('lpop', queue)
-end
-if redis.call('exists', key) == 0 and
-   (redis.call('exists', queue) == 0 or redis.call('lindex', queue, 0) == owner) then
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, owner)
-    for _, m in ipairs(redis.call('zrange', timeouts, 0, -1)) do
-        redis.call('zincrby', timeouts, -wait, m)
-    end
-    redis.call('hset', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
-end
-if redis.call('hexists', key, owner) == 1 then
-    redis.call('hincrby', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
-end
-if redis.call('zscore', timeouts, owner) ~= false then
-    return math.max(0, redis.call('pttl', key))
-end
-local tail = redis.call('lindex', queue, -1)
-local ttl
-if tail ~= false and tail ~= owner and redis.call('zscore', timeouts, tail) ~= false then
-    ttl = tonumber(redis.call('zscore', timeouts, tail)) - now
-else
-    ttl = redis.call('pttl', key)
-end
-if redis.call('zadd', timeouts, ttl + wait + now, owner) == 1 then
-    redis.call('rpush', queue, owner)
-end
-return ttl
-";
-
-const REDISSON_UNLOCK: &str = r"
-local key, queue, timeouts, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if head == false then break end
-    local t = redis.call('zscore', timeouts, head)
-    if t == false or tonumber(t) > tonumber(ARGV[4]) then break end
-    redis.call('zrem', timeouts, head)
-    redis.call('lpop', queue)
-end
-if redis.call('exists', key) == 0 then
-    local head = redis.call('lindex', queue, 0)
-    if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
-    return 1
-end
-if redis.call('hexists', key, ARGV[3]) == 0 then return nil end
-if redis.call('hincrby', key, ARGV[3], -1) > 0 then
-    redis.call('pexpire', key, ARGV[2])
-    return 0
-end
-redis.call('del', key)
-local head = redis.call('lindex', queue, 0)
-if head ~= false then redis.call(ARGV[5], channel .. ':' .. head, ARGV[1]) end
-return 1
-";
-
-fn java_acquire(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
-    script(REDISSON_ACQUIRE)
-        .key(name)
-        .key(queue_of(name))
-        .key(timeouts_of(name))
-        .arg(LEASE)
-        .arg(owner)
-        .arg(SLOT)
-        .arg(now)
-        .invoke(con)
-        .unwrap()
-}
-
-fn java_release(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> Value {
-    script(REDISSON_UNLOCK)
-        .key(name)
-        .key(queue_of(name))
-        .key(timeouts_of(name))
-        .key(channel_of(name))
-        .arg("0")
-        .arg(LEASE)
-        .arg(owner)
-        .arg(now)
-        .arg("publish")
-        .invoke(con)
-        .unwrap()
-}
-
 #[test]
 fn java_and_keyholder_waiters_share_one_fifo_queue() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let listener = listen(&server, "mix");
     // A (Java) holds; B (keyholder), C (Java), D (keyholder) queue.
-    assert_eq!(java_acquire(&mut con, "mix", A, NOW), Value::Nil);
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", A, NOW), Value::Nil);
     int(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap());
-    int(java_acquire(&mut con, "mix", C, NOW));
+    int(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW));
     int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap());
     assert_eq!(queue(&mut con, "mix"), [B, C, D]);
     // Java's deadline for C chains on B's, as between two Java waiters.
@@ -642,9 +574,9 @@ fn java_and_keyholder_waiters_share_one_fifo_queue() {
     assert_eq!(deadline(&mut con, "mix", C), Some(b + SLOT));
 
     // Java's release wakes the keyholder head; nobody else may take it.
-    assert_eq!(java_release(&mut con, "mix", A, NOW), Value::Int(1));
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "mix", A, NOW), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", B), "0".to_owned())]);
-    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Int(0));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW), Value::Int(0));
     assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
     assert_eq!(acquire(&mut con, "mix", Try::waiting(B, NOW)).unwrap(), Value::Nil);
 
@@ -652,8 +584,8 @@ fn java_and_keyholder_waiters_share_one_fifo_queue() {
     assert_eq!(release(&mut con, "mix", B, NOW).unwrap(), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", C), "0".to_owned())]);
     assert!(int(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap()) > 0);
-    assert_eq!(java_acquire(&mut con, "mix", C, NOW), Value::Nil);
-    assert_eq!(java_release(&mut con, "mix", C, NOW), Value::Int(1));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "mix", C, NOW), Value::Nil);
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "mix", C, NOW), Value::Int(1));
     assert_eq!(heard(&listener, &mut con, "mix"), [(wake_of("mix", D), "0".to_owned())]);
     assert_eq!(acquire(&mut con, "mix", Try::waiting(D, NOW)).unwrap(), Value::Nil);
     assert!(!exists(&mut con, &queue_of("mix")));
@@ -666,8 +598,8 @@ fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java
     let mut con = server.conn();
     // A holds for ten slots, renewing; B (keyholder) retries every half
     // slot, C (Java) waits without refreshing, as Redisson does (#3004).
-    assert_eq!(java_acquire(&mut con, "long", A, NOW), Value::Nil);
-    int(java_acquire(&mut con, "long", C, NOW));
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, SLOT, "long", A, NOW), Value::Nil);
+    int(redisson_fair::acquire(&mut con, LEASE, SLOT, "long", C, NOW));
     int(acquire(&mut con, "long", Try::waiting(B, NOW)).unwrap());
     assert_eq!(queue(&mut con, "long"), [C, B]);
     let mut now = NOW;
@@ -678,6 +610,85 @@ fn a_keyholder_waiter_refreshing_its_slot_outlives_a_long_hold_that_drops_a_java
     }
     // C was dropped as soon as its deadline passed; B, alive, is the head.
     assert_eq!(queue(&mut con, "long"), [B]);
-    assert_eq!(java_release(&mut con, "long", A, now), Value::Int(1));
+    assert_eq!(redisson_fair::release(&mut con, LEASE, "long", A, now), Value::Int(1));
     assert_eq!(acquire(&mut con, "long", Try::waiting(B, now)).unwrap(), Value::Nil);
+}
+
+/// Every channel a test about `name` could see a message on, grant channels
+/// included.
+fn listen_with_grants(server: &RedisServer, name: &str) -> Listener {
+    let mut channels = vec![channel_of(name)];
+    for owner in [A, B, C, D] {
+        channels.push(wake_of(name, owner));
+        channels.push(format!("{}:{owner}", grant_prefix_of(name)));
+    }
+    let refs: Vec<&str> = channels.iter().map(String::as_str).collect();
+    Listener::start(server, &refs)
+}
+
+#[test]
+fn a_release_hands_the_lock_to_a_listening_keyholder_head_in_one_call() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen_with_grants(&server, "h");
+    acquire(&mut con, "h", Try::waiting(A, NOW)).unwrap();
+    let b_try = Try { ticket: Some(41), lease: 7_000, ..Try::waiting(B, NOW) };
+    int(acquire(&mut con, "h", b_try).unwrap());
+    int(acquire(&mut con, "h", Try::waiting(C, NOW)).unwrap());
+    let entry: String = redis::cmd("HGET").arg(grants_of("h")).arg(B).query(&mut con).unwrap();
+    assert!(entry.starts_with(&format!("7000 {SLOT} ")) && entry.ends_with(" 41"), "{entry}");
+    let c = deadline(&mut con, "h", C).unwrap();
+
+    assert_eq!(release(&mut con, "h", A, NOW).unwrap(), Value::Int(1));
+    // B holds it now, as its own acquire would have left it.
+    assert_eq!(hgetall(&mut con, "h"), one_field(B, "1"));
+    let ttl = pttl(&mut con, "h");
+    assert!(ttl > 6_000 && ttl <= 7_000, "the grantee's lease: PTTL {ttl}");
+    assert_eq!(queue(&mut con, "h"), [C]);
+    assert_eq!(deadline(&mut con, "h", C), Some(c - SLOT));
+    assert!(!exists(&mut con, &grants_of("h")));
+    let heard = heard(&listener, &mut con, "h");
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0].0, format!("{}:{B}", grant_prefix_of("h")));
+    let (owner, ms) = heard[0].1.split_once(' ').unwrap();
+    assert_eq!(owner, format!("{B}/41"));
+    assert!(ms.parse::<u64>().is_ok());
+    // Its retry, if it makes one, finds the lock its own.
+    assert_eq!(acquire(&mut con, "h", Try::waiting(B, NOW)).unwrap(), Value::Nil);
+    assert_eq!(hgetall(&mut con, "h"), one_field(B, "1"));
+}
+
+#[test]
+fn a_head_that_does_not_listen_for_grants_is_only_woken() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // Nobody listens on B's grant channel: the release falls back to "0".
+    let listener = listen(&server, "nl");
+    acquire(&mut con, "nl", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "nl", Try { ticket: Some(1), ..Try::waiting(B, NOW) }).unwrap());
+    assert_eq!(release(&mut con, "nl", A, NOW).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, "nl"));
+    assert_eq!(heard(&listener, &mut con, "nl"), [(wake_of("nl", B), "0".to_owned())]);
+    assert_eq!(queue(&mut con, "nl"), [B]);
+    // A retry without a ticket withdraws the entry.
+    assert_eq!(acquire(&mut con, "nl", Try::waiting(B, NOW)).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &grants_of("nl")));
+}
+
+#[test]
+fn a_waiter_that_gives_up_after_a_grant_gives_the_lock_back_and_wakes_the_next() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen_with_grants(&server, "gb");
+    acquire(&mut con, "gb", Try::waiting(A, NOW)).unwrap();
+    int(acquire(&mut con, "gb", Try { ticket: Some(5), ..Try::waiting(B, NOW) }).unwrap());
+    int(acquire(&mut con, "gb", Try::waiting(C, NOW)).unwrap());
+    assert_eq!(release(&mut con, "gb", A, NOW).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, "gb"), one_field(B, "1"));
+    let _ = heard(&listener, &mut con, "gb");
+    // B's call timed out before it heard the grant.
+    assert_eq!(dequeue(&mut con, "gb", B, SLOT).unwrap(), Value::Int(2));
+    assert!(!exists(&mut con, "gb"));
+    assert_eq!(heard(&listener, &mut con, "gb"), [(wake_of("gb", C), "0".to_owned())]);
+    assert_eq!(acquire(&mut con, "gb", Try::waiting(C, NOW)).unwrap(), Value::Nil);
 }

@@ -2,7 +2,9 @@
 //! measured three ways in one process against one Redis server: the floor
 //! (keyholder's own scripts, raw), the baseline (hand-rolled `SET NX PX`)
 //! and keyholder. See `lock_impl` for the three, `workloads` for what each
-//! workload measures, and `docs/performance.md` for the figures.
+//! workload measures, and `docs/performance.md` for the figures. `FAIR`
+//! (issue 9) runs W2's multi-process shape on a fair lock, against the
+//! reentrant lock and the ideal (`workloads/fair.rs`).
 //!
 //! ```text
 //! cargo run --release -p keyholder-bench                     # full run, about 140 s on 2 cores

@@ -9,8 +9,14 @@
 --          queued owner ids scored by an absolute epoch-ms deadline, no TTL
 -- KEYS[4]  wake channel prefix "redisson_lock__channel:{<name>}": the waiter
 --          <owner id> listens on "<KEYS[4]>:<owner id>"
--- KEYS[5]  optional fencing-token counter "redisson_lock_token:{<name>}"
---          (see acquire.lua): incremented on every acquisition made with it
+-- KEYS[5]  waiter grants (keyholder's own key,
+--          "keyholder_fair_grants:{<name>}"): a HASH from a queued keyholder
+--          owner id to "<lease ms> <slot ms> <server ms> <ticket>": how a
+--          release may hand it the lock (see fair/release.lua); no TTL
+--          (entries leave with their waiters)
+-- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}"
+--          (see lock/acquire.lua): incremented on every acquisition made
+--          with it
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[3]  wait slot in milliseconds (Redisson's fairLockWaitTimeout): how
@@ -24,17 +30,21 @@
 --          re-entry: only the owner's existing field is incremented, the
 --          queue is neither read nor written. Absent: Redisson's rule
 -- ARGV[7]  publish command, "publish" (default) or "spublish"
+-- ARGV[8]  optional ticket (with ARGV[5] = "1"): a number unique to this
+--          waiting call; when given, a refused caller's entry in KEYS[5] is
+--          written (it accepts a lock handed over by a release), otherwise
+--          removed
 --
 -- Every call but a re-entry first drops the dead heads: while the queue's
 -- first owner id has a deadline <= ARGV[4] (or none at all), it is removed
--- from KEYS[2] and KEYS[3]. If that left a free lock with a new head other
--- than ARGV[2], "0" is published on the head's wake channel.
+-- from KEYS[2], KEYS[3] and KEYS[5]. If that left a free lock with a new
+-- head other than ARGV[2], "0" is published on the head's wake channel.
 --
 -- The lock is taken when it is free and the queue is empty or ARGV[2] is its
 -- head: ARGV[2] leaves the queue, every other deadline is lowered by ARGV[3]
--- (Redisson's drift fix: one slot was used), the owner's count is set to 1
--- and the PTTL to ARGV[1]. A held lock is re-entered by its owner (count
--- incremented, PTTL set to ARGV[1]).
+-- (Redisson's drift fix: one slot was used), its entry in KEYS[5] goes,
+-- the owner's count is set to 1 and the PTTL to ARGV[1]. A held lock is
+-- re-entered by its owner (count incremented, PTTL set to ARGV[1]).
 --
 -- Otherwise, with ARGV[5] = "1", ARGV[2] is queued: a new waiter is appended
 -- with Redisson's deadline (the tail's deadline, or now + the lock's PTTL,
@@ -43,25 +53,25 @@
 -- (position 0 at the head), so that a live waiter that retries within
 -- ARGV[3] ms is never dropped, however long the lock is held.
 --
--- Returns, without KEYS[5]
+-- Returns, without KEYS[6]
 --   nil      acquired or re-entered
 --   integer  not acquired; milliseconds worth waiting before trying again,
 --            at least 1 and at most half of ARGV[3] when queued: the
 --            holder's PTTL, or, when the lock is free but another waiter is
 --            the head, the time until that head's deadline; -2 for a
 --            re-entry (ARGV[6] = "0") that found no field of ARGV[2]
--- and with KEYS[5] the same as a pair: {-1, token} when acquired, token being
+-- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
 -- the counter's new value as a decimal STRING; {ms, -1} when not.
 --
 -- Errors (nothing is changed)
---   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
---   or the counter. BADCOUNTER when the counter holds anything but a decimal
---   integer from 0 to 2^63 - 2.
-local key, queue, timeouts, prefix, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3],
+--   KEYS[5] or the counter. BADCOUNTER when the counter holds anything but
+--   a decimal integer from 0 to 2^63 - 2.
+local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish = ARGV[7] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
+for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
     local kind = redis.call('type', pair[1]).ok
     if kind ~= 'none' and kind ~= pair[2] then
         return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
@@ -121,6 +131,7 @@ while true do
     end
     redis.call('lpop', queue)
     redis.call('zrem', timeouts, head)
+    redis.call('hdel', grants, head)
     purged = true
 end
 local free = redis.call('exists', key) == 0
@@ -134,6 +145,7 @@ if free and (not head or head == owner) then
         redis.call('lpop', queue)
     end
     redis.call('zrem', timeouts, owner)
+    redis.call('hdel', grants, owner)
     local waiting = redis.call('zrange', timeouts, 0, -1)
     for _, member in ipairs(waiting) do
         redis.call('zincrby', timeouts, -slot, member)
@@ -143,6 +155,8 @@ if free and (not head or head == owner) then
     return acquired()
 end
 if not free and redis.call('hexists', key, owner) == 1 then
+    -- (A lock a release handed to a queued caller, among others.)
+    redis.call('hdel', grants, owner)
     if ARGV[6] == '1' then
         redis.call('hset', key, owner, 1)
     else
@@ -184,6 +198,13 @@ if not position then
 end
 deadline = math.max(tonumber(deadline), now + (position + 1) * slot)
 redis.call('zadd', timeouts, deadline, owner)
+if ARGV[8] then
+    local time = redis.call('time')
+    local ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    redis.call('hset', grants, owner, ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. ms .. ' ' .. ARGV[8])
+else
+    redis.call('hdel', grants, owner)
+end
 
 local wait
 if free then

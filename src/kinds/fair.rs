@@ -35,11 +35,12 @@
 mod guard;
 mod held;
 pub(crate) mod scripts;
+mod wait;
 
 pub use guard::FairLockGuard;
 
-use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
@@ -52,6 +53,7 @@ use crate::observe;
 use crate::owner;
 
 use scripts::{Acquire, AcquireArgs, Attempt, FairKeys};
+use wait::FairWait;
 
 /// The default wait slot of a fair lock's waiters (Redisson's
 /// `fairLockWaitTimeout`): 5 minutes.
@@ -148,29 +150,9 @@ struct Won {
     replicated: Option<bool>,
 }
 
-thread_local! {
-    /// The wake channel this thread last waited on, and when it stopped:
-    /// the subscription lingers a little after a wait (see
-    /// `pubsub/subscriber.rs`), so a thread that queues again soon
-    /// subscribes first, at no cost, and needs no second try.
-    static LAST_WAIT: RefCell<Option<(String, Instant)>> = const { RefCell::new(None) };
-}
-
-/// How recent a wait must be for its subscription to be taken as still
-/// lingering (less than the subscriber's linger time).
-const RECENT_WAIT: Duration = Duration::from_millis(50);
-
-fn waited_recently(channel: &str) -> bool {
-    LAST_WAIT
-        .try_with(|last| {
-            last.borrow().as_ref().is_some_and(|(c, at)| c == channel && at.elapsed() < RECENT_WAIT)
-        })
-        .unwrap_or(false)
-}
-
-fn note_wait(channel: &str) {
-    let _ = LAST_WAIT.try_with(|last| *last.borrow_mut() = Some((channel.to_owned(), Instant::now())));
-}
+/// Numbers of waiting calls, so that a grant meant for an earlier call of
+/// the same thread (heard late) is never taken for this one's.
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 
 impl FairLock {
     /// The lock name (also its Redis key).
@@ -469,8 +451,9 @@ impl FairLock {
         }
     }
 
-    /// One fresh attempt.
-    fn attempt(&self, owner: &str, lease_ms: u64, queue: bool) -> Result<Acquire> {
+    /// One fresh attempt; `queue` with a grant `ticket`, or `None` for an
+    /// attempt that never queues.
+    fn attempt(&self, owner: &str, lease_ms: u64, queue: Option<Option<u64>>) -> Result<Acquire> {
         let inner = self.client.inner();
         inner.check_running()?;
         let args = AcquireArgs {
@@ -478,7 +461,7 @@ impl FairLock {
             owner,
             lease_ms,
             slot_ms: crate::lease::millis_ceil(self.wait_timeout),
-            attempt: Attempt::Fresh { queue },
+            attempt: Attempt::Fresh { queue: queue.is_some(), ticket: queue.flatten() },
             mint: self.fenced,
         };
         // A fresh attempt sets the count to 1 and keeps its place in the
@@ -486,8 +469,9 @@ impl FairLock {
         inner.with_live_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
     }
 
-    /// Takes a turn in the queue until the acquire script succeeds or the
-    /// deadline passes (`None`, out of the queue again).
+    /// Takes a turn in the queue until the acquire script succeeds, a
+    /// release hands the lock over, or the deadline passes (`None`, out of
+    /// the queue again).
     fn contend(
         &self,
         owner: &str,
@@ -500,46 +484,47 @@ impl FairLock {
         if !block || deadline.is_some_and(|d| Instant::now() >= d) {
             // One attempt, which never queues.
             let sent = Instant::now();
-            let outcome = self.attempt(owner, lease_ms, false);
-            return match outcome {
+            return match self.attempt(owner, lease_ms, None) {
                 Ok(Acquire::Acquired { token, replicated }) => Ok(Some(Won { sent, token, replicated })),
                 Ok(_) => Ok(None),
                 Err(e) => Err(self.after_error(inner, owner, lease_ms, e, false)),
             };
         }
-        let channel = self.keys.wake_channel(owner);
-        let wait = inner.channel_wait(&self.keys.name, &channel);
-        if waited_recently(&channel) {
-            // Still subscribed from the last wait: no round trip, and the
-            // first refusal can sleep at once.
-            wait.subscribe(&inner.subscribers, deadline)?;
-        }
-        let mut queued = false;
+        let name = &self.keys.name;
+        let (channel, grant_channel) = (self.keys.wake_channel(owner), self.keys.grant_channel(owner));
+        let wait = Arc::new(FairWait::default());
+        // Fenced acquisitions mint their token in their own script call:
+        // they are never handed the lock.
+        let ticket = (!self.fenced).then(|| NEXT_TICKET.fetch_add(1, Ordering::Relaxed));
+        let expected = ticket.map(|t| format!("{owner}/{t}"));
+        // Channels still lingering from this thread's last wait are taken
+        // back without a round trip: the first refusal can sleep at once.
+        let mut subscription = wait.resume(&inner.subscribers, name, &channel, &grant_channel);
+        let mut queued_at = None;
         let outcome = loop {
             let seen = wait.seen();
             let sent = Instant::now();
-            let retry_in = match self.attempt(owner, lease_ms, true) {
+            let retry_in = match self.attempt(owner, lease_ms, Some(ticket)) {
                 Ok(Acquire::Acquired { token, replicated }) => {
                     break Ok(Some(Won { sent, token, replicated }));
                 }
-                Ok(Acquire::Refused { retry_in }) => {
-                    queued = true;
-                    retry_in
-                }
+                Ok(Acquire::Refused { retry_in }) => retry_in,
                 // Only a re-entry is told its field is gone.
                 Ok(Acquire::Gone) => Duration::from_millis(1),
                 Err(e) => break Err(e),
             };
+            queued_at = Some(sent);
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break Ok(None);
             }
             obs.waiting();
-            if !wait.is_subscribed() {
+            if !subscription.as_ref().is_some_and(|s| s.is_live()) {
                 // Subscribe, then try again at once: a wake-up between the
                 // attempt and the subscription would otherwise go unheard.
-                if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
-                    break Err(e);
+                match wait.subscribe(&inner.subscribers, name, &channel, &grant_channel, deadline) {
+                    Ok(s) => subscription = Some(s),
+                    Err(e) => break Err(e),
                 }
                 continue;
             }
@@ -548,18 +533,23 @@ impl FairLock {
                 until = until.min(deadline);
             }
             wait.wait_past(seen, until);
+            if let (Some(grant), Some(queued_at)) = (wait.take_grant(), queued_at)
+                && expected.as_deref() == Some(grant.owner.as_str())
+            {
+                // Handed over by the release: held since about then.
+                let sent = wait::granted_at(&grant, queued_at);
+                break Ok(Some(Won { sent, token: None, replicated: None }));
+            }
         };
-        if queued {
-            note_wait(&channel);
-        }
+        drop(subscription);
         match outcome {
             Ok(None) => {
-                // Out of time: leave the queue, passing on a wake-up that
-                // may have come meanwhile.
+                // Out of time: leave the queue, passing on a turn (or a
+                // lock) that may have come meanwhile.
                 self.leave_queue(inner, owner);
                 Ok(None)
             }
-            Err(e) => Err(self.after_error(inner, owner, lease_ms, e, queued)),
+            Err(e) => Err(self.after_error(inner, owner, lease_ms, e, queued_at.is_some())),
             won => won,
         }
     }

@@ -130,7 +130,7 @@ fn inversions(workers: &[Worker], tolerance_ms: f64) -> f64 {
             served.push((*at, arrived_ms));
         }
     }
-    served.sort_by(|a, b| a.0.cmp(&b.0));
+    served.sort_by_key(|s| s.0);
     let mut count = 0u64;
     for (i, (_, early)) in served.iter().enumerate() {
         // A later-served acquisition that arrived clearly earlier.

@@ -35,6 +35,19 @@ pub(crate) struct FairKeys {
     pub(crate) channel_prefix: String,
     /// `redisson_lock_token:{<name>}`.
     pub(crate) token: String,
+    /// keyholder's own: `keyholder_fair_grants:{<name>}`, whom a release
+    /// may hand the lock to.
+    pub(crate) grants: String,
+    /// keyholder's own: `keyholder_fair__grant:{<name>}`: waiter `<owner>`
+    /// hears its grants on `<prefix>:<owner>`.
+    pub(crate) grant_prefix: String,
+}
+
+/// A key of keyholder's own, one-to-one with names (as `names.rs` makes
+/// RLock's): `<prefix>:{<name>}`, or `<prefix>:tagged:<name>` when the name
+/// has braces of its own; either way in the lock key's cluster slot.
+fn own_key(prefix: &str, name: &str) -> String {
+    if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
 }
 
 impl FairKeys {
@@ -45,12 +58,19 @@ impl FairKeys {
             timeouts: names::prefixed("redisson_lock_timeout", name),
             channel_prefix: names::unlock_channel(name),
             token: names::token_key(name),
+            grants: own_key("keyholder_fair_grants", name),
+            grant_prefix: own_key("keyholder_fair__grant", name),
         }
     }
 
     /// The wake channel of the waiter `owner`.
     pub(crate) fn wake_channel(&self, owner: &str) -> String {
         format!("{}:{owner}", self.channel_prefix)
+    }
+
+    /// The grant channel of the keyholder waiter `owner`.
+    pub(crate) fn grant_channel(&self, owner: &str) -> String {
+        format!("{}:{owner}", self.grant_prefix)
     }
 }
 
@@ -74,8 +94,9 @@ pub(crate) enum Acquire {
 /// How an acquire attempt treats the owner's field and the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// A new hold; `queue`: join (or keep) a place in the queue if refused.
-    Fresh { queue: bool },
+    /// A new hold; `queue`: join (or keep) a place in the queue if refused;
+    /// `ticket`: the waiting call's number, when it accepts a grant.
+    Fresh { queue: bool, ticket: Option<u64> },
     /// A re-entry of the owner's live hold.
     Reentry,
 }
@@ -100,16 +121,19 @@ pub(crate) fn acquire(
 ) -> Result<Acquire> {
     let AcquireArgs { keys, owner, lease_ms, slot_ms, attempt, mint } = *args;
     let mut call = ACQUIRE.call();
-    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix);
+    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix).key(&keys.grants);
     if mint {
         call.key(&keys.token);
     }
-    let (queue, mode) = match attempt {
-        Attempt::Fresh { queue } => (queue, "1"),
-        Attempt::Reentry => (false, "0"),
+    let (queue, mode, ticket) = match attempt {
+        Attempt::Fresh { queue, ticket } => (queue, "1", ticket),
+        Attempt::Reentry => (false, "0", None),
     };
     call.arg(lease_ms).arg(owner).arg(slot_ms).arg(now_ms()).arg(u8::from(queue)).arg(mode);
     call.arg(scripts.publish());
+    if let Some(ticket) = ticket {
+        call.arg(ticket);
+    }
     let (reply, acked) = call.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| script_error(&keys.name, mint.then_some(keys.token.as_str()), e))?;
     session.note_replicated(acked);
@@ -165,9 +189,10 @@ pub(crate) fn release(
     latch: Latch<'_>,
 ) -> Result<Release> {
     let mut call = RELEASE.call();
-    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix).key(latch.key);
+    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix).key(&keys.grants);
+    call.key(latch.key);
     call.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(now_ms()).arg(scripts.publish());
-    call.arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry));
+    call.arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry)).arg(&keys.grant_prefix);
     let (reply, acked) = call.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| script_error(&keys.name, None, e))?;
     session.note_replicated(acked);
@@ -180,7 +205,8 @@ pub(crate) fn release(
     }
 }
 
-/// A waiter that gives up leaves the queue; true if it was queued.
+/// A waiter that gives up leaves the queue (giving back a lock a release
+/// handed it meanwhile); true if it was queued or handed the lock.
 pub(crate) fn dequeue(
     scripts: &Scripts,
     session: &mut Session<'_>,
@@ -189,11 +215,11 @@ pub(crate) fn dequeue(
     slot_ms: u64,
 ) -> Result<bool> {
     let mut call = DEQUEUE.call();
-    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix);
+    call.key(&*keys.name).key(&keys.queue).key(&keys.timeouts).key(&keys.channel_prefix).key(&keys.grants);
     call.arg(owner).arg(slot_ms).arg(scripts.publish());
     let (reply, _) = call.invoke(session, scripts.acks())?;
     match reply.map_err(|e| script_error(&keys.name, None, e))? {
-        Value::Int(n @ 0..=1) => Ok(n == 1),
+        Value::Int(n @ 0..=2) => Ok(n > 0),
         other => Err(unexpected("fair dequeue", &other)),
     }
 }
