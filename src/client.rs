@@ -91,7 +91,6 @@ pub(crate) struct Inner {
     /// Itself, for the renewers and waits that must not keep it alive.
     this: Weak<Inner>,
     /// The channel waits in use, by channel (see `wait/channel.rs`).
-    #[allow(dead_code)]
     waits: Mutex<HashMap<String, Weak<ChannelWait>>>,
     pub(crate) uuid: uuid::Uuid,
     /// The client id: `uuid` as a string.
@@ -673,7 +672,6 @@ impl Inner {
     /// The wait on `channel` for the object `name`, shared by this client's
     /// threads waiting there (one subscription for all of them); made on
     /// first use, dropped with its last waiter.
-    #[allow(dead_code)] // The lock family's kinds (issue 9) use it as they land.
     pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
         let mut waits = self.waits.lock();
         if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {

@@ -82,13 +82,19 @@ const LATCH_PREFIX: &str = "redisson_unlock_latch";
 const WAKE_PREFIX: &str = "keyholder_lock__wake";
 
 /// Name prefixes of the keys derived from lock names.
-const RESERVED_PREFIXES: [&str; 6] = [
+const RESERVED_PREFIXES: [&str; 10] = [
     "redisson_lock_token:",
     "keyholder_lock_next:",
     "keyholder_lock_queue:",
     "keyholder_lock_grants:",
     "keyholder_lock_recent:",
     "redisson_unlock_latch:",
+    // The fair lock's queue, deadlines and grants.
+    "redisson_lock_queue:",
+    "redisson_lock_timeout:",
+    "keyholder_fair_grants:",
+    // The read-write lock's waiting writers.
+    "keyholder_rwlock_writers:",
 ];
 
 /// True for a key derived from some lock's name (a fencing counter, a

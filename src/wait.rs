@@ -11,7 +11,5 @@
 //!   by another client's release. It reaches Redis only through the
 //!   `GateRedis` seam, so it is tested without it.
 
-// The lock family (issue 9) is its user as it lands.
-#[allow(dead_code)]
 pub(crate) mod channel;
 pub(crate) mod entry;

@@ -43,7 +43,6 @@ pub(crate) trait OnLost: Send + Sync {
 }
 
 /// For holds whose kind has nobody local to tell.
-#[allow(dead_code)] // The lock family's kinds (issue 9) use it as they land.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NobodyToTell;
 

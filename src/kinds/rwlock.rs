@@ -53,10 +53,6 @@ use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
 use crate::owner;
 
-/// The prefix of keyholder's waiting-writers keys; lock names under it are
-/// refused (a lock there could be mistaken for another lock's state).
-const RESERVED: &str = "keyholder_rwlock_writers:";
-
 impl Client {
     /// A read-write lock handle for `name`, with the default
     /// [`Lease::Watchdog`] for both modes. No I/O.
@@ -68,16 +64,11 @@ impl Client {
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
     /// a name [`Client::lock`] refuses (empty, longer than
-    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), control characters, a reserved
-    /// prefix; on a Redis Cluster braces that make no hash tag), or one under
-    /// `keyholder_rwlock_writers:`.
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN), control characters, a prefix
+    /// reserved for derived keys such as `keyholder_rwlock_writers:`; on a
+    /// Redis Cluster braces that make no hash tag).
     pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
         self.inner().validate_name(name)?;
-        if name.starts_with(RESERVED) {
-            return Err(Error::invalid_argument(format!(
-                "lock names starting with '{RESERVED}' are reserved for keys derived from other locks"
-            )));
-        }
         let shared = Arc::new(Shared { client: self.clone(), keys: Arc::new(RwKeys::new(name)) });
         Ok(ReadWriteLock { shared })
     }

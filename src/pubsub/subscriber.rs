@@ -527,6 +527,13 @@ impl Subscriber {
             writer.shutdown();
         }
         self.confirmed.notify_all();
+        // Waiters asleep on a channel look again now, and find the client
+        // shut down, rather than at their wait's bound.
+        let waiters: Vec<Arc<dyn Waiters>> = st.channels.values().flat_map(Channel::waiters).collect();
+        drop(st);
+        for waiters in waiters {
+            waiters.notify();
+        }
     }
 
     /// The reader thread: connect, read, reconnect, until shut down. `stop`

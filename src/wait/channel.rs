@@ -75,11 +75,6 @@ impl ChannelWait {
         }
     }
 
-    /// The channel waited on.
-    pub(crate) fn channel(&self) -> &str {
-        &self.channel
-    }
-
     /// The wake-ups so far; read it before an attempt and pass it to
     /// [`ChannelWait::wait_past`] after a refusal.
     pub(crate) fn seen(&self) -> u64 {
