@@ -498,8 +498,10 @@ impl Side {
             }
             let seen = wait.seen();
             // A writer that will wait is recorded as waiting, for at most
-            // its next sleep (it re-checks at least every watchdog timeout).
-            let waiting_ms = (self.write && wait.is_subscribed() && block).then(|| {
+            // its next sleep (it re-checks at least every watchdog timeout;
+            // before its first sleep it subscribes and retries at once).
+            let will_wait = block && deadline.is_none_or(|d| Instant::now() < d);
+            let waiting_ms = (self.write && will_wait).then(|| {
                 let left = deadline.map_or(watchdog, |d| d.saturating_duration_since(Instant::now()));
                 crate::lease::millis_ceil(left.min(watchdog))
             });

@@ -6,10 +6,11 @@
 //!    [`ReadWriteLock`](keyholder::ReadWriteLock): reader throughput, and
 //!    its ratio to the plain lock's (target at least 6x);
 //! 2. the read-write lock again while a writer on another client arrives
-//!    every 10 ms (a fixed schedule; an arrival that finds the previous
-//!    write still waiting is counted from its scheduled time) and takes the
-//!    write lock for 1 ms: the writer's wait from arrival to acquisition
-//!    (target: worst at most 50 ms), and what the readers still get done.
+//!    every 10 ms (a fixed schedule) and takes the write lock for 1 ms: the
+//!    writer's wait from its call to acquisition (target: worst at most
+//!    50 ms), and what the readers still get done. How late the writer
+//!    thread itself made its calls (the machine's scheduling, not the lock)
+//!    is reported apart.
 //!
 //! Both run on the same server in the same run; every figure is the median
 //! over `--runs` runs, the writer's worst wait the worst over all runs.
@@ -42,6 +43,8 @@ struct Run {
     wait_p50_ms: f64,
     wait_p99_ms: f64,
     wait_max_ms: f64,
+    /// The latest the writer thread called after its scheduled arrival.
+    late_max_ms: f64,
 }
 
 pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
@@ -74,8 +77,9 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let writer_thread = {
             let stop = Arc::clone(&stop);
-            thread::spawn(move || -> Res<Vec<f64>> {
+            thread::spawn(move || -> Res<(Vec<f64>, f64)> {
                 let mut waits = Vec::new();
+                let mut late_max: f64 = 0.0;
                 let start = Instant::now();
                 let mut next = start + WRITER_EVERY;
                 while !stop.load(Ordering::Acquire) {
@@ -83,14 +87,20 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
                     if now < next {
                         thread::sleep(next - now);
                     }
-                    let arrived = next;
+                    let called = Instant::now();
+                    late_max = late_max.max(called.saturating_duration_since(next).as_secs_f64() * 1e3);
                     let guard = write.lock()?;
-                    waits.push(arrived.elapsed().as_secs_f64() * 1e3);
+                    waits.push(called.elapsed().as_secs_f64() * 1e3);
                     thread::sleep(HOLD);
                     guard.unlock()?;
-                    next = arrived + WRITER_EVERY;
+                    next += WRITER_EVERY;
+                    while next < Instant::now() {
+                        // An arrival missed while the writer waited or
+                        // held: skipped, not made up in a burst.
+                        next += WRITER_EVERY;
+                    }
                 }
-                Ok(waits)
+                Ok((waits, late_max))
             })
         };
         let mixed_read_rate = loop_readers(window, move || {
@@ -100,7 +110,7 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
             Ok(())
         });
         stop.store(true, Ordering::Release);
-        let waits = writer_thread.join().map_err(|_| err("the RW writer panicked"))??;
+        let (waits, late_max_ms) = writer_thread.join().map_err(|_| err("the RW writer panicked"))??;
         let mixed_read_rate = mixed_read_rate?;
         let writes = waits.len() as f64;
         let waits = sorted(waits);
@@ -112,6 +122,7 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
             wait_p50_ms: pct(&waits, 50.0),
             wait_p99_ms: pct(&waits, 99.0),
             wait_max_ms: waits.last().copied().unwrap_or(f64::NAN),
+            late_max_ms,
         });
     }
     let plain = med(&runs, |r| r.plain_rate);
@@ -123,10 +134,34 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
             HOLD.as_millis(),
             fmt(window.as_secs_f64(), 1)
         ),
-        &["configuration", "reader acquisitions/s", "vs plain lock", "writes", "writer wait p50 ms", "p99 ms", "max ms"],
         &[
-            vec!["plain Lock (baseline)".into(), fmt(plain, 0), "1.00x".into(), "-".into(), "-".into(), "-".into(), "-".into()],
-            vec!["ReadWriteLock, readers only".into(), fmt(read, 0), fmt_ratio(read / plain), "-".into(), "-".into(), "-".into(), "-".into()],
+            "configuration",
+            "reader acquisitions/s",
+            "vs plain lock",
+            "writes",
+            "writer wait p50 ms",
+            "p99 ms",
+            "max ms",
+        ],
+        &[
+            vec![
+                "plain Lock (baseline)".into(),
+                fmt(plain, 0),
+                "1.00x".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
+            vec![
+                "ReadWriteLock, readers only".into(),
+                fmt(read, 0),
+                fmt_ratio(read / plain),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
             vec![
                 format!("ReadWriteLock, + a writer every {} ms", WRITER_EVERY.as_millis()),
                 fmt(med(&runs, |r| r.mixed_read_rate), 0),
@@ -143,8 +178,12 @@ pub(crate) fn rw(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
                 if read / plain >= 6.0 { "met" } else { "NOT met" },
                 if worst <= 50.0 { "met" } else { "NOT met" }
             ),
-            "writer wait: from its scheduled arrival to acquisition; the writer's client is not the readers'."
-                .to_owned(),
+            format!(
+                "writer wait: from its lock() call to acquisition; the writer's client is not the readers'. \
+                 The writer thread called up to {} ms after its scheduled arrivals (the machine's scheduling; \
+                 arrivals missed while it waited or held are skipped).",
+                fmt(max_of(&runs, |r| r.late_max_ms), 1)
+            ),
         ],
     );
     Ok(())
