@@ -408,8 +408,10 @@ impl Side {
     fn acquire_write(&self, deadline: Option<Instant>, block: bool, fenced: bool) -> Result<Option<Held>> {
         let inner = self.inner();
         let name = &self.shared.keys.name;
+        // A read hold known lost does not count: Redis has the last word
+        // (`write_acquire.lua` refuses an upgrade too).
         if local::current(inner.uuid.as_u128(), name, true).is_none()
-            && local::current(inner.uuid.as_u128(), name, false).is_some()
+            && local::current(inner.uuid.as_u128(), name, false).is_some_and(|h| !h.is_lost())
         {
             return Err(upgrade_refused(name));
         }
