@@ -329,6 +329,26 @@ fn force_unlocked_holds_are_reported_lost() {
 }
 
 #[test]
+fn a_lost_holds_guard_leaves_the_threads_new_hold_alone() {
+    let server = RedisServer::start();
+    let client = short_client(&server);
+    let rw = client.read_write_lock("again").unwrap();
+    let old = rw.read().lock().unwrap();
+    let signal = old.lost_signal();
+    assert!(rw.read().force_unlock().unwrap());
+    signal.recv_timeout(SHORT + SLACK).expect("the loss was never signalled");
+    // The thread reads again: a new hold, not a re-entry of the lost one.
+    let new = rw.read().lock().unwrap();
+    assert!(!new.is_lost());
+    assert_eq!(rw.read().hold_count().unwrap(), 1);
+    assert_eq!(old.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(rw.read().hold_count().unwrap(), 1, "the lost guard released the new hold");
+    new.unlock().unwrap();
+    let mut con = server.conn();
+    assert!(!exists(&mut con, "again"));
+}
+
+#[test]
 fn a_fixed_lease_read_hold_expires_and_says_so() {
     let server = RedisServer::start();
     let client = server.client();
