@@ -105,6 +105,12 @@ struct Shared {
 ///   instead of waiting forever.
 /// - A waiting keyholder writer holds back new keyholder readers, so a
 ///   stream of readers cannot starve it (Java readers are not held back).
+///   As with any writer-preferring lock, a thread holding a read hold must
+///   not wait for another thread to take a *new* read hold of the same lock:
+///   with a writer waiting, that thread waits for the writer, which waits
+///   for the first thread's hold. (A thread's own read re-entry is never
+///   held back.) Writers arriving faster than they finish hold new readers
+///   back in turn.
 ///
 /// # Examples
 ///
