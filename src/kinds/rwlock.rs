@@ -51,6 +51,7 @@ use crate::kinds::rwlock::guard::Held;
 use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
+use crate::observe;
 use crate::owner;
 
 /// The prefix of keyholder's waiting-writers keys; lock names under it are
@@ -349,7 +350,9 @@ impl ReadLock {
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<ReadGuard>> {
-        Ok(self.side.acquire(deadline, block, false)?.map(|held| ReadGuard { held }))
+        let held =
+            self.side.observed(deadline, block, |obs| self.side.acquire(deadline, block, false, obs))?;
+        Ok(held.map(|held| ReadGuard { held }))
     }
 }
 
@@ -391,7 +394,10 @@ impl WriteLock {
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<WriteGuard>> {
-        Ok(self.side.acquire_write(deadline, block, self.fenced)?.map(|held| WriteGuard { held }))
+        let held = self
+            .side
+            .observed(deadline, block, |obs| self.side.acquire_write(deadline, block, self.fenced, obs))?;
+        Ok(held.map(|held| WriteGuard { held }))
     }
 }
 
@@ -411,7 +417,32 @@ impl Side {
         self.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
     }
 
-    fn acquire_write(&self, deadline: Option<Instant>, block: bool, fenced: bool) -> Result<Option<Held>> {
+    /// Runs one acquire call in a `keyholder.acquire` span, with its metrics.
+    fn observed(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        f: impl FnOnce(&observe::Acquire<'_>) -> Result<Option<Held>>,
+    ) -> Result<Option<Held>> {
+        let mode = observe::Mode::of(deadline, block);
+        let obs = observe::Acquire::start(&self.shared.keys.name, mode);
+        let acquired = obs.in_scope(|| f(&obs));
+        obs.finish(|| match &acquired {
+            Ok(Some(held)) => observe::AcquireOutcome::Acquired { reentrant: held.hold.guards() > 1 },
+            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
+            Ok(None) => observe::AcquireOutcome::TimedOut,
+            Err(_) => observe::AcquireOutcome::Error,
+        });
+        acquired
+    }
+
+    fn acquire_write(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        fenced: bool,
+        obs: &observe::Acquire<'_>,
+    ) -> Result<Option<Held>> {
         let inner = self.inner();
         let name = &self.shared.keys.name;
         // A read hold known lost does not count: Redis has the last word
@@ -421,11 +452,17 @@ impl Side {
         {
             return Err(upgrade_refused(name));
         }
-        self.acquire(deadline, block, fenced)
+        self.acquire(deadline, block, fenced, obs)
     }
 
     /// Re-enters the thread's live hold of this mode, or takes a new one.
-    fn acquire(&self, deadline: Option<Instant>, block: bool, fenced: bool) -> Result<Option<Held>> {
+    fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        fenced: bool,
+        obs: &observe::Acquire<'_>,
+    ) -> Result<Option<Held>> {
         let inner = self.inner();
         inner.check_running()?;
         let keys = &self.shared.keys;
@@ -462,7 +499,7 @@ impl Side {
                 }
             }
         }
-        self.contend(deadline, block, fenced, &owner, thread, lease_ms)
+        self.contend(Want { deadline, block, fenced }, &owner, thread, lease_ms, obs)
     }
 
     /// One acquire script call of this side.
@@ -487,13 +524,13 @@ impl Side {
     /// Takes a new hold, waiting on the lock's channel between attempts.
     fn contend(
         &self,
-        deadline: Option<Instant>,
-        block: bool,
-        fenced: bool,
+        want: Want,
         owner: &str,
         thread: u64,
         lease_ms: u64,
+        obs: &observe::Acquire<'_>,
     ) -> Result<Option<Held>> {
+        let Want { deadline, block, fenced } = want;
         let inner = self.inner();
         let keys = &self.shared.keys;
         let wait = inner.channel_wait(&keys.name, &keys.channel);
@@ -559,6 +596,7 @@ impl Side {
                 bound = bound.min(watchdog);
             }
             let until = deadline.map_or(now + bound, |d| d.min(now + bound));
+            obs.waiting();
             wait.wait_past(seen, until);
         };
         let acquired = matches!(outcome, Ok(Some(_)));
@@ -607,6 +645,17 @@ impl Side {
             }
         });
     }
+}
+
+/// What an acquire call asked for.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    /// Wait at most until then (`None`: as long as it takes).
+    deadline: Option<Instant>,
+    /// Wait at all (`false`: one attempt).
+    block: bool,
+    /// Mint a fencing token (write side).
+    fenced: bool,
 }
 
 /// The error for a write acquire by a thread holding a read hold.

@@ -19,6 +19,7 @@ use crate::kinds::rwlock::local;
 use crate::kinds::rwlock::scripts::{self, Latch, Release, RwKeys};
 use crate::lease::Lease;
 use crate::names;
+use crate::observe;
 
 /// One guard's share of a read or write hold.
 pub(crate) struct Held {
@@ -45,7 +46,7 @@ impl Held {
 
     fn unlock(&mut self) -> Result<()> {
         self.released = true;
-        release(&self.client, &self.keys, &self.hold, self.write)
+        observe::release(&self.keys.name, || release(&self.client, &self.keys, &self.hold, self.write))
     }
 }
 
@@ -54,7 +55,9 @@ impl Drop for Held {
         if self.released {
             return;
         }
-        if let Err(e) = release(&self.client, &self.keys, &self.hold, self.write) {
+        let released =
+            observe::release(&self.keys.name, || release(&self.client, &self.keys, &self.hold, self.write));
+        if let Err(e) = released {
             let mode = if self.write { "write" } else { "read" };
             log::warn!("keyholder: releasing the {mode} lock of '{}' on drop failed: {e}", self.keys.name);
         }
@@ -151,6 +154,7 @@ pub(crate) fn release(inner: &Arc<Inner>, keys: &RwKeys, hold: &Arc<Hold>, write
 /// Ends a hold locally: no more renewal, no more re-entry.
 pub(crate) fn finish(inner: &Inner, hold: &Hold) {
     if hold.finish() {
+        observe::hold_ended(&hold.name, hold.acquired_at());
         inner.watchdog.deregister(hold.id);
         local::remove(hold.id);
     }
