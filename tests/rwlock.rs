@@ -529,6 +529,31 @@ fn a_read_hold_has_redissons_layout_for_a_java_peer() {
     assert_eq!(write.fencing_token(), Some(token));
 }
 
+#[test]
+fn a_braced_name_keeps_its_braces_as_in_redisson() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rw = client.read_write_lock("{user}:1").unwrap();
+    assert_eq!(rw.channel(), "redisson_rwlock:{user}:1");
+    let guard = rw.read().lock().unwrap();
+    let mut con = server.conn();
+    assert!(exists(&mut con, &format!("{{user}}:1:{}:rwlock_timeout:1", guard.owner_id())));
+    // A waiting writer elsewhere is woken on the braced channel.
+    let other = server.client();
+    let writer = std::thread::spawn(move || {
+        let started = Instant::now();
+        let got =
+            other.read_write_lock("{user}:1").unwrap().write().try_lock_for(20 * SECOND).unwrap().is_some();
+        (got, started.elapsed())
+    });
+    wait_numsub(&mut con, "redisson_rwlock:{user}:1", 1);
+    assert!(eventually(10 * SECOND, || exists(&mut con, "keyholder_rwlock_writers:tagged:{user}:1")));
+    drop(guard);
+    let (got, waited) = writer.join().unwrap();
+    assert!(got);
+    assert!(waited < 10 * SECOND, "{waited:?}");
+}
+
 // ---------------------------------------------------------------------------
 // Fencing
 
