@@ -632,12 +632,9 @@ impl Side {
     fn release_orphan(&self, owner: &str) {
         let inner = self.inner();
         let keys = &self.shared.keys;
-        let thread = owner::current_thread_id();
-        let latch_key = crate::names::unlock_latch(&keys.name, inner.uuid.as_u128(), thread);
-        let request = inner.next_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let latch = scripts::Latch { key: &latch_key, ttl_ms: 1000, request, retry: false };
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
-        let _ = inner.with_live_conn(&keys.name, |conn| {
+        // One attempt: whether it ran or not, what is left expires.
+        let _ = inner.run_latched(&keys.name, owner::current_thread_id(), false, |conn, latch| {
             if self.write {
                 scripts::write_release(&inner.scripts, conn, keys, owner, lease_ms, latch)
             } else {
