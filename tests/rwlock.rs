@@ -619,3 +619,64 @@ fn bad_input_is_a_typed_error_and_redis_is_untouched() {
     assert_eq!(write.try_lock().unwrap_err().kind(), ErrorKind::BadFencingCounter);
     assert!(!exists(&mut con, "ctr"));
 }
+
+// ---------------------------------------------------------------------------
+// Redis Cluster
+
+#[test]
+fn on_a_cluster_every_shard_shares_reads_renews_them_and_wakes_writers_by_shard_channel() {
+    use keyholder_testkit::cluster::RedisCluster;
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).watchdog_timeout(SHORT).build().unwrap();
+    let other = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    // Names on every primary, with and without a hash tag.
+    let mut names = Vec::new();
+    for primary in cluster.primaries() {
+        for prefix in ["rwc", "{rwt}"] {
+            if let Some(name) =
+                (0..10_000).map(|i| format!("{prefix}:{i}")).find(|n| cluster.primary_of_key(n) == primary)
+            {
+                names.push(name);
+            }
+        }
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    let guards: Vec<_> =
+        names.iter().map(|n| client.read_write_lock(n).unwrap().read().lock().unwrap()).collect();
+    // Renewed (hash and timeout keys, one call per slot) across several leases.
+    std::thread::sleep(4 * SHORT);
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{name}");
+        let mut con = cluster.conn_for_key(name);
+        assert!(exists(&mut con, name), "{name}");
+    }
+    drop(guards);
+    // A writer on another client waits on each shard's channel and is woken
+    // by the release (the readers' fixed 20 s lease would keep it out
+    // otherwise).
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let read = client.read_write_lock(n).unwrap().read();
+            read.with_lease(Lease::Fixed(20 * SECOND)).unwrap().lock().unwrap()
+        })
+        .collect();
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let write = other.read_write_lock(name).unwrap().write();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let got = write.try_lock_for(20 * SECOND).unwrap().is_some();
+                (got, started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(guards);
+    for waiter in waiters {
+        let (got, waited) = waiter.join().unwrap();
+        assert!(got);
+        assert!(waited < 10 * SECOND, "woken by the release, not the lease: {waited:?}");
+    }
+}
