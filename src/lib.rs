@@ -98,6 +98,18 @@
 //! the object's channel and is bounded ([`CountDownLatch::await_for`]; no
 //! endless `await`).
 //!
+//! # Read-write locks
+//!
+//! [`Client::read_write_lock`] gives a [`ReadWriteLock`], Redisson's
+//! `RReadWriteLock` on its own layout: any number of readers
+//! ([`ReadWriteLock::read`]) or one writer ([`ReadWriteLock::write`]), both
+//! reentrant, with guards released on drop. The writer may also read (a
+//! downgrade); a reader asking to write gets
+//! [`ErrorKind::InvalidArgument`] at once rather than waiting forever (an
+//! upgrade, which Redisson never grants). A waiting keyholder writer holds
+//! back new keyholder readers, so a stream of readers cannot starve it; write
+//! holds can carry fencing tokens ([`WriteLock::fenced`]).
+//!
 //! # Migrating from hand-rolled locks
 //!
 //! During a node-by-node rollout, old nodes' `SET key token NX PX` strings and

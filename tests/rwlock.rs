@@ -329,6 +329,26 @@ fn force_unlocked_holds_are_reported_lost() {
 }
 
 #[test]
+fn a_lost_holds_guard_leaves_the_threads_new_hold_alone() {
+    let server = RedisServer::start();
+    let client = short_client(&server);
+    let rw = client.read_write_lock("again").unwrap();
+    let old = rw.read().lock().unwrap();
+    let signal = old.lost_signal();
+    assert!(rw.read().force_unlock().unwrap());
+    signal.recv_timeout(SHORT + SLACK).expect("the loss was never signalled");
+    // The thread reads again: a new hold, not a re-entry of the lost one.
+    let new = rw.read().lock().unwrap();
+    assert!(!new.is_lost());
+    assert_eq!(rw.read().hold_count().unwrap(), 1);
+    assert_eq!(old.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(rw.read().hold_count().unwrap(), 1, "the lost guard released the new hold");
+    new.unlock().unwrap();
+    let mut con = server.conn();
+    assert!(!exists(&mut con, "again"));
+}
+
+#[test]
 fn a_fixed_lease_read_hold_expires_and_says_so() {
     let server = RedisServer::start();
     let client = server.client();
@@ -509,6 +529,31 @@ fn a_read_hold_has_redissons_layout_for_a_java_peer() {
     assert_eq!(write.fencing_token(), Some(token));
 }
 
+#[test]
+fn a_braced_name_keeps_its_braces_as_in_redisson() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rw = client.read_write_lock("{user}:1").unwrap();
+    assert_eq!(rw.channel(), "redisson_rwlock:{user}:1");
+    let guard = rw.read().lock().unwrap();
+    let mut con = server.conn();
+    assert!(exists(&mut con, &format!("{{user}}:1:{}:rwlock_timeout:1", guard.owner_id())));
+    // A waiting writer elsewhere is woken on the braced channel.
+    let other = server.client();
+    let writer = std::thread::spawn(move || {
+        let started = Instant::now();
+        let got =
+            other.read_write_lock("{user}:1").unwrap().write().try_lock_for(20 * SECOND).unwrap().is_some();
+        (got, started.elapsed())
+    });
+    wait_numsub(&mut con, "redisson_rwlock:{user}:1", 1);
+    assert!(eventually(10 * SECOND, || exists(&mut con, "keyholder_rwlock_writers:tagged:{user}:1")));
+    drop(guard);
+    let (got, waited) = writer.join().unwrap();
+    assert!(got);
+    assert!(waited < 10 * SECOND, "{waited:?}");
+}
+
 // ---------------------------------------------------------------------------
 // Fencing
 
@@ -573,4 +618,65 @@ fn bad_input_is_a_typed_error_and_redis_is_untouched() {
     let write = client.read_write_lock("ctr").unwrap().write().fenced();
     assert_eq!(write.try_lock().unwrap_err().kind(), ErrorKind::BadFencingCounter);
     assert!(!exists(&mut con, "ctr"));
+}
+
+// ---------------------------------------------------------------------------
+// Redis Cluster
+
+#[test]
+fn on_a_cluster_every_shard_shares_reads_renews_them_and_wakes_writers_by_shard_channel() {
+    use keyholder_testkit::cluster::RedisCluster;
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).watchdog_timeout(SHORT).build().unwrap();
+    let other = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    // Names on every primary, with and without a hash tag.
+    let mut names = Vec::new();
+    for primary in cluster.primaries() {
+        for prefix in ["rwc", "{rwt}"] {
+            if let Some(name) =
+                (0..10_000).map(|i| format!("{prefix}:{i}")).find(|n| cluster.primary_of_key(n) == primary)
+            {
+                names.push(name);
+            }
+        }
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    let guards: Vec<_> =
+        names.iter().map(|n| client.read_write_lock(n).unwrap().read().lock().unwrap()).collect();
+    // Renewed (hash and timeout keys, one call per slot) across several leases.
+    std::thread::sleep(4 * SHORT);
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{name}");
+        let mut con = cluster.conn_for_key(name);
+        assert!(exists(&mut con, name), "{name}");
+    }
+    drop(guards);
+    // A writer on another client waits on each shard's channel and is woken
+    // by the release (the readers' fixed 20 s lease would keep it out
+    // otherwise).
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let read = client.read_write_lock(n).unwrap().read();
+            read.with_lease(Lease::Fixed(20 * SECOND)).unwrap().lock().unwrap()
+        })
+        .collect();
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let write = other.read_write_lock(name).unwrap().write();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let got = write.try_lock_for(20 * SECOND).unwrap().is_some();
+                (got, started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(guards);
+    for waiter in waiters {
+        let (got, waited) = waiter.join().unwrap();
+        assert!(got);
+        assert!(waited < 10 * SECOND, "woken by the release, not the lease: {waited:?}");
+    }
 }

@@ -51,6 +51,7 @@ use crate::kinds::rwlock::guard::Held;
 use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
+use crate::observe;
 use crate::owner;
 
 impl Client {
@@ -96,6 +97,12 @@ struct Shared {
 ///   instead of waiting forever.
 /// - A waiting keyholder writer holds back new keyholder readers, so a
 ///   stream of readers cannot starve it (Java readers are not held back).
+///   As with any writer-preferring lock, a thread holding a read hold must
+///   not wait for another thread to take a *new* read hold of the same lock:
+///   with a writer waiting, that thread waits for the writer, which waits
+///   for the first thread's hold. (A thread's own read re-entry is never
+///   held back.) Writers arriving faster than they finish hold new readers
+///   back in turn.
 ///
 /// # Examples
 ///
@@ -334,7 +341,9 @@ impl ReadLock {
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<ReadGuard>> {
-        Ok(self.side.acquire(deadline, block, false)?.map(|held| ReadGuard { held }))
+        let held =
+            self.side.observed(deadline, block, |obs| self.side.acquire(deadline, block, false, obs))?;
+        Ok(held.map(|held| ReadGuard { held }))
     }
 }
 
@@ -376,7 +385,10 @@ impl WriteLock {
     }
 
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<WriteGuard>> {
-        Ok(self.side.acquire_write(deadline, block, self.fenced)?.map(|held| WriteGuard { held }))
+        let held = self
+            .side
+            .observed(deadline, block, |obs| self.side.acquire_write(deadline, block, self.fenced, obs))?;
+        Ok(held.map(|held| WriteGuard { held }))
     }
 }
 
@@ -396,19 +408,52 @@ impl Side {
         self.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
     }
 
-    fn acquire_write(&self, deadline: Option<Instant>, block: bool, fenced: bool) -> Result<Option<Held>> {
+    /// Runs one acquire call in a `keyholder.acquire` span, with its metrics.
+    fn observed(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        f: impl FnOnce(&observe::Acquire<'_>) -> Result<Option<Held>>,
+    ) -> Result<Option<Held>> {
+        let mode = observe::Mode::of(deadline, block);
+        let obs = observe::Acquire::start(&self.shared.keys.name, mode);
+        let acquired = obs.in_scope(|| f(&obs));
+        obs.finish(|| match &acquired {
+            Ok(Some(held)) => observe::AcquireOutcome::Acquired { reentrant: held.hold.guards() > 1 },
+            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
+            Ok(None) => observe::AcquireOutcome::TimedOut,
+            Err(_) => observe::AcquireOutcome::Error,
+        });
+        acquired
+    }
+
+    fn acquire_write(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        fenced: bool,
+        obs: &observe::Acquire<'_>,
+    ) -> Result<Option<Held>> {
         let inner = self.inner();
         let name = &self.shared.keys.name;
+        // A read hold known lost does not count: Redis has the last word
+        // (`write_acquire.lua` refuses an upgrade too).
         if local::current(inner.uuid.as_u128(), name, true).is_none()
-            && local::current(inner.uuid.as_u128(), name, false).is_some()
+            && local::current(inner.uuid.as_u128(), name, false).is_some_and(|h| !h.is_lost())
         {
             return Err(upgrade_refused(name));
         }
-        self.acquire(deadline, block, fenced)
+        self.acquire(deadline, block, fenced, obs)
     }
 
     /// Re-enters the thread's live hold of this mode, or takes a new one.
-    fn acquire(&self, deadline: Option<Instant>, block: bool, fenced: bool) -> Result<Option<Held>> {
+    fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        block: bool,
+        fenced: bool,
+        obs: &observe::Acquire<'_>,
+    ) -> Result<Option<Held>> {
         let inner = self.inner();
         inner.check_running()?;
         let keys = &self.shared.keys;
@@ -445,7 +490,7 @@ impl Side {
                 }
             }
         }
-        self.contend(deadline, block, fenced, &owner, thread, lease_ms)
+        self.contend(Want { deadline, block, fenced }, &owner, thread, lease_ms, obs)
     }
 
     /// One acquire script call of this side.
@@ -470,13 +515,13 @@ impl Side {
     /// Takes a new hold, waiting on the lock's channel between attempts.
     fn contend(
         &self,
-        deadline: Option<Instant>,
-        block: bool,
-        fenced: bool,
+        want: Want,
         owner: &str,
         thread: u64,
         lease_ms: u64,
+        obs: &observe::Acquire<'_>,
     ) -> Result<Option<Held>> {
+        let Want { deadline, block, fenced } = want;
         let inner = self.inner();
         let keys = &self.shared.keys;
         let wait = inner.channel_wait(&keys.name, &keys.channel);
@@ -489,8 +534,10 @@ impl Side {
             }
             let seen = wait.seen();
             // A writer that will wait is recorded as waiting, for at most
-            // its next sleep (it re-checks at least every watchdog timeout).
-            let waiting_ms = (self.write && wait.is_subscribed() && block).then(|| {
+            // its next sleep (it re-checks at least every watchdog timeout;
+            // before its first sleep it subscribes and retries at once).
+            let will_wait = block && deadline.is_none_or(|d| Instant::now() < d);
+            let waiting_ms = (self.write && will_wait).then(|| {
                 let left = deadline.map_or(watchdog, |d| d.saturating_duration_since(Instant::now()));
                 crate::lease::millis_ceil(left.min(watchdog))
             });
@@ -540,6 +587,7 @@ impl Side {
                 bound = bound.min(watchdog);
             }
             let until = deadline.map_or(now + bound, |d| d.min(now + bound));
+            obs.waiting();
             wait.wait_past(seen, until);
         };
         let acquired = matches!(outcome, Ok(Some(_)));
@@ -575,12 +623,9 @@ impl Side {
     fn release_orphan(&self, owner: &str) {
         let inner = self.inner();
         let keys = &self.shared.keys;
-        let thread = owner::current_thread_id();
-        let latch_key = crate::names::unlock_latch(&keys.name, inner.uuid.as_u128(), thread);
-        let request = inner.next_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let latch = scripts::Latch { key: &latch_key, ttl_ms: 1000, request, retry: false };
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
-        let _ = inner.with_live_conn(&keys.name, |conn| {
+        // One attempt: whether it ran or not, what is left expires.
+        let _ = inner.run_latched(&keys.name, owner::current_thread_id(), false, |conn, latch| {
             if self.write {
                 scripts::write_release(&inner.scripts, conn, keys, owner, lease_ms, latch)
             } else {
@@ -588,6 +633,17 @@ impl Side {
             }
         });
     }
+}
+
+/// What an acquire call asked for.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    /// Wait at most until then (`None`: as long as it takes).
+    deadline: Option<Instant>,
+    /// Wait at all (`false`: one attempt).
+    block: bool,
+    /// Mint a fencing token (write side).
+    fenced: bool,
 }
 
 /// The error for a write acquire by a thread holding a read hold.

@@ -8,7 +8,6 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
@@ -16,9 +15,9 @@ use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::NobodyToTell;
 use crate::kinds::rwlock::local;
-use crate::kinds::rwlock::scripts::{self, Latch, Release, RwKeys};
+use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
 use crate::lease::Lease;
-use crate::names;
+use crate::observe;
 
 /// One guard's share of a read or write hold.
 pub(crate) struct Held {
@@ -45,7 +44,7 @@ impl Held {
 
     fn unlock(&mut self) -> Result<()> {
         self.released = true;
-        release(&self.client, &self.keys, &self.hold, self.write)
+        observe::release(&self.keys.name, || release(&self.client, &self.keys, &self.hold, self.write))
     }
 }
 
@@ -54,40 +53,25 @@ impl Drop for Held {
         if self.released {
             return;
         }
-        if let Err(e) = release(&self.client, &self.keys, &self.hold, self.write) {
+        let released =
+            observe::release(&self.keys.name, || release(&self.client, &self.keys, &self.hold, self.write));
+        if let Err(e) = released {
             let mode = if self.write { "write" } else { "read" };
             log::warn!("keyholder: releasing the {mode} lock of '{}' on drop failed: {e}", self.keys.name);
         }
     }
 }
 
-/// How long an unlock latch must outlive its first use: a command timeout
-/// for the lost reply, then a connect and a command timeout for the retry,
-/// and a second of slack (as the reentrant lock's).
-fn latch_ttl(inner: &Inner) -> Duration {
-    inner.config.command_timeout * 2 + inner.config.connect_timeout + Duration::from_secs(1)
-}
-
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
 fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
-    let key = names::unlock_latch(&keys.name, inner.uuid.as_u128(), hold.thread);
-    let request = inner.next_request.fetch_add(1, Ordering::Relaxed);
-    let ttl_ms = crate::lease::millis_ceil(latch_ttl(inner));
     let owner = reader_of(hold, write);
-    let run = |retry: bool| {
-        let latch = Latch { key: &key, ttl_ms, request, retry };
-        inner.with_conn(&keys.name, |conn| {
-            if write {
-                scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
-            } else {
-                scripts::read_release(&inner.scripts, conn, keys, owner, latch)
-            }
-        })
-    };
-    match run(false) {
-        Err(e) if e.is_transport() => run(true),
-        outcome => outcome,
-    }
+    inner.run_latched(&keys.name, hold.thread, true, |conn, latch| {
+        if write {
+            scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
+        } else {
+            scripts::read_release(&inner.scripts, conn, keys, owner, latch)
+        }
+    })
 }
 
 /// The read owner id of a hold (a write hold's owner ends in `:write`).
@@ -151,6 +135,7 @@ pub(crate) fn release(inner: &Arc<Inner>, keys: &RwKeys, hold: &Arc<Hold>, write
 /// Ends a hold locally: no more renewal, no more re-entry.
 pub(crate) fn finish(inner: &Inner, hold: &Hold) {
     if hold.finish() {
+        observe::hold_ended(&hold.name, hold.acquired_at());
         inner.watchdog.deregister(hold.id);
         local::remove(hold.id);
     }

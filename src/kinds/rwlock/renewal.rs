@@ -21,15 +21,17 @@ pub(crate) struct ReadRenewal {
 }
 
 impl ReadRenewal {
-    /// The renewer for `client`'s read holds.
+    const BATCH_KEY: &'static str = "rwlock-read";
+
+    /// The renewer of `client`'s read holds (one per client).
     pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        Arc::new(ReadRenewal { client: client.weak() })
+        client.renewers.get(Self::BATCH_KEY, || Arc::new(ReadRenewal { client: client.weak() }))
     }
 }
 
 impl Renew for ReadRenewal {
     fn batch_key(&self) -> &'static str {
-        "rwlock-read"
+        Self::BATCH_KEY
     }
 
     fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::kinds::latch::Latch;
 use crate::names;
 use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
@@ -99,16 +100,6 @@ pub(crate) enum Release {
     /// The last hold of this mode released (the lock freed, or a downgraded
     /// writer's read holds left).
     Released,
-}
-
-/// A release's unlock latch: the key, its TTL, this release's request id,
-/// and whether this is the retry.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
 }
 
 fn refused(ms: i64) -> Option<Acquire> {
