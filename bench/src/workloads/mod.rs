@@ -8,6 +8,8 @@ mod contended;
 mod handoff;
 mod header;
 mod loops;
+mod redlock;
+mod spin;
 mod threads;
 mod w1;
 mod w2;
@@ -28,7 +30,7 @@ type Workload = fn(&Env, &mut redis::Connection) -> Res<()>;
 /// Prints the header, then runs the workloads `--only` selects, in order.
 pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
     header::header(env, redis, stats)?;
-    let workloads: [(&str, Workload); 7] = [
+    let workloads: [(&str, Workload); 9] = [
         ("W1", w1::w1),
         ("W2", w2::w2),
         ("W3", w3::w3),
@@ -36,6 +38,8 @@ pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -
         ("W5", w5::w5),
         ("W6", w6::w6),
         ("W7", w7::w7),
+        ("SPIN", spin::spin),
+        ("REDLOCK", redlock::redlock),
     ];
     for (name, run) in workloads {
         if env.cfg.wants(name) {
