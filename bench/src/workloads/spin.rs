@@ -20,8 +20,11 @@ use crate::lock_impl::LEASE_MS;
 use crate::measure::{Delta, med, snap};
 use crate::report::{fmt, fmt_ratio, print_table};
 
-const TOP_LEVEL: [&str; 8] =
-    ["evalsha", "eval", "subscribe", "unsubscribe", "ping", "hexists", "ssubscribe", "sunsubscribe"];
+/// Top-level commands of a lock's calls (HEXISTS and HGET also run inside
+/// the scripts, so a queued thread's own HEXISTS is not counted: with one
+/// thread per client there is none).
+const TOP_LEVEL: [&str; 7] =
+    ["evalsha", "eval", "subscribe", "unsubscribe", "ping", "ssubscribe", "sunsubscribe"];
 const CLIENTS: usize = 4;
 
 /// Which lock a run takes.
@@ -98,7 +101,7 @@ pub(crate) fn spin(env: &Env, stats: &mut redis::Connection) -> Res<()> {
         &["implementation", "acquisitions/s", "vs 1/hold", "round trips/acquisition", "worst wait ms"],
         &rows,
         &["vs 1/hold: against the rate of back-to-back holds with free hand-offs. Round trips: the \
-           server's top-level commands (EVALSHA/EVAL tries, SUBSCRIBE/UNSUBSCRIBE, PING, HEXISTS) per \
+           server's top-level commands (EVALSHA/EVAL tries, SUBSCRIBE/UNSUBSCRIBE, PING) per \
            acquisition."
             .to_owned()],
     );
