@@ -185,7 +185,14 @@ fn contend(env: &Env, stats: &mut redis::Connection, kind: Kind, total: usize, h
     let started = Instant::now();
     let mut worst: f64 = 0.0;
     for w in workers {
-        let ms = w.join().map_err(|_| err("SPIN: a worker panicked"))?.map_err(err)?;
+        let which = match kind {
+            Kind::PubSub => "Lock",
+            Kind::Spin(_) => "SpinLock",
+        };
+        let ms = w
+            .join()
+            .map_err(|_| err("SPIN: a worker panicked"))?
+            .map_err(|e| err(format!("SPIN, contended {which}: {e}")))?;
         worst = worst.max(ms);
     }
     let wall = started.elapsed().as_secs_f64();
