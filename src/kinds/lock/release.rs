@@ -9,49 +9,24 @@
 //! state is cleared: renewal stops and the gate passes on.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::latch::Latch;
 use crate::kinds::lock::renewal::HashRenewal;
-use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Latch, Release, ReleaseArgs, Turns};
+use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
 use crate::lease::Lease;
-use crate::names;
 use crate::observe;
 use crate::store::lanes::Session;
 use crate::wait::entry::{Entry, Successor};
 
 impl Inner {
-    /// Runs a latched release script (`release.lua`, `handoff.lua`) of
-    /// `thread` on `entry`'s lock; with `retry`, once more on a fresh
-    /// connection if the first reply was lost: the latch makes the retry
-    /// return the first outcome rather than release a second hold. A failure to
-    /// connect means the script never ran, so it is not retried.
-    fn run_latched<T>(
-        &self,
-        entry: &Entry,
-        thread: u64,
-        retry: bool,
-        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let key = names::unlock_latch(&entry.keys.name, self.uuid.as_u128(), thread);
-        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
-        let latch = Latch { key: &key, ttl_ms, request, retry: false };
-        match self.with_conn(&entry.keys.name, |conn| script(conn, latch)) {
-            Err(e) if retry && e.is_transport() => {
-                self.with_conn(&entry.keys.name, |conn| script(conn, Latch { retry: true, ..latch }))
-            }
-            outcome => outcome,
-        }
-    }
-
     /// Releases one of several holds of `thread` (owner id `owner`) on
     /// `entry`'s lock, latched and retried once.
     fn release_nested(&self, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
-        self.run_latched(entry, thread, true, |conn, latch| {
+        self.run_latched(&entry.keys.name, thread, true, |conn, latch| {
             let outcome = scripts::release(
                 &self.scripts,
                 conn,
@@ -117,13 +92,6 @@ impl Inner {
         }
         log::warn!("keyholder: lock '{name}' released, but not acknowledged by the replicas");
         Ok(())
-    }
-
-    /// How long an unlock latch must outlive its first use: a command
-    /// timeout for the lost reply, then a connect and a command timeout for
-    /// the retry, and a second of slack.
-    fn latch_ttl(&self) -> Duration {
-        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
     }
 
     /// Releases one guard's share of `hold`, in a `keyholder.release` span.
@@ -207,7 +175,7 @@ impl Inner {
     /// successor contends in Redis like any waiter.
     fn hand_over(&self, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
         let sent = Instant::now();
-        let outcome = self.run_latched(entry, hold.thread, true, |conn, latch| {
+        let outcome = self.run_latched(&entry.keys.name, hold.thread, true, |conn, latch| {
             let args = HandoffArgs {
                 name: &entry.keys.name,
                 channel: &entry.keys.channel,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::kinds::latch::Latch;
 use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
@@ -163,17 +164,6 @@ pub(crate) struct ReleaseArgs<'a> {
     /// For how much longer this client listens on the lock's unlock channel
     /// itself (zero when it does not).
     pub(crate) listening: Duration,
-}
-
-/// An unlock latch: the outcome of a release request, kept for its retry.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    /// The owner's latch key for the lock.
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    /// Unique per release request; a retry sends the same.
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
 }
 
 /// One acquisition attempt; mints a fencing token when `token_key` is set.
