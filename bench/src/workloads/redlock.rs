@@ -43,9 +43,11 @@ pub(crate) fn redlock(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
     let lock = RedLock::new(&masters, "bench:redlock")?;
     let fenced = lock.fenced();
     let (mut floor_runs, mut red_runs, mut fenced_runs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut parallel_runs = Vec::new();
     for run in 1..=env.cfg.runs {
         eprintln!("REDLOCK run {run}/{}", env.cfg.runs);
         floor_runs.push(floor(env, &servers[0], pairs)?);
+        parallel_runs.push(parallel_raw(env, &servers, pairs)?);
         red_runs.push(measure(&servers, pairs, || pair(&lock))?);
         fenced_runs.push(measure(&servers, pairs, || pair(&fenced))?);
     }
@@ -63,12 +65,15 @@ pub(crate) fn redlock(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
         &["implementation", "pairs/s", "vs 5x floor", "round trips/pair"],
         &[
             row("floor, 1 master (raw scripts)", &floor_runs, 1.0),
+            row("raw scripts, 5 masters asked in parallel (5 threads)", &parallel_runs, 5.0),
             row("RedLock, 5 masters", &red_runs, 5.0),
             row("RedLock fenced, 5 masters", &fenced_runs, 5.0),
         ],
         &["vs 5x floor = pairs/s ÷ (the same runs' single-master floor pairs/s ÷ 5); the floor row is vs 1x. \
            Masters are asked one after another. Round trips: the five masters' EVALSHA/EVAL/SUBSCRIBE/\
-           UNSUBSCRIBE/PING calls per pair. Fenced adds one raise_token.lua call per master held."
+           UNSUBSCRIBE/PING calls per pair. Fenced adds one raise_token.lua call per master held. \
+           The parallel row is a reference, not a RedLock: the floor's scripts on five masters, one \
+           thread per master, the caller waiting for all five (channel wake-ups) at each step."
             .to_owned()],
     );
 
@@ -135,6 +140,76 @@ fn measure(servers: &[RedisServer], pairs: usize, mut f: impl FnMut() -> Res<()>
     let delta = Delta::merge(&deltas);
     let top: f64 = TOP_LEVEL.iter().map(|c| delta.calls(c)).sum();
     Ok(Row { rate: pairs as f64 / wall, round_trips: top / pairs as f64 })
+}
+
+/// The floor's scripts on all five masters at once: one thread per master
+/// with its own connection; each pair, the caller starts the five acquires,
+/// waits for all, then the five releases: what asking in parallel would
+/// cost at best.
+fn parallel_raw(env: &Env, servers: &[RedisServer], pairs: usize) -> Res<Row> {
+    let name = "bench:redlock-parallel";
+    let channel = channel_of(name);
+    let mut conns = Vec::new();
+    for server in servers {
+        conns.push(connect(&raw_client(&server.url())?)?);
+    }
+    let (acquire, release) = (&env.scripts.acquire, &env.scripts.release);
+    std::thread::scope(|scope| -> Res<Row> {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<Result<(), String>>();
+        let mut go = Vec::new();
+        for mut con in conns {
+            let (tx, rx) = crossbeam_channel::bounded::<bool>(1);
+            go.push(tx);
+            let done = done_tx.clone();
+            let channel = channel.as_str();
+            scope.spawn(move || {
+                // true: acquire, false: release.
+                while let Ok(take) = rx.recv() {
+                    let outcome = if take {
+                        acquire
+                            .key(name)
+                            .arg(LEASE_MS)
+                            .arg("bench-par:0")
+                            .invoke::<redis::Value>(&mut con)
+                            .map(|_| ())
+                    } else {
+                        release
+                            .key(name)
+                            .key(channel)
+                            .arg("0")
+                            .arg(LEASE_MS)
+                            .arg("bench-par:0")
+                            .invoke::<redis::Value>(&mut con)
+                            .map(|_| ())
+                    };
+                    if done.send(outcome.map_err(|e| e.to_string())).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let step = |take: bool| -> Res<()> {
+            for tx in &go {
+                tx.send(take).map_err(|_| err("REDLOCK parallel: a thread stopped"))?;
+            }
+            for _ in 0..go.len() {
+                done_rx.recv().map_err(|_| err("REDLOCK parallel: a thread stopped"))?.map_err(err)?;
+            }
+            Ok(())
+        };
+        for _ in 0..pairs / 10 {
+            step(true)?;
+            step(false)?;
+        }
+        let started = Instant::now();
+        for _ in 0..pairs {
+            step(true)?;
+            step(false)?;
+        }
+        let rate = pairs as f64 / started.elapsed().as_secs_f64();
+        drop(go);
+        Ok(Row { rate, round_trips: 10.0 })
+    })
 }
 
 /// The single-master floor: raw acquire + release scripts on one plain
