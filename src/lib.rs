@@ -110,6 +110,15 @@
 //! back new keyholder readers, so a stream of readers cannot starve it; write
 //! holds can carry fencing tokens ([`WriteLock::fenced`]).
 //!
+//! # Other kinds of lock
+//!
+//! [`Client::spin_lock`] gives a [`SpinLock`]: the same lock without pub/sub,
+//! which sleeps a [`BackOff`] between tries (for deployments where pub/sub
+//! is unavailable). [`MultiLock`] takes several [`Lock`]s, of any clients,
+//! all or none, in an order every process agrees on. [`RedLock`] holds one
+//! name on a quorum of N independent masters, with an optional combined
+//! fencing token; `docs/redlock.md` says what it does not guarantee.
+//!
 //! # Migrating from hand-rolled locks
 //!
 //! During a node-by-node rollout, old nodes' `SET key token NX PX` strings and

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
@@ -26,7 +26,8 @@ REDIS_URL selects a Redis server; without it a private redis-server is started
 pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
-pub(crate) const WORKLOADS: [&str; 10] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW", "SEM"];
+pub(crate) const WORKLOADS: [&str; 12] =
+    ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW", "SEM", "SPIN", "REDLOCK"];
 
 /// Sizes and switches of one bench run.
 #[derive(Debug, Clone)]

@@ -15,7 +15,20 @@ fn the_benchmark_runs_its_tiny_configuration() {
     let output = run_within(&["--quick"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "bench failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
-    for workload in ["### W1", "### W2", "### W3", "### W4", "### W5", "### W6", "### W7", "### RW"] {
+    for workload in [
+        "### W1",
+        "### W2",
+        "### W3",
+        "### W4",
+        "### W5",
+        "### W6",
+        "### W7",
+        "### FAIR",
+        "### RW",
+        "### SEM",
+        "### SPIN",
+        "### REDLOCK",
+    ] {
         assert!(stdout.contains(workload), "no {workload} table in:\n{stdout}");
     }
 }

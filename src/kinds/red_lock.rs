@@ -25,9 +25,10 @@
 //! Why sequential: a component lock's owner is the calling thread
 //! (`<client-uuid>:<thread-id>`, as Java's), so its guard cannot be taken
 //! on other threads; asking the masters in parallel would need owners that
-//! are not threads. With local masters a round trip is tens of
-//! microseconds, and `docs/performance.md` measures what the sequential
-//! asking costs.
+//! are not threads. And it would not pay with local masters: the
+//! benchmark's best case of parallel asking (raw scripts, a thread per
+//! master) is slower than asking one after another on a 2-core machine,
+//! where a round trip costs less than the wake-ups (`docs/performance.md`).
 //!
 //! What RedLock does not guarantee is in `docs/redlock.md`: it assumes
 //! bounded process pauses, network delays and clock drift, which Martin

@@ -9,8 +9,10 @@ mod fair;
 mod handoff;
 mod header;
 mod loops;
+mod redlock;
 mod rw;
 mod sem;
+mod spin;
 mod threads;
 mod w1;
 mod w2;
@@ -31,7 +33,7 @@ type Workload = fn(&Env, &mut redis::Connection) -> Res<()>;
 /// Prints the header, then runs the workloads `--only` selects, in order.
 pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
     header::header(env, redis, stats)?;
-    let workloads: [(&str, Workload); 10] = [
+    let workloads: [(&str, Workload); 12] = [
         ("W1", w1::w1),
         ("W2", w2::w2),
         ("W3", w3::w3),
@@ -42,6 +44,8 @@ pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -
         ("FAIR", fair::fair),
         ("RW", rw::rw),
         ("SEM", sem::sem),
+        ("SPIN", spin::spin),
+        ("REDLOCK", redlock::redlock),
     ];
     for (name, run) in workloads {
         if env.cfg.wants(name) {

@@ -54,8 +54,8 @@ impl RedLockGuard {
     /// The end of the validity time computed at acquisition: the start of
     /// the attempt + lease − elapsed − drift (`lease × 0.01 + 2 ms`). With a
     /// fixed lease the RedLock is not held past it. With the watchdog lease
-    /// each master's lock is renewed while held, and [`is_lost`]
-    /// (RedLockGuard::is_lost) tells whether a quorum still is.
+    /// each master's lock is renewed while held, and
+    /// [`is_lost`](RedLockGuard::is_lost) tells whether a quorum still is.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }

@@ -8,7 +8,6 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
@@ -16,9 +15,8 @@ use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::NobodyToTell;
 use crate::kinds::spin_lock::holds;
-use crate::kinds::spin_lock::scripts::{self, Latch, Release};
+use crate::kinds::spin_lock::scripts::{self, Release};
 use crate::lease::Lease;
-use crate::names;
 use crate::observe;
 
 /// An RAII guard for one acquisition of a [`SpinLock`](crate::SpinLock).
@@ -192,21 +190,11 @@ fn release_guard(inner: &Inner, hold: &Arc<Hold>) -> Result<()> {
 }
 
 /// A nested release: latched, retried once on a fresh connection if the
-/// reply was lost (the latch returns the first outcome).
+/// reply was lost (the latch returns the first outcome; `kinds/latch.rs`).
 fn release_nested(inner: &Inner, hold: &Hold) -> Result<Release> {
-    let key = names::unlock_latch(&hold.name, inner.uuid.as_u128(), hold.thread);
-    let request = inner.next_request.fetch_add(1, Ordering::Relaxed);
-    let ttl = inner.config.command_timeout * 2 + inner.config.connect_timeout + Duration::from_secs(1);
-    let latch = Latch { key: &key, ttl_ms: crate::lease::millis_ceil(ttl), request, retry: false };
-    let run = |latch: Latch<'_>| {
-        inner.with_conn(&hold.name, |conn| {
-            scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
-        })
-    };
-    match run(latch) {
-        Err(e) if e.is_transport() => run(Latch { retry: true, ..latch }),
-        outcome => outcome,
-    }
+    inner.run_latched(&hold.name, hold.thread, true, |conn, latch| {
+        scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
+    })
 }
 
 /// The last release: unlatched, retried once if the reply was lost. Returns

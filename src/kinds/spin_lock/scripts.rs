@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::kinds::latch::Latch;
 use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, unexpected};
@@ -47,15 +48,6 @@ pub(crate) enum Release {
     StillHeld,
     /// The last hold released: the key deleted (nothing published).
     Released,
-}
-
-/// The unlock latch of a nested release (see `lua/spin_lock/release.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
 }
 
 /// One attempt to take (or re-enter) `name` for `owner`.
