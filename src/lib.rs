@@ -75,15 +75,17 @@
 //! fencing with [`FairLock::fenced`]); a waiter whose process died is
 //! skipped after its wait slot ([`FairLock::with_wait_timeout`]).
 //!
-//! # Run-once jobs
+//! # Read-write locks
 //!
-//! [`Client::job`] gives a [`Job`]: a scheduled job that runs on one node at a
-//! time with ShedLock's semantics. [`Job::run`] calls its closure only if the
-//! lock is free (a held lock means skip, never wait), holds it at most
-//! [`Job::at_most`] even if the node hangs, and keeps it at least
-//! [`Job::at_least`] after the start, so nodes with skewed clocks do not run
-//! the same tick twice; the [`JobOutcome`] says whether it ran, was skipped,
-//! or lost its lock while running.
+//! [`Client::read_write_lock`] gives a [`ReadWriteLock`], Redisson's
+//! `RReadWriteLock` on its own layout: any number of readers
+//! ([`ReadWriteLock::read`]) or one writer ([`ReadWriteLock::write`]), both
+//! reentrant, with guards released on drop. The writer may also read (a
+//! downgrade); a reader asking to write gets
+//! [`ErrorKind::InvalidArgument`] at once rather than waiting forever (an
+//! upgrade, which Redisson never grants). A waiting keyholder writer holds
+//! back new keyholder readers, so a stream of readers cannot starve it; write
+//! holds can carry fencing tokens ([`WriteLock::fenced`]).
 //!
 //! # Semaphores and latches
 //!
@@ -98,18 +100,6 @@
 //! the object's channel and is bounded ([`CountDownLatch::await_for`]; no
 //! endless `await`).
 //!
-//! # Read-write locks
-//!
-//! [`Client::read_write_lock`] gives a [`ReadWriteLock`], Redisson's
-//! `RReadWriteLock` on its own layout: any number of readers
-//! ([`ReadWriteLock::read`]) or one writer ([`ReadWriteLock::write`]), both
-//! reentrant, with guards released on drop. The writer may also read (a
-//! downgrade); a reader asking to write gets
-//! [`ErrorKind::InvalidArgument`] at once rather than waiting forever (an
-//! upgrade, which Redisson never grants). A waiting keyholder writer holds
-//! back new keyholder readers, so a stream of readers cannot starve it; write
-//! holds can carry fencing tokens ([`WriteLock::fenced`]).
-//!
 //! # Other kinds of lock
 //!
 //! [`Client::spin_lock`] gives a [`SpinLock`]: the same lock without pub/sub,
@@ -118,6 +108,16 @@
 //! all or none, in an order every process agrees on. [`RedLock`] holds one
 //! name on a quorum of N independent masters, with an optional combined
 //! fencing token; `docs/redlock.md` says what it does not guarantee.
+//!
+//! # Run-once jobs
+//!
+//! [`Client::job`] gives a [`Job`]: a scheduled job that runs on one node at a
+//! time with ShedLock's semantics. [`Job::run`] calls its closure only if the
+//! lock is free (a held lock means skip, never wait), holds it at most
+//! [`Job::at_most`] even if the node hangs, and keeps it at least
+//! [`Job::at_least`] after the start, so nodes with skewed clocks do not run
+//! the same tick twice; the [`JobOutcome`] says whether it ran, was skipped,
+//! or lost its lock while running.
 //!
 //! # Migrating from hand-rolled locks
 //!
