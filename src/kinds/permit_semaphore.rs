@@ -236,7 +236,7 @@ impl PermitExpirableSemaphore {
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::wait_for(inner, &self.keys.name, &self.keys.channel, patience, || {
+        let sent = wait_loop::observed(inner, &self.keys.name, &self.keys.channel, patience, || {
             let sent = Instant::now();
             Ok(match scripts::acquire(inner, &self.keys, &ids, Some(lease_ms))? {
                 Acquired::Yes => Attempt::Won(sent),

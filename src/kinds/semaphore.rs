@@ -150,7 +150,7 @@ impl Semaphore {
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<SemaphorePermits>> {
         check_permits(permits, "acquire")?;
         let inner = self.client.inner();
-        wait_loop::wait_for(inner, &self.name, &self.channel, patience, || {
+        wait_loop::observed(inner, &self.name, &self.channel, patience, || {
             Ok(if scripts::try_acquire(inner, &self.name, permits)? {
                 Attempt::Won(())
             } else {
