@@ -356,3 +356,63 @@ fn the_permit_of_a_killed_holder_returns_and_a_waiter_gets_it() {
     let got = recv_within(&rx, 40 * SECOND, "the waiter").expect("the dead holder's permit never came back");
     assert_ne!(got, id);
 }
+
+// ---- A Java service's side, as Redisson's scripts do it ---------------------------
+
+/// Redisson's `RSemaphore.release` script, as a Java service sends it.
+const JAVA_RELEASE: &str =
+    "local value = redis.call('incrby', KEYS[1], ARGV[1]); redis.call(ARGV[2], KEYS[2], value);";
+
+/// Redisson's `RPermitExpirableSemaphore` acquire, reduced to its success
+/// path: the id decoded from hex, scored by the Java client's clock.
+const JAVA_PERMIT_ACQUIRE: &str = "local value = redis.call('get', KEYS[1]); \
+     if (value ~= false and tonumber(value) >= 1) then \
+       redis.call('decrby', KEYS[1], 1); redis.call('zadd', KEYS[2], ARGV[1], ARGV[2]); return 'OK'; \
+     end; return nil;";
+
+#[test]
+fn a_java_release_wakes_a_keyholder_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let sem = client.semaphore("shared").unwrap();
+    let rx = spawn(move || sem.try_acquire_for(1, 60 * SECOND).unwrap().map(|p| p.forget()));
+    let mut con = server.conn();
+    wait_numsub(&mut con, &sem_channel("shared"), 1);
+    let _: () = redis::Script::new(JAVA_RELEASE)
+        .key("shared")
+        .key(sem_channel("shared"))
+        .arg(1)
+        .arg("publish")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(recv_within(&rx, 15 * SECOND, "the waiter"), Some(1));
+}
+
+#[test]
+fn a_java_permit_is_seen_counted_and_released_by_id() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let pes = client.permit_expirable_semaphore("mixed").unwrap();
+    assert!(pes.try_set_permits(2).unwrap());
+    let java_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let id: PermitId = java_id.parse().unwrap();
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let expiry = secs * 1000 + 60_000;
+    let reply: Option<String> = redis::Script::new(JAVA_PERMIT_ACQUIRE)
+        .key("mixed")
+        .key("{mixed}:timeout")
+        .arg(expiry)
+        .arg(id.as_bytes().as_slice())
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(reply.as_deref(), Some("OK"));
+    assert_eq!((pes.available_permits().unwrap(), pes.acquired_permits().unwrap()), (1, 1));
+    let ours = pes.try_acquire(1).unwrap().unwrap();
+    assert!(pes.try_acquire(1).unwrap().is_none());
+    // The Java holder's permit, given back by its id from Rust.
+    pes.release_ids(&[java_id.parse().unwrap()]).unwrap();
+    assert_eq!(pes.available_permits().unwrap(), 1);
+    ours.release().unwrap();
+    assert_eq!(pes.available_permits().unwrap(), 2);
+}
