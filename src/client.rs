@@ -25,6 +25,7 @@ use crate::endpoints::{
     FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
 };
 use crate::error::{Error, Result};
+use crate::holds::renew::Renewers;
 use crate::holds::watchdog::{self, Registry, Renewals, Signals};
 use crate::names::LockKeys;
 use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Primaries, Subscribers};
@@ -108,6 +109,8 @@ pub(crate) struct Inner {
     /// Through Sentinel: the `+switch-master` subscription.
     sentinel_watch: Mutex<Option<Arc<SentinelWatch>>>,
     pub(crate) watchdog: Registry,
+    /// How each kind's holds are renewed, one renewer per layout.
+    pub(crate) renewers: Renewers,
     next_hold_id: AtomicU64,
     shutdown: AtomicBool,
     /// Dropped on shutdown: its disconnection stops the background threads.
@@ -297,6 +300,7 @@ impl Client {
             subscribers,
             sentinel_watch: Mutex::new(None),
             watchdog: Registry::new(kick_tx),
+            renewers: Renewers::default(),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),

@@ -11,6 +11,10 @@
 //! the write lock and the spin lock all keep `<name>` → `{owner: count}`
 //! and renew with one script.
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 use crate::error::Result;
 use crate::holds::hold::Hold;
 
@@ -45,4 +49,30 @@ pub(crate) struct NobodyToTell;
 
 impl OnLost for NobodyToTell {
     fn hold_lost(&self, _hold: &Hold) {}
+}
+
+/// One client's renewers, one per batch key, made on first use: a hold's
+/// registration then costs a reference count, not an allocation.
+#[derive(Default)]
+pub(crate) struct Renewers {
+    made: Mutex<Vec<Arc<dyn Renew>>>,
+}
+
+impl std::fmt::Debug for Renewers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.made.lock().iter().map(|r| r.batch_key())).finish()
+    }
+}
+
+impl Renewers {
+    /// The renewer of batch key `key`, made by `make` the first time.
+    pub(crate) fn get(&self, key: &'static str, make: impl FnOnce() -> Arc<dyn Renew>) -> Arc<dyn Renew> {
+        let mut made = self.made.lock();
+        if let Some(renewer) = made.iter().find(|r| r.batch_key() == key) {
+            return Arc::clone(renewer);
+        }
+        let renewer = make();
+        made.push(Arc::clone(&renewer));
+        renewer
+    }
 }

@@ -72,11 +72,13 @@ pub(crate) struct Interest<'a> {
 }
 
 impl Interest<'_> {
-    fn channels(&self) -> Vec<(String, Kind)> {
-        match self.wake_channel {
-            Some(wake) => vec![(self.channel.to_owned(), Kind::Unlock), (wake.to_owned(), Kind::Wake)],
-            None => vec![(self.channel.to_owned(), Kind::Any)],
-        }
+    /// The channels to subscribe, and what each carries.
+    fn channels(&self) -> impl Iterator<Item = (&str, Kind)> {
+        let (first, wake) = match self.wake_channel {
+            Some(wake) => ((self.channel, Kind::Unlock), Some((wake, Kind::Wake))),
+            None => ((self.channel, Kind::Any), None),
+        };
+        std::iter::once(first).chain(wake)
     }
 }
 
@@ -408,7 +410,7 @@ impl Subscriber {
     pub(crate) fn resume(self: &Arc<Self>, interest: Interest<'_>) -> Option<Subscription> {
         let mut st = self.state.lock();
         let ready = !st.shutdown
-            && interest.channels().iter().all(|(c, _)| st.channels.contains_key(c) && st.is_confirmed(c));
+            && interest.channels().all(|(c, _)| st.channels.contains_key(c) && st.is_confirmed(c));
         ready.then(|| self.register(&mut st, interest).0)
     }
 
@@ -416,7 +418,8 @@ impl Subscriber {
     /// needed; returns the share and the channels created, which need a
     /// SUBSCRIBE.
     fn register(self: &Arc<Self>, st: &mut State, interest: Interest<'_>) -> (Subscription, Vec<String>) {
-        let (channels, kinds): (Vec<String>, Vec<Kind>) = interest.channels().into_iter().unzip();
+        let (channels, kinds): (Vec<String>, Vec<Kind>) =
+            interest.channels().map(|(c, kind)| (c.to_owned(), kind)).unzip();
         let Interest { name: lock_name, waiters, .. } = interest;
         let mut created = Vec::new();
         for (name, kind) in channels.iter().zip(kinds) {

@@ -21,15 +21,17 @@ pub(crate) struct HashRenewal {
 }
 
 impl HashRenewal {
-    /// The renewer for `client`'s holds of the hash layout.
+    const BATCH_KEY: &'static str = "hash";
+
+    /// The renewer of `client`'s holds of the hash layout (one per client).
     pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        Arc::new(HashRenewal { client: client.weak() })
+        client.renewers.get(Self::BATCH_KEY, || Arc::new(HashRenewal { client: client.weak() }))
     }
 }
 
 impl Renew for HashRenewal {
     fn batch_key(&self) -> &'static str {
-        "hash"
+        Self::BATCH_KEY
     }
 
     fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
