@@ -416,3 +416,41 @@ fn a_java_permit_is_seen_counted_and_released_by_id() {
     ours.release().unwrap();
     assert_eq!(pes.available_permits().unwrap(), 2);
 }
+
+#[test]
+fn waiters_send_no_command_while_they_wait() {
+    let server = RedisServer::start();
+    let holder = server.client();
+    let waiter = server.client();
+    let mut con = server.conn();
+    let sem = holder.semaphore("quiet").unwrap();
+    assert!(sem.try_set_permits(1).unwrap());
+    let _held = sem.try_acquire(1).unwrap().unwrap();
+    let pes =
+        holder.permit_expirable_semaphore("quiet-e").unwrap().with_lease(Lease::Fixed(60 * SECOND)).unwrap();
+    assert!(pes.try_set_permits(1).unwrap());
+    let _held_e = pes.try_acquire(1).unwrap().unwrap();
+    let latch = holder.count_down_latch("quiet-l").unwrap();
+    assert!(latch.try_set_count(1).unwrap());
+
+    let (s, e, l) = (
+        waiter.semaphore("quiet").unwrap(),
+        waiter.permit_expirable_semaphore("quiet-e").unwrap(),
+        waiter.count_down_latch("quiet-l").unwrap(),
+    );
+    let waits = [
+        spawn(move || s.try_acquire_for(1, 4 * SECOND).unwrap().is_none()),
+        spawn(move || e.try_acquire_for(1, 4 * SECOND).unwrap().is_none()),
+        spawn(move || !l.await_for(4 * SECOND).unwrap()),
+    ];
+    wait_numsub(&mut con, &sem_channel("quiet"), 1);
+    wait_numsub(&mut con, &sem_channel("quiet-e"), 1);
+    wait_numsub(&mut con, "redisson_countdownlatch__channel__{quiet-l}", 1);
+    let before = command_calls(&mut con);
+    std::thread::sleep(SECOND);
+    let during = command_calls(&mut con) - before;
+    assert_eq!(during, 0, "{during} commands while three waiters slept");
+    for rx in &waits {
+        assert!(recv_within(rx, 20 * SECOND, "a waiter"), "a waiter got what it waited for");
+    }
+}
