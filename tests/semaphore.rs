@@ -278,12 +278,13 @@ fn releasing_a_permit_id_not_held_is_not_owner_and_leaves_redis_untouched() {
 #[test]
 fn the_watchdog_renews_permits_past_their_lease() {
     let server = RedisServer::start();
-    let client = client_with_lease(&server, Duration::from_millis(300));
+    // Renewed every third of a second-long lease: room for a loaded machine.
+    let client = client_with_lease(&server, SECOND);
     let pes = client.permit_expirable_semaphore("renewed").unwrap();
     assert!(pes.try_set_permits(1).unwrap());
     let permit = pes.try_acquire(1).unwrap().unwrap();
     let lost = permit.lost_signal();
-    std::thread::sleep(Duration::from_millis(1500)); // five leases
+    std::thread::sleep(3 * SECOND); // three leases
     assert!(!permit.is_lost(), "{:?}", permit.lost_reason());
     assert!(lost.try_recv().is_err());
     let other = server.client().permit_expirable_semaphore("renewed").unwrap();
@@ -425,11 +426,11 @@ fn waiters_send_no_command_while_they_wait() {
     let mut con = server.conn();
     let sem = holder.semaphore("quiet").unwrap();
     assert!(sem.try_set_permits(1).unwrap());
-    let _held = sem.try_acquire(1).unwrap().unwrap();
+    let held = sem.try_acquire(1).unwrap().unwrap();
     let pes =
         holder.permit_expirable_semaphore("quiet-e").unwrap().with_lease(Lease::Fixed(60 * SECOND)).unwrap();
     assert!(pes.try_set_permits(1).unwrap());
-    let _held_e = pes.try_acquire(1).unwrap().unwrap();
+    let held_e = pes.try_acquire(1).unwrap().unwrap();
     let latch = holder.count_down_latch("quiet-l").unwrap();
     assert!(latch.try_set_count(1).unwrap());
 
@@ -439,17 +440,31 @@ fn waiters_send_no_command_while_they_wait() {
         waiter.count_down_latch("quiet-l").unwrap(),
     );
     let waits = [
-        spawn(move || s.try_acquire_for(1, 4 * SECOND).unwrap().is_none()),
-        spawn(move || e.try_acquire_for(1, 4 * SECOND).unwrap().is_none()),
-        spawn(move || !l.await_for(4 * SECOND).unwrap()),
+        spawn(move || s.try_acquire_for(1, 60 * SECOND).unwrap().is_some()),
+        spawn(move || e.try_acquire_for(1, 60 * SECOND).unwrap().is_some()),
+        spawn(move || l.await_for(60 * SECOND).unwrap()),
     ];
     wait_numsub(&mut con, &sem_channel("quiet"), 1);
     wait_numsub(&mut con, &sem_channel("quiet-e"), 1);
     wait_numsub(&mut con, "redisson_countdownlatch__channel__{quiet-l}", 1);
+    // Each waiter tries once more right after its subscription: let those
+    // tries land first (two readings 200 ms apart that agree).
+    let mut last = command_calls(&mut con);
+    assert!(
+        common::eventually(10 * SECOND, || {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = command_calls(&mut con);
+            std::mem::replace(&mut last, now) == now
+        }),
+        "the waiters never settled"
+    );
     let before = command_calls(&mut con);
     std::thread::sleep(SECOND);
     let during = command_calls(&mut con) - before;
     assert_eq!(during, 0, "{during} commands while three waiters slept");
+    // Then each is woken by its message.
+    drop((held, held_e));
+    assert_eq!(latch.count_down().unwrap(), 0);
     for rx in &waits {
         assert!(recv_within(rx, 20 * SECOND, "a waiter"), "a waiter got what it waited for");
     }
