@@ -317,14 +317,14 @@ fn a_fixed_lease_expires_and_the_guard_reports_the_loss() {
     assert_eq!(other.available_permits().unwrap(), 1);
 }
 
-/// Child: takes a permit under a 500 ms watchdog lease, says `ACQUIRED
+/// Child: takes a permit under a 1 s watchdog lease, says `ACQUIRED
 /// <id>`, and holds it until killed.
 #[test]
 fn child_permit_holder() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_NAME).unwrap();
     let client = Client::builder(&url)
-        .watchdog_timeout(Duration::from_millis(500))
+        .watchdog_timeout(SECOND)
         .connect_timeout(SECOND)
         .command_timeout(SECOND)
         .build()
@@ -346,8 +346,8 @@ fn the_permit_of_a_killed_holder_returns_and_a_waiter_gets_it() {
         ChildProcess::spawn("child_permit_holder", &[(CHILD_URL, &server.url()), (CHILD_NAME, "killed")]);
     let line = holder.expect("ACQUIRED", 20 * SECOND);
     let id: PermitId = line.trim_start_matches("ACQUIRED ").trim().parse().unwrap();
-    // Renewed while the child lives.
-    std::thread::sleep(SECOND);
+    // Renewed while the child lives (two leases).
+    std::thread::sleep(2 * SECOND);
     assert!(pes.try_acquire(1).unwrap().is_none());
     assert_eq!(pes.acquired_permits().unwrap(), 1);
 
