@@ -469,3 +469,49 @@ fn waiters_send_no_command_while_they_wait() {
         assert!(recv_within(rx, 20 * SECOND, "a waiter"), "a waiter got what it waited for");
     }
 }
+
+// ---- Replica acknowledgement ---------------------------------------------------------
+
+fn acked_client(primary: &RedisServer, required: bool) -> Client {
+    primary
+        .builder()
+        .replica_acks(1, Duration::from_millis(300))
+        .replica_acks_required(required)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn permits_taken_without_a_required_replica_ack_are_given_back() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let client = acked_client(&primary, true);
+    let sem = client.semaphore("acked").unwrap();
+    let pes = client.permit_expirable_semaphore("acked-e").unwrap();
+    assert!(sem.try_set_permits(2).unwrap());
+    assert!(pes.try_set_permits(2).unwrap());
+    let permit = pes.try_acquire(1).unwrap().unwrap();
+    assert!(permit.is_replicated());
+    sem.try_acquire(1).unwrap().unwrap().release().unwrap();
+    drop(permit);
+    replica.stop();
+    assert_eq!(sem.try_acquire(1).unwrap_err().kind(), ErrorKind::ReplicaAcks);
+    assert_eq!(pes.try_acquire(1).unwrap_err().kind(), ErrorKind::ReplicaAcks);
+    let mut con = primary.conn();
+    assert_eq!(get(&mut con, "acked").as_deref(), Some("2"), "the refused permit was not given back");
+    assert_eq!(get(&mut con, "acked-e").as_deref(), Some("2"), "the refused permit was not given back");
+    assert!(!exists(&mut con, "{acked-e}:timeout"));
+}
+
+#[test]
+fn permits_taken_without_an_optional_replica_ack_say_so() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let client = acked_client(&primary, false);
+    let pes = client.permit_expirable_semaphore("flagged").unwrap();
+    assert!(pes.try_set_permits(1).unwrap());
+    replica.stop();
+    let permit = pes.try_acquire(1).unwrap().unwrap();
+    assert!(!permit.is_replicated());
+    permit.release().unwrap();
+}

@@ -151,7 +151,7 @@ impl Semaphore {
         check_permits(permits, "acquire")?;
         let inner = self.client.inner();
         wait_loop::observed(inner, &self.name, &self.channel, patience, || {
-            Ok(if scripts::try_acquire(inner, &self.name, permits)? {
+            Ok(if scripts::try_acquire(inner, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {
                 Attempt::Refused { retry_in: None }
