@@ -54,10 +54,7 @@ fn a_semaphore_waiter_on_each_shard_is_woken_by_a_release_of_another_client() {
 #[test]
 fn expirable_permits_are_renewed_and_given_back_on_every_shard() {
     let cluster = RedisCluster::shared();
-    let client = Client::builder_cluster(cluster.seed_urls())
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let client = Client::builder_cluster(cluster.seed_urls()).watchdog_timeout(SECOND).build().unwrap();
     let mut guards = Vec::new();
     let mut names = Vec::new();
     for primary in cluster.primaries() {
@@ -67,7 +64,7 @@ fn expirable_permits_are_renewed_and_given_back_on_every_shard() {
         guards.push(pes.try_acquire(1).unwrap().unwrap());
         names.push(name);
     }
-    thread::sleep(Duration::from_millis(1500)); // five leases
+    thread::sleep(3 * SECOND); // three leases
     for (guard, name) in guards.iter().zip(&names) {
         assert!(!guard.is_lost(), "{name}: {:?}", guard.lost_reason());
         let mut con = cluster.conn_for_key(name);

@@ -128,3 +128,29 @@ fn a_foreign_key_at_the_name_is_a_typed_error_and_left_alone() {
     assert!(!latch.try_set_count(2).unwrap());
     assert!(exists(&mut con, "h"));
 }
+
+/// Redisson's `RCountDownLatch.countDown` script, as a Java service sends it.
+const JAVA_COUNT_DOWN: &str = "local v = redis.call('decr', KEYS[1]);\
+     if v <= 0 then redis.call('del', KEYS[1]) end;\
+     if v == 0 then redis.call(ARGV[2], KEYS[2], ARGV[1]) end;";
+
+#[test]
+fn a_java_count_down_opens_the_latch_for_a_keyholder_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let latch = client.count_down_latch("java").unwrap();
+    assert!(latch.try_set_count(1).unwrap());
+    let waiting = server.client().count_down_latch("java").unwrap();
+    let rx = spawn(move || waiting.await_for(60 * SECOND).unwrap());
+    let mut con = server.conn();
+    wait_numsub(&mut con, &channel("java"), 1);
+    let _: () = redis::Script::new(JAVA_COUNT_DOWN)
+        .key("java")
+        .key(channel("java"))
+        .arg(0)
+        .arg("publish")
+        .invoke(&mut con)
+        .unwrap();
+    assert!(recv_within(&rx, 15 * SECOND, "the waiter"));
+    assert!(!exists(&mut con, "java"));
+}

@@ -278,12 +278,13 @@ fn releasing_a_permit_id_not_held_is_not_owner_and_leaves_redis_untouched() {
 #[test]
 fn the_watchdog_renews_permits_past_their_lease() {
     let server = RedisServer::start();
-    let client = client_with_lease(&server, Duration::from_millis(300));
+    // Renewed every third of a second-long lease: room for a loaded machine.
+    let client = client_with_lease(&server, SECOND);
     let pes = client.permit_expirable_semaphore("renewed").unwrap();
     assert!(pes.try_set_permits(1).unwrap());
     let permit = pes.try_acquire(1).unwrap().unwrap();
     let lost = permit.lost_signal();
-    std::thread::sleep(Duration::from_millis(1500)); // five leases
+    std::thread::sleep(3 * SECOND); // three leases
     assert!(!permit.is_lost(), "{:?}", permit.lost_reason());
     assert!(lost.try_recv().is_err());
     let other = server.client().permit_expirable_semaphore("renewed").unwrap();
@@ -316,14 +317,14 @@ fn a_fixed_lease_expires_and_the_guard_reports_the_loss() {
     assert_eq!(other.available_permits().unwrap(), 1);
 }
 
-/// Child: takes a permit under a 500 ms watchdog lease, says `ACQUIRED
+/// Child: takes a permit under a 1 s watchdog lease, says `ACQUIRED
 /// <id>`, and holds it until killed.
 #[test]
 fn child_permit_holder() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_NAME).unwrap();
     let client = Client::builder(&url)
-        .watchdog_timeout(Duration::from_millis(500))
+        .watchdog_timeout(SECOND)
         .connect_timeout(SECOND)
         .command_timeout(SECOND)
         .build()
@@ -345,8 +346,8 @@ fn the_permit_of_a_killed_holder_returns_and_a_waiter_gets_it() {
         ChildProcess::spawn("child_permit_holder", &[(CHILD_URL, &server.url()), (CHILD_NAME, "killed")]);
     let line = holder.expect("ACQUIRED", 20 * SECOND);
     let id: PermitId = line.trim_start_matches("ACQUIRED ").trim().parse().unwrap();
-    // Renewed while the child lives.
-    std::thread::sleep(SECOND);
+    // Renewed while the child lives (two leases).
+    std::thread::sleep(2 * SECOND);
     assert!(pes.try_acquire(1).unwrap().is_none());
     assert_eq!(pes.acquired_permits().unwrap(), 1);
 
@@ -355,4 +356,162 @@ fn the_permit_of_a_killed_holder_returns_and_a_waiter_gets_it() {
     holder.kill();
     let got = recv_within(&rx, 40 * SECOND, "the waiter").expect("the dead holder's permit never came back");
     assert_ne!(got, id);
+}
+
+// ---- A Java service's side, as Redisson's scripts do it ---------------------------
+
+/// Redisson's `RSemaphore.release` script, as a Java service sends it.
+const JAVA_RELEASE: &str =
+    "local value = redis.call('incrby', KEYS[1], ARGV[1]); redis.call(ARGV[2], KEYS[2], value);";
+
+/// Redisson's `RPermitExpirableSemaphore` acquire, reduced to its success
+/// path: the id decoded from hex, scored by the Java client's clock.
+const JAVA_PERMIT_ACQUIRE: &str = "local value = redis.call('get', KEYS[1]); \
+     if (value ~= false and tonumber(value) >= 1) then \
+       redis.call('decrby', KEYS[1], 1); redis.call('zadd', KEYS[2], ARGV[1], ARGV[2]); return 'OK'; \
+     end; return nil;";
+
+#[test]
+fn a_java_release_wakes_a_keyholder_waiter() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let sem = client.semaphore("shared").unwrap();
+    let rx = spawn(move || sem.try_acquire_for(1, 60 * SECOND).unwrap().map(|p| p.forget()));
+    let mut con = server.conn();
+    wait_numsub(&mut con, &sem_channel("shared"), 1);
+    let _: () = redis::Script::new(JAVA_RELEASE)
+        .key("shared")
+        .key(sem_channel("shared"))
+        .arg(1)
+        .arg("publish")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(recv_within(&rx, 15 * SECOND, "the waiter"), Some(1));
+}
+
+#[test]
+fn a_java_permit_is_seen_counted_and_released_by_id() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let pes = client.permit_expirable_semaphore("mixed").unwrap();
+    assert!(pes.try_set_permits(2).unwrap());
+    let java_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+    let id: PermitId = java_id.parse().unwrap();
+    let (secs, _): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let expiry = secs * 1000 + 60_000;
+    let reply: Option<String> = redis::Script::new(JAVA_PERMIT_ACQUIRE)
+        .key("mixed")
+        .key("{mixed}:timeout")
+        .arg(expiry)
+        .arg(id.as_bytes().as_slice())
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(reply.as_deref(), Some("OK"));
+    assert_eq!((pes.available_permits().unwrap(), pes.acquired_permits().unwrap()), (1, 1));
+    let ours = pes.try_acquire(1).unwrap().unwrap();
+    assert!(pes.try_acquire(1).unwrap().is_none());
+    // The Java holder's permit, given back by its id from Rust.
+    pes.release_ids(&[java_id.parse().unwrap()]).unwrap();
+    assert_eq!(pes.available_permits().unwrap(), 1);
+    ours.release().unwrap();
+    assert_eq!(pes.available_permits().unwrap(), 2);
+}
+
+#[test]
+fn waiters_send_no_command_while_they_wait() {
+    let server = RedisServer::start();
+    let holder = server.client();
+    let waiter = server.client();
+    let mut con = server.conn();
+    let sem = holder.semaphore("quiet").unwrap();
+    assert!(sem.try_set_permits(1).unwrap());
+    let held = sem.try_acquire(1).unwrap().unwrap();
+    let pes =
+        holder.permit_expirable_semaphore("quiet-e").unwrap().with_lease(Lease::Fixed(60 * SECOND)).unwrap();
+    assert!(pes.try_set_permits(1).unwrap());
+    let held_e = pes.try_acquire(1).unwrap().unwrap();
+    let latch = holder.count_down_latch("quiet-l").unwrap();
+    assert!(latch.try_set_count(1).unwrap());
+
+    let (s, e, l) = (
+        waiter.semaphore("quiet").unwrap(),
+        waiter.permit_expirable_semaphore("quiet-e").unwrap(),
+        waiter.count_down_latch("quiet-l").unwrap(),
+    );
+    let waits = [
+        spawn(move || s.try_acquire_for(1, 60 * SECOND).unwrap().is_some()),
+        spawn(move || e.try_acquire_for(1, 60 * SECOND).unwrap().is_some()),
+        spawn(move || l.await_for(60 * SECOND).unwrap()),
+    ];
+    wait_numsub(&mut con, &sem_channel("quiet"), 1);
+    wait_numsub(&mut con, &sem_channel("quiet-e"), 1);
+    wait_numsub(&mut con, "redisson_countdownlatch__channel__{quiet-l}", 1);
+    // Each waiter tries once more right after its subscription: let those
+    // tries land first (two readings 200 ms apart that agree).
+    let mut last = command_calls(&mut con);
+    assert!(
+        common::eventually(10 * SECOND, || {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = command_calls(&mut con);
+            std::mem::replace(&mut last, now) == now
+        }),
+        "the waiters never settled"
+    );
+    let before = command_calls(&mut con);
+    std::thread::sleep(SECOND);
+    let during = command_calls(&mut con) - before;
+    assert_eq!(during, 0, "{during} commands while three waiters slept");
+    // Then each is woken by its message.
+    drop((held, held_e));
+    assert_eq!(latch.count_down().unwrap(), 0);
+    for rx in &waits {
+        assert!(recv_within(rx, 20 * SECOND, "a waiter"), "a waiter got what it waited for");
+    }
+}
+
+// ---- Replica acknowledgement ---------------------------------------------------------
+
+fn acked_client(primary: &RedisServer, required: bool) -> Client {
+    primary
+        .builder()
+        .replica_acks(1, Duration::from_millis(300))
+        .replica_acks_required(required)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn permits_taken_without_a_required_replica_ack_are_given_back() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let client = acked_client(&primary, true);
+    let sem = client.semaphore("acked").unwrap();
+    let pes = client.permit_expirable_semaphore("acked-e").unwrap();
+    assert!(sem.try_set_permits(2).unwrap());
+    assert!(pes.try_set_permits(2).unwrap());
+    let permit = pes.try_acquire(1).unwrap().unwrap();
+    assert!(permit.is_replicated());
+    sem.try_acquire(1).unwrap().unwrap().release().unwrap();
+    drop(permit);
+    replica.stop();
+    assert_eq!(sem.try_acquire(1).unwrap_err().kind(), ErrorKind::ReplicaAcks);
+    assert_eq!(pes.try_acquire(1).unwrap_err().kind(), ErrorKind::ReplicaAcks);
+    let mut con = primary.conn();
+    assert_eq!(get(&mut con, "acked").as_deref(), Some("2"), "the refused permit was not given back");
+    assert_eq!(get(&mut con, "acked-e").as_deref(), Some("2"), "the refused permit was not given back");
+    assert!(!exists(&mut con, "{acked-e}:timeout"));
+}
+
+#[test]
+fn permits_taken_without_an_optional_replica_ack_say_so() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let client = acked_client(&primary, false);
+    let pes = client.permit_expirable_semaphore("flagged").unwrap();
+    assert!(pes.try_set_permits(1).unwrap());
+    replica.stop();
+    let permit = pes.try_acquire(1).unwrap().unwrap();
+    assert!(!permit.is_replicated());
+    permit.release().unwrap();
 }

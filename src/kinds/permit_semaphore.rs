@@ -236,14 +236,22 @@ impl PermitExpirableSemaphore {
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::wait_for(inner, &self.keys.name, &self.keys.channel, patience, || {
+        let sent = wait_loop::observed(inner, &self.keys.name, &self.keys.channel, patience, || {
             let sent = Instant::now();
             Ok(match scripts::acquire(inner, &self.keys, &ids, Some(lease_ms))? {
-                Acquired::Yes => Attempt::Won(sent),
+                Acquired::Yes { replicated } => Attempt::Won((sent, replicated)),
                 Acquired::No { retry_in } => Attempt::Refused { retry_in },
             })
         })?;
-        let Some(sent) = sent else { return Ok(None) };
+        let Some((sent, replicated)) = sent else { return Ok(None) };
+        if !replicated && inner.config.replica_acks_required {
+            // Not on the replicas: a failover could lose them. Give them
+            // back rather than hand out permits the caller refused.
+            if let Err(e) = scripts::release(inner, &self.keys, &ids) {
+                log::warn!("keyholder: giving back unreplicated permits of '{}' failed: {e}", self.keys.name);
+            }
+            return Err(Error::replica_acks(&self.keys.name));
+        }
         let owner = ids.iter().map(PermitId::to_string).collect::<Vec<_>>().join(",");
         let acquisition = Acquisition {
             owner,
@@ -254,6 +262,9 @@ impl PermitExpirableSemaphore {
             sent,
         };
         let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&self.keys.name), acquisition));
+        if !replicated {
+            hold.mark_unreplicated();
+        }
         if self.lease == Lease::Watchdog {
             inner.watchdog.register(Arc::clone(&hold), Arc::new(NobodyToTell), PermitRenewal::of(inner));
         }

@@ -150,8 +150,8 @@ impl Semaphore {
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<SemaphorePermits>> {
         check_permits(permits, "acquire")?;
         let inner = self.client.inner();
-        wait_loop::wait_for(inner, &self.name, &self.channel, patience, || {
-            Ok(if scripts::try_acquire(inner, &self.name, permits)? {
+        wait_loop::observed(inner, &self.name, &self.channel, patience, || {
+            Ok(if scripts::try_acquire(inner, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {
                 Attempt::Refused { retry_in: None }

@@ -79,6 +79,15 @@ impl ExpirablePermits {
         self.hold.is_lost()
     }
 
+    /// False once a write of these permits (their acquisition, a renewal)
+    /// was not acknowledged by the replicas the client asks for
+    /// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)):
+    /// a failover could then lose them. Always true when the client asks
+    /// for none. No I/O.
+    pub fn is_replicated(&self) -> bool {
+        self.hold.is_replicated()
+    }
+
     /// Why the permits are known lost, if they are. No I/O.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.hold.lost_reason()

@@ -22,9 +22,11 @@ pub(crate) struct PermitRenewal {
 }
 
 impl PermitRenewal {
-    /// The renewer for `client`'s permit holds.
+    const BATCH_KEY: &'static str = "permit_semaphore";
+
+    /// The renewer of `client`'s permit holds (one per client).
     pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        Arc::new(PermitRenewal { client: client.weak() })
+        client.renewers.get(Self::BATCH_KEY, || Arc::new(PermitRenewal { client: client.weak() }))
     }
 }
 
@@ -35,7 +37,7 @@ fn ids_of(hold: &Hold) -> Result<Vec<PermitId>> {
 
 impl Renew for PermitRenewal {
     fn batch_key(&self) -> &'static str {
-        "permit_semaphore"
+        Self::BATCH_KEY
     }
 
     fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {

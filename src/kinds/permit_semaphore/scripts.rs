@@ -8,7 +8,7 @@ use redis::Value;
 use crate::client::Inner;
 use crate::error::Result;
 use crate::kinds::permit_semaphore::{Keys, PermitId};
-use crate::kinds::semaphore::scripts::{Repeat, eval, int};
+use crate::kinds::semaphore::scripts::{Repeat, eval, eval_replicated, int};
 use crate::store::lanes::Session;
 use crate::store::scripts::unexpected;
 
@@ -25,12 +25,12 @@ pub(crate) const NEVER: &str = "922337203685477";
 
 /// What `acquire.lua` answered.
 pub(crate) enum Acquired {
-    Yes,
+    /// Taken; `replicated` unless the replicas asked for did not
+    /// acknowledge it.
+    Yes { replicated: bool },
     /// Refused; worth trying again after this long at the latest (the
     /// nearest expiry of a held permit), when some permit expires.
-    No {
-        retry_in: Option<Duration>,
-    },
+    No { retry_in: Option<Duration> },
 }
 
 /// `acquire.lua` with `ids` (one per permit) and a lease in ms (`None`: the
@@ -42,7 +42,7 @@ pub(crate) fn acquire(
     ids: &[PermitId],
     lease_ms: Option<u64>,
 ) -> Result<Acquired> {
-    let reply = eval(inner, &keys.name, &ACQUIRE, Repeat::Safe, |call| {
+    let (reply, replicated) = eval_replicated(inner, &keys.name, &ACQUIRE, Repeat::Safe, |call| {
         call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel);
         call.arg(ids.len()).arg(lease_ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)));
         call.arg(NEVER).arg(inner.scripts.publish());
@@ -57,7 +57,7 @@ pub(crate) fn acquire(
         other => return Err(unexpected("permit acquire", other)),
     };
     match pair {
-        (1, _) => Ok(Acquired::Yes),
+        (1, _) => Ok(Acquired::Yes { replicated }),
         (0, -1) => Ok(Acquired::No { retry_in: None }),
         (0, ms) if ms >= 0 => Ok(Acquired::No { retry_in: Some(Duration::from_millis(ms.unsigned_abs())) }),
         _ => Err(unexpected("permit acquire", &reply)),

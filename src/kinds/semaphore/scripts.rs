@@ -29,7 +29,12 @@ pub(crate) enum Repeat {
 /// Runs `script` on the node of `name`'s keys, with the keys and arguments
 /// `fill` gives it; a Redis error reply becomes the crate's error
 /// (`WRONGTYPE` → [`ErrorKind::WrongType`](crate::ErrorKind::WrongType),
-/// anything else, `BADCOUNT` included, → `ErrorKind::Redis`).
+/// anything else, `BADCOUNT` included, → `ErrorKind::Redis`). When the
+/// client requires the replicas' acknowledgement
+/// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks))
+/// and they did not give it, the call is
+/// [`ErrorKind::ReplicaAcks`](crate::ErrorKind::ReplicaAcks) (an acquire
+/// uses [`eval_replicated`] instead, to give back what it took).
 pub(crate) fn eval(
     inner: &Inner,
     name: &str,
@@ -37,12 +42,28 @@ pub(crate) fn eval(
     repeat: Repeat,
     fill: impl Fn(&mut Call<'_>),
 ) -> Result<Value> {
-    let run = |session: &mut Session<'_>| -> Result<Value> {
+    let (value, replicated) = eval_replicated(inner, name, script, repeat, fill)?;
+    if !replicated && inner.config.replica_acks_required {
+        return Err(Error::replica_acks(name));
+    }
+    Ok(value)
+}
+
+/// As [`eval`], returning whether the replicas asked for acknowledged the
+/// call (true when none were asked for) instead of failing without them.
+pub(crate) fn eval_replicated(
+    inner: &Inner,
+    name: &str,
+    script: &LuaScript,
+    repeat: Repeat,
+    fill: impl Fn(&mut Call<'_>),
+) -> Result<(Value, bool)> {
+    let run = |session: &mut Session<'_>| -> Result<(Value, bool)> {
         let mut call = script.call();
         fill(&mut call);
         let (reply, acked) = call.invoke(session, inner.scripts.acks())?;
         session.note_replicated(acked);
-        reply.map_err(|e| Error::from_redis(name, e))
+        reply.map_err(|e| Error::from_redis(name, e)).map(|value| (value, acked != Some(false)))
     };
     match repeat {
         Repeat::Safe => inner.with_live_conn(name, run),
@@ -58,12 +79,22 @@ pub(crate) fn int(script: &'static str, reply: &Value) -> Result<i64> {
     }
 }
 
-/// `try_acquire.lua`: true when the permits were taken.
-pub(crate) fn try_acquire(inner: &Inner, name: &str, permits: u32) -> Result<bool> {
-    let reply = eval(inner, name, &TRY_ACQUIRE, Repeat::Once, |call| {
+/// `try_acquire.lua`: true when the permits were taken. Taken without the
+/// replicas' acknowledgement that the client requires, they are given back
+/// and the call is `ReplicaAcks`.
+pub(crate) fn try_acquire(inner: &Inner, name: &str, channel: &str, permits: u32) -> Result<bool> {
+    let (reply, replicated) = eval_replicated(inner, name, &TRY_ACQUIRE, Repeat::Once, |call| {
         call.key(name).arg(permits);
     })?;
     match int("semaphore try_acquire", &reply)? {
+        1 if !replicated && inner.config.replica_acks_required => {
+            if let Err(e) = release(inner, name, channel, permits) {
+                log::warn!(
+                    "keyholder: giving back {permits} unreplicated permits of semaphore '{name}' failed: {e}"
+                );
+            }
+            Err(Error::replica_acks(name))
+        }
         1 => Ok(true),
         0 => Ok(false),
         _ => Err(unexpected("semaphore try_acquire", &reply)),

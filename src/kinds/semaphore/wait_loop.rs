@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Inner;
 use crate::error::Result;
+use crate::observe;
 use crate::wait::channel::ChannelWait;
 
 /// The outcome of one attempt.
@@ -38,6 +39,38 @@ pub(crate) enum Patience {
     Forever,
 }
 
+impl Patience {
+    /// The acquire mode this patience is observed as.
+    pub(crate) fn mode(self) -> observe::Mode {
+        match self {
+            Patience::Once => observe::Mode::Try,
+            Patience::Until(_) => observe::Mode::Timed,
+            Patience::Forever => observe::Mode::Blocking,
+        }
+    }
+}
+
+/// Runs a semaphore's acquire through `wait_for` inside a
+/// `keyholder.acquire` span, counted by the acquire metrics (see
+/// docs/observability.md): the semaphore's name as the lock.
+pub(crate) fn observed<T>(
+    inner: &Inner,
+    name: &Arc<str>,
+    channel: &str,
+    patience: Patience,
+    attempt: impl FnMut() -> Result<Attempt<T>>,
+) -> Result<Option<T>> {
+    let obs = observe::Acquire::start(name, patience.mode());
+    let outcome = obs.in_scope(|| wait_for_observed(inner, name, channel, patience, Some(&obs), attempt));
+    obs.finish(|| match &outcome {
+        Ok(Some(_)) => observe::AcquireOutcome::Acquired { reentrant: false },
+        Ok(None) if matches!(patience, Patience::Once) => observe::AcquireOutcome::Busy,
+        Ok(None) => observe::AcquireOutcome::TimedOut,
+        Err(_) => observe::AcquireOutcome::Error,
+    });
+    outcome
+}
+
 /// The longest sleep without news: the client's watchdog timeout.
 pub(crate) fn recheck(inner: &Inner) -> Duration {
     inner.config.watchdog_timeout
@@ -50,6 +83,17 @@ pub(crate) fn wait_for<T>(
     name: &Arc<str>,
     channel: &str,
     patience: Patience,
+    attempt: impl FnMut() -> Result<Attempt<T>>,
+) -> Result<Option<T>> {
+    wait_for_observed(inner, name, channel, patience, None, attempt)
+}
+
+fn wait_for_observed<T>(
+    inner: &Inner,
+    name: &Arc<str>,
+    channel: &str,
+    patience: Patience,
+    obs: Option<&observe::Acquire<'_>>,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let mut wait: Option<Arc<ChannelWait>> = None;
@@ -75,6 +119,9 @@ pub(crate) fn wait_for<T>(
         // Subscribed by another thread before this one's attempt: the
         // counter must be read before an attempt to be trusted.
         let Some(seen) = seen else { continue };
+        if let Some(obs) = obs {
+            obs.waiting();
+        }
         // At least 1 ms: a permit expiring now is reclaimed by the next try.
         let nap = retry_in.map_or(recheck(inner), |r| r.clamp(Duration::from_millis(1), recheck(inner)));
         let until = deadline.map_or(now + nap, |d| d.min(now + nap));
