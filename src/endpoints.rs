@@ -81,7 +81,7 @@ pub(crate) fn primary_of(config: &Config, connection_name: &str) -> Result<Prima
     let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
     #[cfg(not(feature = "tls"))]
     let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
-    let node = Node::new(redis_client, pubsub_tls.clone())?;
+    let node = Node::new(redis_client, pubsub_tls.as_ref().cloned())?;
     Ok((Arc::new(Primary::fixed(node)), pubsub_tls, None))
 }
 
