@@ -56,8 +56,8 @@ pub(crate) struct Conn {
     /// `CLIENT SETNAME`, packed, still to go out in front of the first
     /// commands.
     naming: Option<Vec<u8>>,
-    /// The name's reply is still to be read (1), before the first replies.
-    naming_replies: usize,
+    /// The name's reply is still to be read, before the first replies.
+    naming_reply: bool,
 }
 
 impl Conn {
@@ -65,7 +65,7 @@ impl Conn {
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
         let sent = match self.naming.take() {
             Some(mut naming) => {
-                self.naming_replies = 1;
+                self.naming_reply = true;
                 naming.extend_from_slice(bytes);
                 self.stream.write_all(&naming)
             }
@@ -79,14 +79,13 @@ impl Conn {
     /// would be taken for the next caller's.
     pub(crate) fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
         let mut values = Vec::with_capacity(replies);
-        while self.naming_replies > 0 {
+        if std::mem::take(&mut self.naming_reply) {
             // The name is best effort: an error reply (an ACL that denies
             // it) costs nothing else.
             if let Err(e) = self.replies.next(&mut self.stream) {
                 self.fail(&e);
                 return (values, Some(e));
             }
-            self.naming_replies -= 1;
         }
         while values.len() < replies {
             match self.replies.next(&mut self.stream).and_then(refuse_demoted) {
@@ -312,8 +311,9 @@ impl Connector {
     }
 
     /// One connection to the primary. Its name goes out with its first
-    /// commands, in the same write, so that a new connection costs no round
-    /// trip of its own (through Sentinel, `ROLE` costs one).
+    /// commands, in the same write, so that a new connection costs one round
+    /// trip, its setup (through Sentinel, `ROLE`, which the name goes out
+    /// with, costs a second).
     fn connect_to_primary(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
         let node = self.primary.locate()?;
@@ -356,7 +356,7 @@ impl Connector {
             dead: false,
             generation,
             naming: None,
-            naming_replies: 0,
+            naming_reply: false,
         };
         let settings = node.info().redis_settings();
         let mut setup = Vec::new();
@@ -421,5 +421,94 @@ mod tests {
         let other =
             redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::NoScript), "NOSCRIPT"));
         assert!(!is_transport_error(&demoted_as_dropped(other)));
+    }
+
+    /// The command connection against a real server: what redis-rs's
+    /// connection setup did (AUTH with an ACL user, SELECT), the name on the
+    /// first write, and how failures are classified.
+    mod on_a_server {
+        use keyholder_testkit::RedisServer;
+
+        use super::*;
+
+        const TIMEOUT: Duration = Duration::from_millis(300);
+
+        fn connector(url: &str) -> Connector {
+            let node = Node::new(redis::Client::open(url).unwrap(), None).unwrap();
+            let generation = Arc::new(Generation::default());
+            Connector::new(Arc::new(Primary::fixed(node)), TIMEOUT, TIMEOUT, generation, Arc::from("kh-test"))
+        }
+
+        fn query(conn: &mut Conn, command: &redis::Cmd) -> Value {
+            conn.send(&command.get_packed_command()).unwrap();
+            let (mut replies, failure) = conn.receive(1);
+            assert!(failure.is_none(), "{failure:?}");
+            replies.pop().unwrap()
+        }
+
+        #[test]
+        fn logs_in_selects_the_database_and_names_itself() {
+            let server = RedisServer::start();
+            let mut admin = server.conn();
+            let _: () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("alice")
+                .arg("on")
+                .arg(">pw")
+                .arg("~*")
+                .arg("&*")
+                .arg("+@all")
+                .query(&mut admin)
+                .unwrap();
+            let url = format!("redis://alice:pw@127.0.0.1:{}/3", server.port());
+            let mut conn = connector(&url).connect().unwrap();
+            assert_eq!(query(&mut conn, redis::cmd("SET").arg("in-db-3").arg("x")), Value::Okay);
+            assert_eq!(
+                query(&mut conn, &redis::cmd("ACL").arg("WHOAMI").clone()),
+                Value::BulkString(b"alice".to_vec())
+            );
+            assert_eq!(
+                query(&mut conn, redis::cmd("CLIENT").arg("GETNAME")),
+                Value::BulkString(b"kh-test".to_vec())
+            );
+            let mut exists = |db: i64| {
+                let _: () = redis::cmd("SELECT").arg(db).query(&mut admin).unwrap();
+                redis::cmd("EXISTS").arg("in-db-3").query::<i64>(&mut admin).unwrap()
+            };
+            assert_eq!((exists(3), exists(0)), (1, 0));
+
+            let refused = format!("redis://alice:nope@127.0.0.1:{}/", server.port());
+            let e = connector(&refused).connect().err().unwrap();
+            assert_eq!(e.kind(), redis::ErrorKind::AuthenticationFailed, "{e:?}");
+            let out_of_range = format!("redis://alice:pw@127.0.0.1:{}/99", server.port());
+            let e = connector(&out_of_range).connect().err().unwrap();
+            assert!(e.to_string().contains("DB index is out of range"), "{e}");
+        }
+
+        #[test]
+        fn a_timeout_breaks_the_connection_and_a_close_kills_it() {
+            let server = RedisServer::start();
+            let connector = connector(&server.url());
+            let generation = Generation::default();
+
+            let mut slow = connector.connect().unwrap();
+            slow.send(&redis::cmd("BLPOP").arg("nothing").arg(2).get_packed_command()).unwrap();
+            let (replies, failure) = slow.receive(1);
+            let e = failure.unwrap();
+            assert!(replies.is_empty() && e.is_timeout(), "{e:?}");
+            assert!(!slow.is_dead() && !slow.is_usable(&generation));
+
+            let mut closed = connector.connect().unwrap();
+            assert_eq!(query(&mut closed, &redis::cmd("QUIT")), Value::Okay);
+            let _ = closed.send(&redis::cmd("PING").get_packed_command());
+            let (_, failure) = closed.receive(1);
+            assert!(failure.is_some_and(|e| is_transport_error(&e)));
+            assert!(closed.is_dead() && !closed.is_usable(&generation));
+
+            let mut fine = connector.connect().unwrap();
+            let error = query(&mut fine, redis::cmd("INCR").arg("in-db-3").arg("x"));
+            assert!(matches!(error, Value::ServerError(e) if e.code() == "ERR"));
+            assert!(fine.is_usable(&generation), "an error reply leaves the connection as it was");
+        }
     }
 }
