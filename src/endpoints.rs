@@ -81,7 +81,8 @@ pub(crate) fn primary_of(config: &Config, connection_name: &str) -> Result<Prima
     let (redis_client, pubsub_tls) = crate::tls::apply(info, &config.tls)?;
     #[cfg(not(feature = "tls"))]
     let (redis_client, pubsub_tls) = (redis::Client::open(info).map_err(|e| bad_url(&config.url, e))?, None);
-    Ok((Arc::new(Primary::fixed(redis_client)), pubsub_tls, None))
+    let node = Node::new(redis_client, pubsub_tls.as_ref().cloned())?;
+    Ok((Arc::new(Primary::fixed(node)), pubsub_tls, None))
 }
 
 /// Makes each node's redis-rs client from its connection description (with
@@ -96,15 +97,18 @@ pub(crate) fn node_opener(
     {
         let options = config.tls.clone();
         let pubsub_tls = crate::tls::apply(template.clone(), &options)?.1;
-        let open: OpenNode =
-            Box::new(move |info| crate::tls::apply(info, &options).map(|(client, _)| client));
+        let open: OpenNode = Box::new(move |info| {
+            let (client, tls) = crate::tls::apply(info, &options)?;
+            Node::new(client, tls)
+        });
         Ok((open, pubsub_tls))
     }
     #[cfg(not(feature = "tls"))]
     {
         let _ = (config, template);
-        let open: OpenNode =
-            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string())));
+        let open: OpenNode = Box::new(|info| {
+            Node::new(redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string()))?, None)
+        });
         Ok((open, None))
     }
 }

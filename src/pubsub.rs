@@ -8,7 +8,7 @@
 mod resp;
 pub(crate) mod router;
 pub(crate) mod sentinel_watch;
-mod stream;
+pub(crate) mod stream;
 pub(crate) mod subscriber;
 pub(crate) mod target;
 #[cfg(feature = "tls")]

@@ -1,11 +1,12 @@
 //! TLS for `rediss://` URLs (the `tls` feature): the settings a builder
 //! collects, checked once, and made into what each kind of connection needs.
 //!
-//! The command connections connect through redis-rs's own rustls support, which
-//! takes PEM bytes and builds its rustls configuration for every connection.
-//! The pub/sub connection is keyholder's own (see `pubsub/tls_stream.rs`) and
-//! takes a rustls configuration built here, once, from the same PEM bytes, so
-//! both trust the same roots and present the same client certificate.
+//! The command and pub/sub connections are keyholder's own (see
+//! `pubsub/tls_stream.rs`) and take a rustls configuration built here, once
+//! per node, from the PEM bytes. The few redis-rs connections left (`CLUSTER
+//! SLOTS` on a cluster node) connect through redis-rs's own rustls support,
+//! which takes the same PEM bytes, so all trust the same roots and present
+//! the same client certificate.
 //!
 //! Everything that can be wrong with the settings alone (a PEM that holds no
 //! certificate, a key that does not parse or does not match its certificate,
@@ -65,9 +66,10 @@ impl TlsOptions {
     }
 }
 
-/// Applies the TLS settings to a parsed URL: the redis-rs client for the
-/// command connections, and, for a `rediss://` URL, the rustls configuration for the
-/// pub/sub connection.
+/// Applies the TLS settings to a parsed URL: the redis-rs client (its
+/// connection description, and the connections keyholder leaves to
+/// redis-rs), and, for a `rediss://` URL, the rustls configuration of
+/// keyholder's own command and pub/sub connections.
 pub(crate) fn apply(
     info: redis::ConnectionInfo,
     options: &TlsOptions,

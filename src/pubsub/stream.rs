@@ -1,8 +1,10 @@
-//! The pub/sub connection's socket: TCP, TLS over TCP for `rediss://` URLs
+//! keyholder's sockets to Redis: TCP, TLS over TCP for `rediss://` URLs
 //! (the `tls` feature; see `tls_stream.rs`), or a Unix domain socket for
-//! `redis+unix://` and `unix://` URLs. The subscriber needs a little more
-//! than `Read` and `Write` of it: a clone for the writing half, timeouts,
-//! and a shutdown that wakes the reader.
+//! `redis+unix://` and `unix://` URLs. The pub/sub connections and the
+//! command connections (`store/connection.rs`) both connect through here.
+//! The subscriber needs a little more than `Read` and `Write` of it: a
+//! clone for the writing half, timeouts, and a shutdown that wakes the
+//! reader.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
@@ -13,6 +15,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::error::{Error, Result};
+use crate::pubsub::target::PubsubTls;
 #[cfg(feature = "tls")]
 use crate::pubsub::tls_stream::TlsStream;
 
@@ -44,6 +48,28 @@ pub(crate) enum Stream {
 }
 
 impl Address {
+    /// The address of a redis-rs connection description: TCP, a Unix socket,
+    /// or, with the `tls` feature, TLS over TCP with `tls` (the configuration
+    /// made from the client's TLS settings). Used by the pub/sub connections
+    /// and the command connections alike.
+    pub(crate) fn of(info: &redis::ConnectionInfo, tls: Option<PubsubTls>) -> Result<Address> {
+        match (info.addr(), tls) {
+            (redis::ConnectionAddr::Tcp(host, port), _) => {
+                Ok(Address::Tcp { host: host.clone(), port: *port })
+            }
+            #[cfg(feature = "tls")]
+            (redis::ConnectionAddr::TcpTls { host, port, .. }, Some(config)) => {
+                Ok(Address::Tls { host: host.clone(), port: *port, config })
+            }
+            #[cfg(unix)]
+            (redis::ConnectionAddr::Unix(path), _) => Ok(Address::Unix(path.clone())),
+            (other, _) => Err(Error::invalid_config(format!(
+                "keyholder connects to redis:// (TCP), rediss:// (TLS, with the `tls` feature) and \
+                 redis+unix:// URLs; got {other}"
+            ))),
+        }
+    }
+
     /// Connects, trying each resolved address of a host name in turn, all
     /// within `timeout` (a TLS handshake included; a Unix socket connects at
     /// once or not at all).

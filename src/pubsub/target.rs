@@ -9,7 +9,7 @@ use std::io::{self, BufReader};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::pubsub::resp::{self, Resp};
 use crate::pubsub::stream::{Address, Stream};
 
@@ -53,21 +53,7 @@ impl Target {
         name: String,
         tls: Option<PubsubTls>,
     ) -> Result<Target> {
-        let address = match (info.addr(), tls) {
-            (redis::ConnectionAddr::Tcp(host, port), _) => Address::Tcp { host: host.clone(), port: *port },
-            #[cfg(feature = "tls")]
-            (redis::ConnectionAddr::TcpTls { host, port, .. }, Some(config)) => {
-                Address::Tls { host: host.clone(), port: *port, config }
-            }
-            #[cfg(unix)]
-            (redis::ConnectionAddr::Unix(path), _) => Address::Unix(path.clone()),
-            (other, _) => {
-                return Err(Error::invalid_config(format!(
-                    "keyholder connects to redis:// (TCP), rediss:// (TLS, with the `tls` feature) and \
-                     redis+unix:// URLs; got {other}"
-                )));
-            }
-        };
+        let address = Address::of(info, tls)?;
         Ok(Target {
             address,
             username: info.redis_settings().username().map(str::to_owned),
@@ -83,7 +69,7 @@ impl Target {
     /// connection (see `tls.rs`). `None` when it succeeds, or fails for
     /// another reason than TLS.
     #[cfg(feature = "tls")]
-    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<Error> {
+    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<crate::error::Error> {
         if !matches!(self.address, Address::Tls { .. }) {
             return None;
         }

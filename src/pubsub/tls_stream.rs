@@ -38,6 +38,10 @@ pub(crate) struct TlsStream {
     plaintext: Vec<u8>,
     /// How much of `plaintext` was handed out.
     consumed: usize,
+    /// Where ciphertext is read to (reading half only): allocated and
+    /// zeroed on the first read, then reused, since every reply of a
+    /// command connection is a read (see `store/replies.rs`).
+    ciphertext: Vec<u8>,
 }
 
 impl TlsStream {
@@ -84,7 +88,13 @@ impl TlsStream {
         while session.wants_write() {
             session.write_tls(&mut socket)?;
         }
-        Ok(TlsStream { tcp, session: Arc::new(Mutex::new(session)), plaintext: Vec::new(), consumed: 0 })
+        Ok(TlsStream {
+            tcp,
+            session: Arc::new(Mutex::new(session)),
+            plaintext: Vec::new(),
+            consumed: 0,
+            ciphertext: Vec::new(),
+        })
     }
 
     /// Another half of the same connection, sharing its session and socket.
@@ -94,6 +104,7 @@ impl TlsStream {
             session: Arc::clone(&self.session),
             plaintext: Vec::new(),
             consumed: 0,
+            ciphertext: Vec::new(),
         })
     }
 
@@ -151,14 +162,18 @@ impl Read for TlsStream {
                 return Ok(n);
             }
             // Blocks (up to the read timeout) without holding the session.
-            let mut ciphertext = [0u8; READ_CHUNK];
-            let n = (&self.tcp).read(&mut ciphertext)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            let closed = self.decrypt(&ciphertext[..n])?;
-            if closed && self.plaintext.is_empty() {
-                return Ok(0);
+            let mut ciphertext = std::mem::take(&mut self.ciphertext);
+            ciphertext.resize(READ_CHUNK, 0);
+            let decrypted = match (&self.tcp).read(&mut ciphertext) {
+                Ok(0) => Ok(None),
+                Ok(n) => self.decrypt(ciphertext.get(..n).unwrap_or_default()).map(Some),
+                Err(e) => Err(e),
+            };
+            self.ciphertext = ciphertext;
+            match decrypted? {
+                None => return Ok(0),
+                Some(closed) if closed && self.plaintext.is_empty() => return Ok(0),
+                Some(_) => {}
             }
         }
     }

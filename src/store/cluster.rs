@@ -240,9 +240,9 @@ impl Cluster {
     /// `CLUSTER SLOTS` of the node at `addr`, on a connection of its own.
     fn ask_slots(&self, addr: &Addr) -> Result<Vec<SlotRange>> {
         let info = at_address(&self.settings.template, addr.0.clone(), addr.1);
-        let client = (self.settings.open)(info)?;
+        let node = (self.settings.open)(info)?;
         let mut con =
-            client.get_connection_with_timeout(self.settings.connect_timeout).map_err(access_error)?;
+            node.client().get_connection_with_timeout(self.settings.connect_timeout).map_err(access_error)?;
         con.set_read_timeout(Some(self.settings.command_timeout)).map_err(Error::redis)?;
         con.set_write_timeout(Some(self.settings.command_timeout)).map_err(Error::redis)?;
         let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).map_err(|e| {
@@ -294,14 +294,14 @@ impl Cluster {
     fn new_shard(&self, addr: Addr) -> Result<Arc<Shard>> {
         let s = &self.settings;
         let info = at_address(&s.template, addr.0.clone(), addr.1);
-        let client = (s.open)(info.clone())?;
+        let node = (s.open)(info.clone())?;
         let generation = Arc::new(Generation::default());
         if let Some(hook) = self.on_dead.get() {
             let hook = Arc::clone(hook);
             generation.on_dead(move || hook());
         }
         let connector = Connector::new(
-            Arc::new(Primary::fixed(client)),
+            Arc::new(Primary::fixed(node)),
             s.connect_timeout,
             s.command_timeout,
             generation,

@@ -1,14 +1,24 @@
 //! Opening command connections, and what a connection remembers of its
 //! failures.
 //!
-//! redis-rs connects without a timeout unless asked and leaves read and write
-//! timeouts unset, so a black-holed Redis would hang a caller. The connector
-//! connects with the configured timeout and sets both socket timeouts, and
-//! any I/O error or timeout retires the connection: a write cut short leaves
-//! the stream's framing unknown, and a reply that timed out points at a hung
-//! path whose late reply the next user of the connection would wait behind
-//! (design.md, ADR 12; stale replies themselves are skipped by redis-rs and
-//! matched by position in the lanes).
+//! **keyholder's own socket.** A command connection is a socket of
+//! `pubsub/stream.rs` (TCP, TLS, a Unix socket) and a reply reader of
+//! `replies.rs`, not a `redis::Connection`: redis-rs's reader zero-fills
+//! up to 8 KiB before every socket read, which was over a third of the
+//! client's instructions (docs/performance.md). redis-rs still parses URLs,
+//! packs commands and provides `Value` and `RedisError`; replies come out as
+//! the same values and errors it gives. Opening one does what redis-rs's
+//! `get_connection_with_timeout` did for RESP2 (see [`Connector::open`]):
+//! connect, TLS handshake and one setup round trip (`AUTH`, `SELECT`,
+//! `CLIENT SETINFO`) within the connect timeout. `CLIENT SETNAME` goes out
+//! in front of the first commands, in the same write.
+//!
+//! **Timeouts.** Both socket timeouts are set to the command timeout, so a
+//! black-holed Redis cannot hang a caller, and any I/O error or timeout
+//! retires the connection: a write cut short leaves the stream's framing
+//! unknown, and a reply that timed out points at a hung path whose late
+//! reply the next user of the connection would wait behind (design.md,
+//! ADR 12). Replies are matched to calls by position in the lanes.
 //!
 //! **Dead idle connections.** When Redis, a proxy or a load balancer drops
 //! every connection at once (a restart, `CLIENT KILL`, an idle `timeout`),
@@ -20,19 +30,24 @@
 //! connection in use, not one failed call per connection.
 
 use std::fmt;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
 use crate::error::{Error, Result};
-use crate::store::primary::Primary;
+use crate::pubsub::stream::Stream;
+use crate::store::primary::{Node, Primary};
+use crate::store::replies::Replies;
 
 /// A command connection that remembers whether an I/O error left it in an
 /// unknown state.
 pub(crate) struct Conn {
-    inner: redis::Connection,
+    stream: Stream,
+    /// The read buffer, and the replies read but not yet taken.
+    replies: Replies,
     broken: bool,
     /// The connection was found dropped or reset by the other side.
     dead: bool,
@@ -49,13 +64,14 @@ impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
         let sent = match self.naming.take() {
-            Some(naming) => {
+            Some(mut naming) => {
                 self.naming_reply = true;
-                self.inner.send_packed_command(&[naming.as_slice(), bytes].concat())
+                naming.extend_from_slice(bytes);
+                self.stream.write_all(&naming)
             }
-            None => self.inner.send_packed_command(bytes),
+            None => self.stream.write_all(bytes),
         };
-        sent.inspect_err(|e| self.fail(e))
+        sent.and_then(|()| self.stream.flush()).map_err(RedisError::from).inspect_err(|e| self.fail(e))
     }
 
     /// Reads `replies` replies, stopping at the first failure, which
@@ -66,13 +82,13 @@ impl Conn {
         if std::mem::take(&mut self.naming_reply) {
             // The name is best effort: an error reply (an ACL that denies
             // it) costs nothing else.
-            if let Err(e) = self.inner.recv_response() {
+            if let Err(e) = self.replies.next(&mut self.stream) {
                 self.fail(&e);
                 return (values, Some(e));
             }
         }
         while values.len() < replies {
-            match self.inner.recv_response().and_then(refuse_demoted) {
+            match self.replies.next(&mut self.stream).and_then(refuse_demoted) {
                 Ok(value) => values.push(value),
                 Err(e) => {
                     self.fail(&e);
@@ -95,10 +111,11 @@ impl Conn {
     }
 
     /// True when the connection can take the next command: no failure left
-    /// it in an unknown state, it is of the current generation, and the
-    /// other side has not closed it.
+    /// it in an unknown state (the other side closing it included: a read
+    /// that finds the end of the stream fails), and it is of the current
+    /// generation.
     pub(crate) fn is_usable(&self, generation: &Generation) -> bool {
-        !self.broken && self.generation >= generation.current() && redis::ConnectionLike::is_open(&self.inner)
+        !self.broken && self.generation >= generation.current()
     }
 
     /// The generation the connection was opened in.
@@ -294,25 +311,98 @@ impl Connector {
     }
 
     /// One connection to the primary. Its name goes out with its first
-    /// commands, in the same write, so that a new connection costs no round
-    /// trip of its own (through Sentinel, `ROLE` costs one).
+    /// commands, in the same write, so that a new connection costs one round
+    /// trip, its setup (through Sentinel, `ROLE`, which the name goes out
+    /// with, costs a second).
     fn connect_to_primary(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
         let node = self.primary.locate()?;
-        let mut inner = match node.client().get_connection_with_timeout(self.connect_timeout) {
-            Ok(inner) => inner,
+        let mut conn = match self.open(&node, generation) {
+            Ok(conn) => conn,
             Err(e) => {
                 self.primary.lost(&node);
                 return Err(e);
             }
         };
-        inner.set_read_timeout(Some(self.command_timeout))?;
-        inner.set_write_timeout(Some(self.command_timeout))?;
-        self.primary.confirm(&node, &mut inner)?;
         // So that CLIENT LIST tells keyholder's connections, and whose they
         // are.
-        let naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
-        Ok(Conn { inner, broken: false, dead: false, generation, naming, naming_reply: false })
+        conn.naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
+        self.primary.confirm(&node, &mut conn)?;
+        Ok(conn)
+    }
+
+    /// Connects to `node` and sets the connection up, as redis-rs's
+    /// `get_connection_with_timeout` did for RESP2: the TCP connect, the TLS
+    /// handshake and the setup round trip all within the connect timeout,
+    /// then the command timeout for every read and write. The setup is one
+    /// pipelined write: `AUTH` when the node's URL has a password (with its
+    /// ACL user when it has one), `SELECT` when it names a database other
+    /// than 0, and `CLIENT SETINFO` (best effort: Redis before 7.2 refuses
+    /// it). Its replies prove the server answers before any script is sent:
+    /// a path that swallows replies fails here, with nothing run.
+    fn open(&self, node: &Node, generation: u64) -> redis::RedisResult<Conn> {
+        let deadline = Instant::now() + self.connect_timeout;
+        let stream = node.address().connect(self.connect_timeout)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to redis timed out").into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        stream.set_write_timeout(Some(left))?;
+        let mut conn = Conn {
+            stream,
+            replies: Replies::default(),
+            broken: false,
+            dead: false,
+            generation,
+            naming: None,
+            naming_reply: false,
+        };
+        let settings = node.info().redis_settings();
+        let mut setup = Vec::new();
+        let mut auth = None;
+        if let Some(password) = settings.password() {
+            let mut command = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                command.arg(user);
+            }
+            command.arg(password);
+            setup.push(command);
+            auth = Some(0);
+        }
+        let select = (settings.db() != 0).then(|| {
+            setup.push(redis::cmd("SELECT").arg(settings.db()).clone());
+            setup.len() - 1
+        });
+        for (field, value) in [("LIB-NAME", "keyholder"), ("LIB-VER", env!("CARGO_PKG_VERSION"))] {
+            setup.push(redis::cmd("CLIENT").arg("SETINFO").arg(field).arg(value).clone());
+        }
+        let packed: Vec<u8> = setup.iter().flat_map(redis::Cmd::get_packed_command).collect();
+        conn.send(&packed)?;
+        let (replies, failure) = conn.receive(setup.len());
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        // The errors are redis-rs's: a refused `AUTH` is
+        // `AuthenticationFailed`, a refused `SELECT` says so with the
+        // server's reason.
+        if let Some(Value::ServerError(e)) = auth.and_then(|at| replies.get(at)) {
+            return Err(RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "Password authentication failed",
+                e.details().unwrap_or(e.code()).to_owned(),
+            )));
+        }
+        if let Some(Value::ServerError(e)) = select.and_then(|at| replies.get(at)) {
+            return Err(RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "Redis server refused to switch database",
+                e.details().unwrap_or(e.code()).to_owned(),
+            )));
+        }
+        conn.stream.set_read_timeout(Some(self.command_timeout))?;
+        conn.stream.set_write_timeout(Some(self.command_timeout))?;
+        Ok(conn)
     }
 }
 
@@ -331,5 +421,94 @@ mod tests {
         let other =
             redis::RedisError::from((redis::ErrorKind::Server(redis::ServerErrorKind::NoScript), "NOSCRIPT"));
         assert!(!is_transport_error(&demoted_as_dropped(other)));
+    }
+
+    /// The command connection against a real server: what redis-rs's
+    /// connection setup did (AUTH with an ACL user, SELECT), the name on the
+    /// first write, and how failures are classified.
+    mod on_a_server {
+        use keyholder_testkit::RedisServer;
+
+        use super::*;
+
+        const TIMEOUT: Duration = Duration::from_millis(300);
+
+        fn connector(url: &str) -> Connector {
+            let node = Node::new(redis::Client::open(url).unwrap(), None).unwrap();
+            let generation = Arc::new(Generation::default());
+            Connector::new(Arc::new(Primary::fixed(node)), TIMEOUT, TIMEOUT, generation, Arc::from("kh-test"))
+        }
+
+        fn query(conn: &mut Conn, command: &redis::Cmd) -> Value {
+            conn.send(&command.get_packed_command()).unwrap();
+            let (mut replies, failure) = conn.receive(1);
+            assert!(failure.is_none(), "{failure:?}");
+            replies.pop().unwrap()
+        }
+
+        #[test]
+        fn logs_in_selects_the_database_and_names_itself() {
+            let server = RedisServer::start();
+            let mut admin = server.conn();
+            let _: () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("alice")
+                .arg("on")
+                .arg(">pw")
+                .arg("~*")
+                .arg("&*")
+                .arg("+@all")
+                .query(&mut admin)
+                .unwrap();
+            let url = format!("redis://alice:pw@127.0.0.1:{}/3", server.port());
+            let mut conn = connector(&url).connect().unwrap();
+            assert_eq!(query(&mut conn, redis::cmd("SET").arg("in-db-3").arg("x")), Value::Okay);
+            assert_eq!(
+                query(&mut conn, &redis::cmd("ACL").arg("WHOAMI").clone()),
+                Value::BulkString(b"alice".to_vec())
+            );
+            assert_eq!(
+                query(&mut conn, redis::cmd("CLIENT").arg("GETNAME")),
+                Value::BulkString(b"kh-test".to_vec())
+            );
+            let mut exists = |db: i64| {
+                let _: () = redis::cmd("SELECT").arg(db).query(&mut admin).unwrap();
+                redis::cmd("EXISTS").arg("in-db-3").query::<i64>(&mut admin).unwrap()
+            };
+            assert_eq!((exists(3), exists(0)), (1, 0));
+
+            let refused = format!("redis://alice:nope@127.0.0.1:{}/", server.port());
+            let e = connector(&refused).connect().err().unwrap();
+            assert_eq!(e.kind(), redis::ErrorKind::AuthenticationFailed, "{e:?}");
+            let out_of_range = format!("redis://alice:pw@127.0.0.1:{}/99", server.port());
+            let e = connector(&out_of_range).connect().err().unwrap();
+            assert!(e.to_string().contains("DB index is out of range"), "{e}");
+        }
+
+        #[test]
+        fn a_timeout_breaks_the_connection_and_a_close_kills_it() {
+            let server = RedisServer::start();
+            let connector = connector(&server.url());
+            let generation = Generation::default();
+
+            let mut slow = connector.connect().unwrap();
+            slow.send(&redis::cmd("BLPOP").arg("nothing").arg(2).get_packed_command()).unwrap();
+            let (replies, failure) = slow.receive(1);
+            let e = failure.unwrap();
+            assert!(replies.is_empty() && e.is_timeout(), "{e:?}");
+            assert!(!slow.is_dead() && !slow.is_usable(&generation));
+
+            let mut closed = connector.connect().unwrap();
+            assert_eq!(query(&mut closed, &redis::cmd("QUIT")), Value::Okay);
+            let _ = closed.send(&redis::cmd("PING").get_packed_command());
+            let (_, failure) = closed.receive(1);
+            assert!(failure.is_some_and(|e| is_transport_error(&e)));
+            assert!(closed.is_dead() && !closed.is_usable(&generation));
+
+            let mut fine = connector.connect().unwrap();
+            let error = query(&mut fine, redis::cmd("INCR").arg("in-db-3").arg("x"));
+            assert!(matches!(error, Value::ServerError(e) if e.code() == "ERR"));
+            assert!(fine.is_usable(&generation), "an error reply leaves the connection as it was");
+        }
     }
 }

@@ -20,6 +20,9 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
+use crate::pubsub::stream::Address;
+use crate::pubsub::target::PubsubTls;
+use crate::store::connection::Conn;
 use crate::store::sentinel::{MasterAddr, Sentinels};
 
 /// Where the command and pub/sub connections go.
@@ -68,16 +71,32 @@ struct Discovered {
     open: OpenNode,
 }
 
-/// Makes the redis-rs client of a node from its connection description.
-pub(crate) type OpenNode = Box<dyn Fn(redis::ConnectionInfo) -> Result<redis::Client> + Send + Sync>;
+/// Makes a node from its connection description (with the builder's TLS
+/// settings, when there are some).
+pub(crate) type OpenNode = Box<dyn Fn(redis::ConnectionInfo) -> Result<Node> + Send + Sync>;
 
 /// One Redis server to open connections to.
 #[derive(Debug)]
 pub(crate) struct Node {
     client: redis::Client,
+    /// Where keyholder's own command connections go (see
+    /// `store/connection.rs`); credentials and database are the client's.
+    address: Address,
 }
 
 impl Node {
+    /// The node `client` describes, reached over TLS with `tls` when its
+    /// URL says `rediss://`.
+    pub(crate) fn new(client: redis::Client, tls: Option<PubsubTls>) -> Result<Node> {
+        let address = Address::of(client.get_connection_info(), tls)?;
+        Ok(Node { client, address })
+    }
+
+    /// Where the node listens.
+    pub(crate) fn address(&self) -> &Address {
+        &self.address
+    }
+
     /// The redis-rs client that opens connections to the node.
     pub(crate) fn client(&self) -> &redis::Client {
         &self.client
@@ -100,9 +119,9 @@ impl std::fmt::Debug for Primary {
 }
 
 impl Primary {
-    /// The server of a URL (`client` made from it).
-    pub(crate) fn fixed(client: redis::Client) -> Primary {
-        Primary::new(Source::Fixed, Some(Arc::new(Node { client })))
+    /// The server of a URL.
+    pub(crate) fn fixed(node: Node) -> Primary {
+        Primary::new(Source::Fixed, Some(Arc::new(node)))
     }
 
     /// The master `sentinels` name, reached with `template`'s settings
@@ -165,8 +184,7 @@ impl Primary {
             current.trusted = true;
             return Ok(node);
         }
-        let client = (discovered.open)(at_address(&discovered.template, host, port))?;
-        let node = Arc::new(Node { client });
+        let node = Arc::new((discovered.open)(at_address(&discovered.template, host, port))?);
         let previous = current.node.replace(Arc::clone(&node));
         current.trusted = true;
         drop(current);
@@ -234,12 +252,18 @@ impl Primary {
 
     /// Checks that a new connection to `node` reached a master (`ROLE`),
     /// for a discovered primary; a fixed one is taken as it is.
-    pub(crate) fn confirm(&self, node: &Arc<Node>, con: &mut redis::Connection) -> redis::RedisResult<()> {
+    pub(crate) fn confirm(&self, node: &Arc<Node>, con: &mut Conn) -> redis::RedisResult<()> {
         if !self.is_discovered() {
             return Ok(());
         }
-        let role: Vec<redis::Value> = redis::cmd("ROLE").query(con)?;
-        let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
+        con.send(&redis::cmd("ROLE").get_packed_command())?;
+        let (mut replies, failure) = con.receive(1);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let role = replies.pop().unwrap_or(redis::Value::Nil).extract_error()?;
+        let is_master = matches!(&role, redis::Value::Array(items)
+            if matches!(items.first(), Some(redis::Value::BulkString(b)) if b == b"master"));
         if is_master {
             return Ok(());
         }
@@ -286,8 +310,9 @@ mod tests {
         let timeout = Duration::from_secs(1);
         let sentinels = Sentinels::new(&["redis://127.0.0.1:1".to_owned()], "m", timeout, timeout).unwrap();
         let template = redis::IntoConnectionInfo::into_connection_info("redis://:pw@127.0.0.1:1/3").unwrap();
-        let open: OpenNode =
-            Box::new(|info| redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string())));
+        let open: OpenNode = Box::new(|info| {
+            Node::new(redis::Client::open(info).map_err(|e| Error::invalid_config(e.to_string()))?, None)
+        });
         Primary::sentinel(sentinels, template, open)
     }
 
@@ -336,7 +361,7 @@ mod tests {
     #[test]
     fn a_fixed_primary_never_moves_nor_asks() {
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
-        let primary = Primary::fixed(client);
+        let primary = Primary::fixed(Node::new(client, None).unwrap());
         let node = primary.locate().unwrap();
         primary.lost(&node);
         assert!(Arc::ptr_eq(&node, &primary.locate().unwrap()));
