@@ -16,9 +16,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::pubsub::target::PubsubTls;
 #[cfg(feature = "tls")]
 use crate::pubsub::tls_stream::TlsStream;
+
+/// What a socket of keyholder's own (pub/sub, commands) needs for TLS: the rustls configuration
+/// (nothing can be given without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
+/// What a socket of keyholder's own (pub/sub, commands) needs for TLS: the rustls configuration
+/// (nothing can be given without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(crate) type PubsubTls = std::convert::Infallible;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]

@@ -5,22 +5,11 @@
 
 use std::fmt;
 use std::io::{self, BufReader};
-#[cfg(feature = "tls")]
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::{Address, Stream};
-
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(feature = "tls")]
-pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
-/// What the pub/sub connection needs for TLS: the rustls configuration
-/// (nothing can be given without the `tls` feature).
-#[cfg(not(feature = "tls"))]
-pub(crate) type PubsubTls = std::convert::Infallible;
+use crate::pubsub::stream::{Address, PubsubTls, Stream};
 
 /// Where and how to connect.
 #[derive(Clone)]

@@ -327,7 +327,7 @@ impl Connector {
         // So that CLIENT LIST tells keyholder's connections, and whose they
         // are.
         conn.naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
-        self.primary.confirm(&node, &mut conn)?;
+        self.confirm_master(&node, &mut conn)?;
         Ok(conn)
     }
 
@@ -403,6 +403,32 @@ impl Connector {
         conn.stream.set_read_timeout(Some(self.command_timeout))?;
         conn.stream.set_write_timeout(Some(self.command_timeout))?;
         Ok(conn)
+    }
+
+    /// Checks that a new connection to `node` reached a master (`ROLE`),
+    /// for a discovered primary (a node a sentinel named); a fixed one is
+    /// taken as it is.
+    fn confirm_master(&self, node: &Arc<Node>, con: &mut Conn) -> redis::RedisResult<()> {
+        if !self.primary.is_discovered() {
+            return Ok(());
+        }
+        con.send(&redis::cmd("ROLE").get_packed_command())?;
+        let (mut replies, failure) = con.receive(1);
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let role = replies.pop().unwrap_or(redis::Value::Nil).extract_error()?;
+        let is_master = matches!(&role, redis::Value::Array(items)
+            if matches!(items.first(), Some(redis::Value::BulkString(b)) if b == b"master"));
+        if is_master {
+            return Ok(());
+        }
+        self.primary.lost(node);
+        Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("{} is not a master (a failover is under way)", node.info().addr()),
+        )
+        .into())
     }
 }
 

@@ -20,9 +20,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
-use crate::pubsub::stream::Address;
-use crate::pubsub::target::PubsubTls;
-use crate::store::connection::Conn;
+use crate::pubsub::stream::{Address, PubsubTls};
 use crate::store::sentinel::{MasterAddr, Sentinels};
 
 /// Where the command and pub/sub connections go.
@@ -248,31 +246,6 @@ impl Primary {
         if let Err(e) = self.locate() {
             log::debug!("keyholder: no sentinel named the primary: {e}");
         }
-    }
-
-    /// Checks that a new connection to `node` reached a master (`ROLE`),
-    /// for a discovered primary; a fixed one is taken as it is.
-    pub(crate) fn confirm(&self, node: &Arc<Node>, con: &mut Conn) -> redis::RedisResult<()> {
-        if !self.is_discovered() {
-            return Ok(());
-        }
-        con.send(&redis::cmd("ROLE").get_packed_command())?;
-        let (mut replies, failure) = con.receive(1);
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let role = replies.pop().unwrap_or(redis::Value::Nil).extract_error()?;
-        let is_master = matches!(&role, redis::Value::Array(items)
-            if matches!(items.first(), Some(redis::Value::BulkString(b)) if b == b"master"));
-        if is_master {
-            return Ok(());
-        }
-        self.lost(node);
-        Err(io::Error::new(
-            io::ErrorKind::ConnectionRefused,
-            format!("{} is not a master (a failover is under way)", node.info().addr()),
-        )
-        .into())
     }
 }
 

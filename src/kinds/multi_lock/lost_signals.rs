@@ -102,7 +102,8 @@ impl LostSignals {
                         // more can come but the expiry.
                         match self.expires {
                             Some(expires) if expires <= deadline => {
-                                std::thread::sleep(expires.saturating_duration_since(Instant::now()));
+                                // A timer channel: woken at the expiry.
+                                let _ = crossbeam_channel::at(expires).recv();
                             }
                             _ => return None,
                         }
