@@ -59,22 +59,6 @@ fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, Str
 }
 
 #[test]
-fn every_script_documents_its_contract_in_a_header() {
-    let mut scripts = 0;
-    for path in lua_scripts() {
-        scripts += 1;
-        let text = std::fs::read_to_string(&path).unwrap();
-        let file = path.display();
-        assert!(text.starts_with("--"), "{file} does not open with a header comment");
-        let header: String = text.lines().take_while(|l| l.starts_with("--")).collect::<Vec<_>>().join("\n");
-        for word in ["KEYS[", "ARGV[", "Returns"] {
-            assert!(header.contains(word), "{file}'s header does not document {word}");
-        }
-    }
-    assert!(scripts >= 4, "only {scripts} scripts under lua/");
-}
-
-#[test]
 fn acquire_on_a_fresh_key_creates_the_hash_with_count_one_and_the_lease() {
     let server = RedisServer::start();
     let mut con = server.conn();
@@ -867,41 +851,4 @@ fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
     assert_eq!(release_queued(&mut con, name, OWNER_C, 0).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
-}
-
-/// docs/redisson-compat.md quotes every script's header comment; they must
-/// not drift apart.
-#[test]
-fn the_compat_doc_quotes_every_script_header_verbatim() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/redisson-compat.md")).unwrap();
-    for path in lua_scripts() {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
-        let quoted = format!("```lua\n{}\n```", header.join("\n"));
-        assert!(
-            doc.contains(&quoted),
-            "docs/redisson-compat.md does not quote {}'s header as it is",
-            path.display()
-        );
-    }
-}
-
-/// Every script under `lua/`, one folder per kind (`lua/<kind>/*.lua`).
-fn lua_scripts() -> Vec<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
-    let mut scripts = Vec::new();
-    let mut dirs = vec![root];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "lua") {
-                scripts.push(path);
-            }
-        }
-    }
-    scripts.sort();
-    scripts
 }
