@@ -2,8 +2,8 @@
 //! seam between the watchdog and the kinds.
 //!
 //! A kind registers each watchdog-lease hold with a [`Renew`] (how to renew
-//! holds of its layout in Redis) and an [`OnLost`] (whom to tell locally
-//! when the hold turns out lost). The watchdog knows nothing else of the
+//! holds of its layout in Redis) and, if anyone local needs telling, an
+//! [`OnLost`] (whom to tell when the hold turns out lost). The watchdog knows nothing else of the
 //! kind: every period it groups the registered holds by
 //! [`Renew::batch_key`] and by node, and hands each group (at most
 //! `watchdog::BATCH` holds) to one renewer's [`Renew::renew`]. Kinds that
@@ -40,14 +40,6 @@ pub(crate) trait Renew: Send + Sync + std::fmt::Debug {
 /// its guard's listeners.
 pub(crate) trait OnLost: Send + Sync {
     fn hold_lost(&self, hold: &Hold);
-}
-
-/// For holds whose kind has nobody local to tell.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NobodyToTell;
-
-impl OnLost for NobodyToTell {
-    fn hold_lost(&self, _hold: &Hold) {}
 }
 
 /// One client's renewers, one per batch key, made on first use: a hold's

@@ -39,8 +39,9 @@ pub(crate) const BATCH: usize = 100;
 #[derive(Clone)]
 struct Watched {
     hold: Arc<Hold>,
-    /// Told when the hold is lost (the lock's local waiters).
-    on_lost: Arc<dyn OnLost>,
+    /// Told when the hold is lost (the lock's local waiters), if anyone
+    /// local needs telling.
+    on_lost: Option<Arc<dyn OnLost>>,
     /// How to renew it (watchdog lease), or `None` to only watch its
     /// deadline (fixed lease).
     renew: Option<Arc<dyn Renew>>,
@@ -67,12 +68,12 @@ impl Registry {
 
     /// Renews `hold` with `renew` until deregistered; tells `on_lost` if it
     /// is lost.
-    pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Arc<dyn OnLost>, renew: Arc<dyn Renew>) {
+    pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>, renew: Arc<dyn Renew>) {
         self.holds.lock().insert(hold.id, Watched { hold, on_lost, renew: Some(renew) });
     }
 
     /// Watches the deadline of a hold that is not renewed.
-    pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Arc<dyn OnLost>) {
+    pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>) {
         self.holds.lock().entry(hold.id).or_insert(Watched { hold, on_lost, renew: None });
         let _ = self.kick.try_send(());
     }
@@ -105,7 +106,9 @@ impl Registry {
         for Watched { hold, on_lost, .. } in overdue {
             if !hold.is_releasing() {
                 hold.mark_lost(LostReason::LeaseExpired);
-                on_lost.hold_lost(&hold);
+                if let Some(on_lost) = on_lost {
+                    on_lost.hold_lost(&hold);
+                }
             }
         }
     }
@@ -261,7 +264,9 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                         registry.deregister(hold.id);
                         // Threads of this client queued behind the lost
                         // hold may take the lock now.
-                        on_lost.hold_lost(hold);
+                        if let Some(on_lost) = on_lost {
+                            on_lost.hold_lost(hold);
+                        }
                     }
                 }
             }

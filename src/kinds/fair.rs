@@ -46,7 +46,6 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
 use crate::observe;
@@ -408,7 +407,7 @@ impl FairLock {
         }
         if self.lease == Lease::Watchdog {
             // The fair lock's hash is RLock's: the same renewer keeps it.
-            inner.watchdog.register(Arc::clone(&hold), Arc::new(NobodyToTell), HashRenewal::of(inner));
+            inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
         }
         held::insert(Arc::clone(&hold));
         Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))

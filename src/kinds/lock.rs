@@ -439,7 +439,7 @@ impl Lock {
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(
                         Arc::clone(&hold),
-                        Arc::clone(entry) as _,
+                        Some(Arc::clone(entry) as _),
                         HashRenewal::of(inner),
                     );
                 }

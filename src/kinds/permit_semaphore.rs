@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
 use crate::kinds::semaphore::{channel_of, check_permits};
 use crate::lease::Lease;
@@ -266,7 +265,7 @@ impl PermitExpirableSemaphore {
             hold.mark_unreplicated();
         }
         if self.lease == Lease::Watchdog {
-            inner.watchdog.register(Arc::clone(&hold), Arc::new(NobodyToTell), PermitRenewal::of(inner));
+            inner.watchdog.register(Arc::clone(&hold), None, PermitRenewal::of(inner));
         }
         Ok(Some(ExpirablePermits::new(Arc::clone(inner), Arc::clone(&self.keys), ids, hold)))
     }

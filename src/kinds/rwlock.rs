@@ -45,7 +45,6 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::rwlock::guard::Held;
 use crate::kinds::rwlock::renewal::ReadRenewal;
@@ -613,7 +612,7 @@ impl Side {
         local::set(inner.uuid.as_u128(), self.write, &hold);
         if self.lease == Lease::Watchdog {
             let renew = if self.write { HashRenewal::of(inner) } else { ReadRenewal::of(inner) };
-            inner.watchdog.register(Arc::clone(&hold), Arc::new(NobodyToTell), renew);
+            inner.watchdog.register(Arc::clone(&hold), None, renew);
         }
         Ok(Some(Held::new(Arc::clone(inner), Arc::clone(keys), hold, self.write)))
     }

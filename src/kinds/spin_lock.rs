@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use crate::client::{Client, Inner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
 use crate::observe;
@@ -309,11 +308,7 @@ impl SpinLock {
                         hold.mark_unreplicated();
                     }
                     if self.lease == Lease::Watchdog {
-                        inner.watchdog.register(
-                            Arc::clone(&hold),
-                            Arc::new(NobodyToTell),
-                            HashRenewal::of(inner),
-                        );
+                        inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
                     }
                     holds::set(client, &hold);
                     return Ok(Some(hold));

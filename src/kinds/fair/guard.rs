@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
-use crate::holds::renew::NobodyToTell;
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
@@ -103,7 +102,7 @@ impl FairLockGuard {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::new(NobodyToTell));
+            self.client.watchdog.watch(Arc::clone(&self.hold), None);
         }
         signal
     }

@@ -113,7 +113,7 @@ impl LockGuard {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::clone(&self.entry) as _);
+            self.client.watchdog.watch(Arc::clone(&self.hold), Some(Arc::clone(&self.entry) as _));
         }
         signal
     }

@@ -198,7 +198,7 @@ impl Inner {
                 if lease == Lease::Watchdog {
                     self.watchdog.register(
                         Arc::clone(&handed),
-                        Arc::clone(entry) as _,
+                        Some(Arc::clone(entry) as _),
                         HashRenewal::of(self),
                     );
                 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::permit_semaphore::scripts::{self, Released};
 use crate::kinds::permit_semaphore::{Keys, PermitId};
 use crate::lease::Lease;
@@ -100,7 +99,7 @@ impl ExpirablePermits {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::new(NobodyToTell));
+            self.client.watchdog.watch(Arc::clone(&self.hold), None);
         }
         signal
     }

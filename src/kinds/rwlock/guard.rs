@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
-use crate::holds::renew::NobodyToTell;
 use crate::kinds::rwlock::local;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
 use crate::lease::Lease;
@@ -37,7 +36,7 @@ impl Held {
     fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), Arc::new(NobodyToTell));
+            self.client.watchdog.watch(Arc::clone(&self.hold), None);
         }
         signal
     }
