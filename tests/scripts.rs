@@ -852,3 +852,48 @@ fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
     assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
 }
+
+#[test]
+fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
+    // acquire.lua and release.lua end early in the common case (a free lock
+    // no marker reserves; a last release with nobody queued by a client that
+    // does not listen). Each boundary of those short paths, checked.
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "short";
+    let members = |con: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("ZRANGE").arg(recent_of(name)).arg(0).arg(-1).query(con).unwrap()
+    };
+    // Nobody queued, the releaser does not listen: unlock message, nothing recorded.
+    let unlocks = Listener::start(&server, &[&channel_of(name)]);
+    assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
+    assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
+    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    assert!(members(&mut con).is_empty());
+    // Nobody queued, the releaser still listens: recorded as a recent releaser.
+    assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
+    assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
+    assert_eq!(members(&mut con), vec![client_of(OWNER_A).to_owned()]);
+    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    // A free lock that a marker reserves for another client is refused.
+    let _: () = redis::cmd("SET")
+        .arg(marker_of(name))
+        .arg(client_of(OWNER_B))
+        .arg("PX")
+        .arg(5_000)
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        matches!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Int(ms) if ms > 0)
+    );
+    assert!(!exists(&mut con, name));
+    // The client it names takes it and clears the marker.
+    assert_eq!(acquire_queued(&mut con, name, OWNER_B, false, false).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+    // An inner release keeps the lock and publishes nothing.
+    assert_eq!(acquire_queued(&mut con, name, OWNER_B, false, false).unwrap(), Value::Nil);
+    let _: i64 = redis::cmd("HINCRBY").arg(name).arg(OWNER_B).arg(1).query(&mut con).unwrap();
+    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(0));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
+    assert_eq!(unlocks.next(Duration::from_millis(200)), None);
+}

@@ -76,6 +76,21 @@ local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], K
 local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
 
+-- The common case first, before any helper below is built: a new hold (or
+-- a Redisson-rule acquisition) of a free lock that no marker reserves, with
+-- no token to mint, no migration mode and no queue entry to clear. The
+-- general path below does the same for it, in more calls.
+if not counter and ARGV[3] ~= '0' and ARGV[5] ~= '1' and ARGV[8] ~= '1'
+    and redis.call('exists', key) == 0 and not (marker and redis.call('exists', marker) == 1) then
+    if ARGV[3] == '1' then
+        redis.call('hset', key, owner, 1)
+    else
+        redis.call('hincrby', key, owner, 1)
+    end
+    redis.call('pexpire', key, lease)
+    return nil
+end
+
 local function refuse(ms)
     if counter then
         return {ms, -1}

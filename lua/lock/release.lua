@@ -69,27 +69,44 @@
 local key, channel, marker, queue, grants, recent, latch =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local publish = ARGV[4] or 'publish'
--- The latch's value, "" when it is absent, or nil when a key that is not a
--- latch sits at its name.
-local function read_latch()
+
+if latch then
+    -- The latch's value: "" when it is absent; a key that is not a latch
+    -- unlatches the release.
     local kind = redis.call('type', latch).ok
-    if kind == 'none' then
-        return ''
+    local earlier = kind == 'none' and '' or (kind == 'string' and redis.call('get', latch))
+    if not (earlier == '' or (earlier and string.match(earlier, '^%d+:%d+$'))) then
+        latch = nil
+    elseif earlier ~= '' and ARGV[7] == '1' then
+        local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
+        if id == ARGV[6] then
+            return tonumber(outcome)
+        end
     end
-    local value = kind == 'string' and redis.call('get', latch)
-    if value and string.match(value, '^%d+:%d+$') then
-        return value
+end
+
+-- Records the outcome in the latch, if any, and returns it.
+local function done(outcome)
+    if latch then
+        redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])
     end
+    return outcome
+end
+
+if redis.call('hexists', key, ARGV[3]) == 0 then
     return nil
 end
-local earlier = latch and read_latch()
-if earlier == nil then
-    latch = nil
-elseif earlier and ARGV[7] == '1' then
-    local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-    if id == ARGV[6] then
-        return tonumber(outcome)
-    end
+if redis.call('hincrby', key, ARGV[3], -1) > 0 then
+    redis.call('pexpire', key, ARGV[2])
+    return done(0)
+end
+redis.call('del', key)
+
+-- The common case ends here, before the helpers below are built: nobody
+-- queued (no queue key) and a releasing client that does not listen.
+if not queue or (ARGV[10] == '0' and redis.call('exists', queue) == 0) then
+    redis.call(publish, channel, ARGV[1])
+    return done(1)
 end
 
 -- The server's clock in milliseconds.
@@ -168,28 +185,13 @@ local function remember_releaser(now)
     end
 end
 
-if redis.call('hexists', key, ARGV[3]) == 0 then
-    return nil
+local now = now_ms()
+local served = pass_on(now)
+remember_releaser(now)
+if served == 'woken' then
+    redis.call(publish, channel, '2')
 end
-local outcome = 1
-if redis.call('hincrby', key, ARGV[3], -1) > 0 then
-    redis.call('pexpire', key, ARGV[2])
-    outcome = 0
-else
-    redis.call('del', key)
-    local now = queue and now_ms()
-    local served = pass_on(now)
-    if queue then
-        remember_releaser(now)
-    end
-    if served == 'woken' then
-        redis.call(publish, channel, '2')
-    end
-    if served ~= 'granted' then
-        redis.call(publish, channel, ARGV[1])
-    end
+if served ~= 'granted' then
+    redis.call(publish, channel, ARGV[1])
 end
-if latch then
-    redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])
-end
-return outcome
+return done(1)
