@@ -40,22 +40,22 @@ impl Request {
         Request { packed: cmd.get_packed_command(), commands: 1, acked: false }
     }
 
-    /// One command from its parts (the name first), packed straight into
-    /// RESP: no `redis::Cmd` in between, for the script calls on every
-    /// lock operation.
-    pub(crate) fn parts(parts: &[&[u8]]) -> Request {
-        let size: usize = parts.iter().map(|part| part.len() + 16).sum();
-        let mut packed = Vec::with_capacity(size + 16);
+    /// A script call, `verb body numkeys KEYS... ARGV...` (`EVALSHA` or
+    /// `EVAL`), from keys and arguments packed into RESP as they were
+    /// given: no `redis::Cmd` and no allocation per argument on the calls
+    /// every lock operation makes.
+    pub(crate) fn script(verb: &str, body: &str, keys: &Bulks, args: &Bulks) -> Request {
+        let mut packed =
+            Vec::with_capacity(verb.len() + body.len() + keys.bytes.len() + args.bytes.len() + 48);
         packed.push(b'*');
-        push_decimal(&mut packed, parts.len());
+        push_decimal(&mut packed, 3 + keys.count + args.count);
         packed.extend_from_slice(b"\r\n");
-        for part in parts.iter().copied() {
-            packed.push(b'$');
-            push_decimal(&mut packed, part.len());
-            packed.extend_from_slice(b"\r\n");
-            packed.extend_from_slice(part);
-            packed.extend_from_slice(b"\r\n");
-        }
+        push_bulk(&mut packed, verb.as_bytes());
+        push_bulk(&mut packed, body.as_bytes());
+        let (digits, at) = decimal(keys.count);
+        push_bulk(&mut packed, &digits[at..]);
+        packed.extend_from_slice(&keys.bytes);
+        packed.extend_from_slice(&args.bytes);
         Request { packed, commands: 1, acked: false }
     }
 
@@ -84,8 +84,81 @@ impl Request {
     }
 }
 
+/// Arguments packed as RESP bulk strings as they are written, for a
+/// script call assembled from them ([`Request::script`]): one buffer, not
+/// an allocation per argument.
+#[derive(Debug, Default)]
+pub(crate) struct Bulks {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Bulks {
+    /// Room for `bytes` bytes of packed arguments before the first growth.
+    pub(crate) fn with_capacity(bytes: usize) -> Bulks {
+        Bulks { bytes: Vec::with_capacity(bytes), count: 0 }
+    }
+}
+
+impl redis::RedisWrite for Bulks {
+    fn write_arg(&mut self, arg: &[u8]) {
+        push_bulk(&mut self.bytes, arg);
+        self.count += 1;
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        BulkWriter { bulks: self, scratch: Vec::new() }
+    }
+}
+
+/// An argument written piecewise: packed when done with.
+struct BulkWriter<'a> {
+    bulks: &'a mut Bulks,
+    scratch: Vec<u8>,
+}
+
+impl std::io::Write for BulkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.scratch.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for BulkWriter<'_> {
+    fn drop(&mut self) {
+        let scratch = std::mem::take(&mut self.scratch);
+        redis::RedisWrite::write_arg(self.bulks, &scratch);
+    }
+}
+
+/// Appends `part` as a RESP bulk string.
+fn push_bulk(buf: &mut Vec<u8>, part: &[u8]) {
+    buf.push(b'$');
+    push_decimal(buf, part.len());
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(part);
+    buf.extend_from_slice(b"\r\n");
+}
+
 /// Appends `n` in decimal ASCII.
 fn push_decimal(buf: &mut Vec<u8>, n: usize) {
+    // Argument lengths and counts: nearly always one or two digits.
+    match u8::try_from(n) {
+        Ok(n) if n < 10 => buf.push(b'0' + n),
+        Ok(n) if n < 100 => buf.extend_from_slice(&[b'0' + n / 10, b'0' + n % 10]),
+        _ => {
+            let (digits, at) = decimal(n);
+            buf.extend_from_slice(&digits[at..]);
+        }
+    }
+}
+
+/// `n` in decimal ASCII: the digits are `buf[at..]`.
+fn decimal(n: usize) -> ([u8; 20], usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut rest = n;
@@ -97,7 +170,7 @@ fn push_decimal(buf: &mut Vec<u8>, n: usize) {
             break;
         }
     }
-    buf.extend_from_slice(&digits[at..]);
+    (digits, at)
 }
 
 /// What a request gets back.
@@ -234,12 +307,29 @@ mod tests {
     }
 
     #[test]
-    fn a_command_packed_from_parts_is_what_redis_rs_packs() {
-        let parts: [&[u8]; 5] = [b"EVALSHA", b"abc", b"1", b"", &[0u8; 300]];
+    fn a_script_call_packed_from_bulks_is_what_redis_rs_packs() {
+        use redis::ToRedisArgs;
+        let (mut keys, mut args) = (Bulks::default(), Bulks::default());
+        "k1".write_redis_args(&mut keys);
+        "".write_redis_args(&mut keys);
+        42_u64.write_redis_args(&mut args);
+        (&[0u8; 300][..]).write_redis_args(&mut args);
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg("abc").arg(1).arg("").arg(&[0u8; 300][..]);
-        let mut packed = Request::parts(&parts);
+        cmd.arg("abc").arg(2).arg("k1").arg("").arg(42_u64).arg(&[0u8; 300][..]);
+        let mut packed = Request::script("EVALSHA", "abc", &keys, &args);
         assert_eq!(Batch::new([&mut packed], None).bytes(), cmd.get_packed_command().as_slice());
+    }
+
+    #[test]
+    fn an_argument_written_piecewise_is_one_bulk() {
+        use std::io::Write;
+        let mut args = Bulks::default();
+        {
+            let mut writer = redis::RedisWrite::writer_for_next_arg(&mut args);
+            writer.write_all(b"ab").unwrap();
+            writer.write_all(b"c").unwrap();
+        }
+        assert_eq!((args.bytes.as_slice(), args.count), (&b"$3\r\nabc\r\n"[..], 1));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use redis::{RedisResult, ToRedisArgs, Value};
 
 use crate::error::Result;
-use crate::store::batch::Request;
+use crate::store::batch::{Bulks, Request};
 use crate::store::lanes::Session;
 
 /// A bundled script: its source and SHA1 digest. Kinds keep theirs in
@@ -35,16 +35,17 @@ impl LuaScript {
 
     /// A call of this script, to be given its keys and arguments.
     pub(crate) fn call(&self) -> Call<'_> {
-        Call { script: self, keys: Vec::new(), args: Vec::new() }
+        // The lock scripts' keys and arguments fit without growing.
+        Call { script: self, keys: Bulks::with_capacity(384), args: Bulks::with_capacity(384) }
     }
 }
 
-/// One call's `KEYS` and `ARGV`.
+/// One call's `KEYS` and `ARGV`, packed for the wire as they are given.
 #[derive(Debug)]
 pub(crate) struct Call<'s> {
     script: &'s LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Bulks,
+    args: Bulks,
 }
 
 impl Call<'_> {
@@ -85,9 +86,6 @@ impl Call<'_> {
 
     /// `verb body numkeys KEYS... ARGV...`, packed.
     fn request(&self, verb: &str, body: &str) -> Request {
-        let count = self.keys.len().to_string();
-        let head = [verb.as_bytes(), body.as_bytes(), count.as_bytes()];
-        let rest = self.keys.iter().chain(&self.args).map(Vec::as_slice);
-        Request::parts(&head.into_iter().chain(rest).collect::<Vec<_>>())
+        Request::script(verb, body, &self.keys, &self.args)
     }
 }

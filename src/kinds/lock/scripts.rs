@@ -174,9 +174,15 @@ pub(crate) fn acquire(
 ) -> Result<Acquire> {
     let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } = *args;
     let mut invocation = ACQUIRE.call();
-    invocation.key(name).key(turns.marker).key(turns.queue).key(turns.grants).key(turns.recent);
+    invocation.key(name).key(turns.marker);
     invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
-    invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+    // A caller that does not listen never queues: the queue's keys and
+    // arguments are left off (the script's optional tail), which saves
+    // Redis six arguments on the most common call of all.
+    if enqueue || legacy || token_key.is_some() {
+        invocation.key(turns.queue).key(turns.grants).key(turns.recent);
+        invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+    }
     if legacy {
         invocation.arg(1);
     }
