@@ -6,6 +6,11 @@ use crate::error::{Error, Result};
 use crate::lease::MAX_LEASE;
 
 /// The settings a client was built with.
+/// The default most command connections: with the pub/sub connection, 16
+/// per server, the most a managed Redis plan's budget should see from one
+/// client.
+const DEFAULT_COMMAND_CONNECTIONS: u32 = 15;
+
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     /// The server's URL; unused through Sentinel.
@@ -133,7 +138,7 @@ impl ClientBuilder {
                 cluster: None,
                 sharded_pubsub: None,
                 node: NodeSettings::default(),
-                pool_max_size: 16,
+                pool_max_size: DEFAULT_COMMAND_CONNECTIONS,
                 connect_timeout: Duration::from_secs(3),
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
@@ -222,13 +227,15 @@ impl ClientBuilder {
     /// command for the next batch on one of them: whoever's turn it is
     /// writes every queued command in one write and reads the replies in
     /// order, so far more threads than connections keep Redis busy (one
-    /// client measured at or above a connection per thread from 32 to 512
-    /// threads with 16). Connections are opened as threads first need them
+    /// client measured at or above a connection per thread from 1 to 512
+    /// threads with 15). Connections are opened as threads first need them
     /// at once, kept while the client lives, and none is held while a
     /// thread waits for a lock.
     ///
-    /// Defaults to 16. Must be at least 1. (Redisson's
-    /// `connectionPoolSize` is 64, one command per connection at a time.)
+    /// Defaults to 15: with its pub/sub connection, a client opens at most
+    /// 16 connections to a server (or to each cluster node). Must be at
+    /// least 1. (Redisson's `connectionPoolSize` is 64, one command per
+    /// connection at a time.)
     pub fn pool_max_size(mut self, size: u32) -> Self {
         self.config.pool_max_size = size;
         self

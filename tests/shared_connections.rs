@@ -62,6 +62,35 @@ fn one_thread_uses_one_connection() {
     assert_eq!(command_connections(&mut con, &client), 1);
 }
 
+/// With default settings, 128 threads calling at once get by with at most
+/// 16 connections to the server, the pub/sub one included (issue 12).
+#[test]
+fn a_default_client_opens_at_most_16_connections_for_many_threads() {
+    const THREADS: usize = 128;
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let locks = Arc::new(locks(&client, "budget", THREADS));
+    let working = Arc::clone(&locks);
+    let outcomes = on_threads(THREADS, 60 * SECOND, move |t| {
+        for _ in 0..20 {
+            let guard = working[t].lock().map_err(|e| format!("lock: {e:?}"))?;
+            guard.unlock().map_err(|e| format!("unlock: {e:?}"))?;
+        }
+        Ok::<(), String>(())
+    });
+    for (t, outcome) in outcomes.iter().enumerate() {
+        assert!(outcome.is_ok(), "thread {t}: {outcome:?}");
+    }
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    let ours = format!("name=keyholder:{}", client.id());
+    let open = list.lines().filter(|line| line.contains(&ours)).count();
+    let commands = command_connections(&mut con, &client);
+    assert!(commands > 1, "128 threads at once shared a single connection ({commands})");
+    assert!(open <= 16, "{open} connections ({commands} for commands)");
+    assert_eq!(client.pubsub_connections(), 1);
+}
+
 /// 64 threads on 4 connections, each on its own names at its own depth of
 /// re-entry: every reply reaches the thread that asked.
 #[test]

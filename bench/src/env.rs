@@ -29,7 +29,7 @@ impl Redis {
         }
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
         match Command::new(&bin).arg("--version").output() {
-            Ok(out) if out.status.success() => Ok(Redis::Private(RedisServer::start())),
+            Ok(out) if out.status.success() => Ok(Redis::Private(RedisServer::start_standalone())),
             _ => Err(err(format!(
                 "cannot run {bin}: install redis-server, set REDIS_SERVER_BIN to a redis-server binary, \
                  or set REDIS_URL to a running server"

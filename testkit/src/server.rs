@@ -27,6 +27,8 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Arguments beyond the defaults (a replica's `--replicaof`).
     extra: Vec<String>,
+    /// Runs in a session of its own (see [`RedisServer::start_standalone`]).
+    own_session: bool,
     /// Listens for TLS only, with these certificates.
     #[cfg(feature = "tls")]
     tls: Option<Arc<TlsSetup>>,
@@ -106,6 +108,16 @@ pub(crate) fn server_major_version() -> u32 {
     text.split("v=").nth(1).and_then(|v| v.split('.').next()).and_then(|m| m.parse().ok()).unwrap_or(0)
 }
 
+/// Whether `setsid` (util-linux) runs here.
+fn has_setsid() -> bool {
+    Command::new("setsid")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -147,7 +159,7 @@ impl RedisServer {
         let args = ["--replicaof", "127.0.0.1", &primary.port.to_string(), "--tls-replication", "yes"]
             .map(str::to_owned)
             .to_vec();
-        primary.start_replica(|| RedisServer::start_configured(args, Some(tls)))
+        primary.start_replica(|| RedisServer::start_configured(args, false, Some(tls)))
     }
 
     fn start_replica(&self, start: impl FnOnce() -> RedisServer) -> RedisServer {
@@ -180,7 +192,7 @@ impl RedisServer {
     #[cfg(feature = "tls")]
     pub fn start_tls(auth: ClientAuth) -> RedisServer {
         let setup = TlsSetup::new("keyholder test CA", auth);
-        RedisServer::start_configured(Vec::new(), Some(Arc::new(setup)))
+        RedisServer::start_configured(Vec::new(), false, Some(Arc::new(setup)))
     }
 
     /// A TLS server's certificates.
@@ -189,15 +201,29 @@ impl RedisServer {
         self.tls.as_deref().expect("not a TLS server")
     }
 
+    /// Starts a server in a session of its own, as a deployed Redis runs
+    /// (a daemon, a service): for the benchmark. On Linux the scheduler
+    /// shares CPU between sessions first (autogroups), so a server in its
+    /// client's session would compete as one thread among the client's
+    /// threads, and the benchmark would measure that. Falls back to
+    /// [`start`](RedisServer::start) where there is no `setsid`.
+    pub fn start_standalone() -> RedisServer {
+        #[cfg(feature = "tls")]
+        return RedisServer::start_configured(Vec::new(), true, None);
+        #[cfg(not(feature = "tls"))]
+        RedisServer::start_configured(Vec::new(), true)
+    }
+
     fn start_with(extra: Vec<String>) -> RedisServer {
         #[cfg(feature = "tls")]
-        return RedisServer::start_configured(extra, None);
+        return RedisServer::start_configured(extra, false, None);
         #[cfg(not(feature = "tls"))]
-        RedisServer::start_configured(extra)
+        RedisServer::start_configured(extra, false)
     }
 
     fn start_configured(
         extra: Vec<String>,
+        own_session: bool,
         #[cfg(feature = "tls")] tls: Option<Arc<TlsSetup>>,
     ) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
@@ -212,6 +238,7 @@ impl RedisServer {
                 port: free_port(),
                 dir: dir.clone(),
                 extra: extra.clone(),
+                own_session,
                 #[cfg(feature = "tls")]
                 tls: tls.clone(),
             };
@@ -230,7 +257,15 @@ impl RedisServer {
         // A failed attempt (its port taken meanwhile) is dropped, and its drop
         // removes the directory that the next attempt reuses.
         std::fs::create_dir_all(&self.dir).unwrap();
-        let mut cmd = Command::new(server_bin());
+        // `setsid` execs the server in place (a spawned child leads no
+        // process group), so the PID stays the server's own.
+        let mut cmd = if self.own_session && has_setsid() {
+            let mut cmd = Command::new("setsid");
+            cmd.arg(server_bin());
+            cmd
+        } else {
+            Command::new(server_bin())
+        };
         cmd.args(self.listen_args())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
