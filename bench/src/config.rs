@@ -92,7 +92,7 @@ impl Cfg {
             w3_many_clients: 100,
             w6_clients: vec![8, 32, 128],
             w6_acquisitions: 1600,
-            w7_threads: vec![8, 32],
+            w7_threads: vec![1, 8, 32, 128, 512],
             w7_pairs: 32000,
             w3_baseline_threads: 1000,
             audit: true,
