@@ -490,7 +490,7 @@ mod tests {
     #[test]
     fn defaults_match_the_docs() {
         let c = config();
-        assert_eq!(c.pool_max_size, 16);
+        assert_eq!(c.pool_max_size, 15);
         assert_eq!(c.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.command_timeout, Duration::from_secs(3));
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
