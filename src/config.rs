@@ -5,12 +5,12 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lease::MAX_LEASE;
 
-/// The settings a client was built with.
 /// The default most command connections: with the pub/sub connection, 16
 /// per server, the most a managed Redis plan's budget should see from one
 /// client.
 const DEFAULT_COMMAND_CONNECTIONS: u32 = 15;
 
+/// The settings a client was built with.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     /// The server's URL; unused through Sentinel.

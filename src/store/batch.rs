@@ -157,7 +157,8 @@ fn push_decimal(buf: &mut Vec<u8>, n: usize) {
     }
 }
 
-/// `n` in decimal ASCII: the digits are `buf[at..]`.
+/// `n` in decimal ASCII: the digits are `digits[at..]` of the returned
+/// `(digits, at)`.
 fn decimal(n: usize) -> ([u8; 20], usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
