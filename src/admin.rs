@@ -113,7 +113,9 @@ pub struct LockInfo {
     /// (`keyholder_lock_queue:{name}`).
     pub queued_clients: Vec<String>,
     /// The client a release woke for its turn, while its claim lasts
-    /// (`keyholder_lock_next:{name}`, 1 s).
+    /// (`keyholder_lock_next:{name}`, 1 s); during a foreign turn, which
+    /// keeps keyholder clients off the free lock for Redisson waiters,
+    /// `~<server ms when the turn ends>:<client>`.
     pub next_claim: Option<String>,
     /// On a Redis Cluster, the primary that serves the name's slot
     /// (`host:port`).

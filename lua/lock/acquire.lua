@@ -7,13 +7,21 @@
 --          STRING with a TTL holding the client id that the last release
 --          woke; while it exists, a free lock is only given to that client.
 --          A key of another type, or a string without a TTL, is not a
---          marker: it is ignored and never overwritten
+--          marker: it is ignored and never overwritten. A marker
+--          "~<server ms>:<client id>" is a foreign turn (see release.lua):
+--          until that time no caller takes the free lock (Redisson waiters,
+--          which never read it, do), then it names <client id> (possibly
+--          empty: nobody)
 -- KEYS[3]  optional waiter queue (keyholder's own key): a ZSET of the client
 --          ids of keyholder waiters, scored in arrival order
 -- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
 --          HASH from a queued client id to "<owner id> <lease ms> <server
 --          ms>": the thread a release may hand the lock to directly, its
---          lease, and the server's clock when it was last refused
+--          lease, and the server's clock when it was last refused; and the
+--          field "~turns", release.lua's count of the queue's turns since the
+--          last foreign turn, which a refusal decrements (to -8 at most)
+--          when the marker names the caller's client and the lock is held:
+--          a Redisson waiter took the lock reserved for it
 -- KEYS[5]  recent releasers (keyholder's own key; required with KEYS[3]): a
 --          ZSET of the client ids that released the lock and may still
 --          listen on its unlock channel, scored by when they stop (server
@@ -59,7 +67,9 @@
 --   integer  not acquired; milliseconds worth waiting: the holder's PTTL
 --            (-1 when a foreign writer left the key without a TTL), or, when
 --            the lock is free but the marker names another client, the
---            marker's PTTL; -2 for a re-entry that found the lock free
+--            marker's PTTL (during a foreign turn, the milliseconds left of
+--            the turn, at least 1); -2 for a re-entry that found the lock
+--            free
 -- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
 -- the counter's new value as a decimal STRING (exact over the whole 64-bit
 -- range, where Lua's numbers are not); {ms, -1} when not.
@@ -98,17 +108,25 @@ local function refuse(ms)
     return ms
 end
 
--- The client the marker names; false when there is none; nil when a foreign
--- key sits at its name.
+-- The client the marker names, and the milliseconds left of a foreign turn
+-- (0 when none); false when there is no marker; nil when a foreign key sits
+-- at its name.
 local function read_marker()
     local kind = redis.call('type', marker).ok
     if kind == 'none' then
-        return false
+        return false, 0
     end
     if kind == 'string' and redis.call('pttl', marker) > 0 then
-        return redis.call('get', marker)
+        local value = redis.call('get', marker)
+        local ends, named = string.match(value, '^~(%d+):(.*)$')
+        if not ends then
+            return value, 0
+        end
+        local now = redis.call('time')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        return named, math.max(0, tonumber(ends) - ms)
     end
-    return nil
+    return nil, 0
 end
 
 if counter then
@@ -201,7 +219,15 @@ end
 
 local free = redis.call('exists', key) == 0
 -- The marker matters to a free lock, and to where a refused waiter queues.
-local claimant = marker and (free or ARGV[5] == '1') and read_marker()
+local claimant, turn_left = false, 0
+if marker and (free or ARGV[5] == '1') then
+    claimant, turn_left = read_marker()
+end
+if free and turn_left > 0 then
+    -- A foreign turn: Redisson waiters only, for now.
+    enqueue(turn_left, claimant == client)
+    return refuse(turn_left)
+end
 if free and claimant and claimant ~= client then
     local wait = redis.call('pttl', marker)
     enqueue(wait, false)
@@ -231,5 +257,14 @@ if free or redis.call('hexists', key, owner) == 1 then
 end
 
 local ttl = redis.call('pttl', key)
+if claimant and claimant == client and turn_left == 0 and queue and ARGV[5] == '1'
+    and redis.call('type', grants).ok == 'hash' then
+    -- The lock was reserved for the caller's client, and a client that
+    -- does not read the marker took it first: a Redisson waiter had one
+    -- more turn (see release.lua's foreign turns), counted down to -8.
+    if redis.call('hincrby', grants, '~turns', -1) < -8 then
+        redis.call('hset', grants, '~turns', -8)
+    end
+end
 enqueue(ttl, claimant and claimant == client)
 return refuse(ttl)

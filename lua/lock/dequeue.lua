@@ -15,7 +15,8 @@
 -- Returns
 --   2  a release had just handed the lock to ARGV[2] (see release.lua): the
 --      lock was deleted and ARGV[3] published on KEYS[5]
---   1  the marker named ARGV[1]: it was deleted, and, the lock being free,
+--   1  the marker named ARGV[1] (or a foreign turn's marker "~<ms>:<ARGV[1]>",
+--      see release.lua): it was deleted, and, the lock being free,
 --      ARGV[3] was published on KEYS[5] so that the other waiters try
 --   0  neither; in every case ARGV[1] is no longer queued
 if redis.call('type', KEYS[1]).ok == 'zset' then
@@ -31,7 +32,9 @@ if redis.call('type', KEYS[4]).ok == 'hash' and redis.call('hexists', KEYS[4], A
     redis.call(ARGV[4], KEYS[5], ARGV[3])
     return 2
 end
-if redis.call('type', KEYS[3]).ok == 'string' and redis.call('get', KEYS[3]) == ARGV[1] then
+-- A foreign turn's marker "~<ms>:<client>" names its client too.
+local named = redis.call('type', KEYS[3]).ok == 'string' and redis.call('get', KEYS[3])
+if named and (named == ARGV[1] or string.match(named, '^~%d+:(.*)$') == ARGV[1]) then
     redis.call('del', KEYS[3])
     if redis.call('exists', KEYS[4]) == 0 then
         redis.call(ARGV[4], KEYS[5], ARGV[3])

@@ -9,6 +9,9 @@
 --          marker; anything else there is ignored and left alone)
 -- KEYS[4]  optional latch of ARGV[3] (see release.lua: anything but a latch
 --          at its name is left alone, and the hand-off runs unlatched)
+-- KEYS[5]  optional waiter queue (see acquire.lua; requires KEYS[4] and
+--          KEYS[6]), to count the Redisson waiters listening
+-- KEYS[6]  recent releasers (see acquire.lua; required with KEYS[5])
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
 -- ARGV[2]  lease in milliseconds for the new owner
 -- ARGV[3]  owner id giving the lock back
@@ -18,6 +21,8 @@
 -- ARGV[7]  request id, as for release.lua (required with KEYS[4])
 -- ARGV[8]  optional "1" on a retry
 -- ARGV[9]  client id of both owners "<client-uuid>"
+-- ARGV[10] for how many more milliseconds the releasing client listens on
+--          KEYS[2] itself, "0" when it does not (required with KEYS[5])
 --
 -- Returns
 --   nil  ARGV[3] holds nothing here; nothing was changed
@@ -29,6 +34,12 @@
 --   2    handed over: ARGV[3]'s field removed, ARGV[4]'s count set to 1 (the
 --        receiver has no live hold here, so any count it had is stale), the
 --        key's PTTL set to ARGV[2], and a marker naming ARGV[9] removed
+--   3    not handed over, nothing changed: with KEYS[5], others than
+--        keyholder clients listen on KEYS[2] (PUBSUB NUMSUB, less the queued
+--        clients, the recent releasers still listening and the releasing
+--        client; see release.lua): Redisson waiters, with whom the lock is
+--        shared through release.lua's foreign turns, which the caller runs
+--        instead
 -- With a latch, "<request id>:<outcome>" is stored in KEYS[4] for ARGV[6] ms,
 -- and a retry with the same request id returns that outcome without changing
 -- anything.
@@ -59,6 +70,28 @@ elseif earlier and ARGV[8] == '1' then
 end
 if redis.call('hexists', key, from) == 0 then
     return nil
+end
+-- A last hold, with Redisson waiters listening: release.lua's turn.
+local queue, recent = KEYS[5], KEYS[6]
+if queue and redis.call('hget', key, from) == '1' then
+    local numsub = ARGV[5] == 'spublish' and 'shardnumsub' or 'numsub'
+    local others = tonumber(redis.call('pubsub', numsub, KEYS[2])[2])
+        - (ARGV[10] ~= '0' and 1 or 0)
+    if others > 0 and redis.call('type', queue).ok == 'zset' then
+        others = others - redis.call('zcard', queue)
+    end
+    if others > 0 and redis.call('type', recent).ok == 'zset' then
+        local now = redis.call('time')
+        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        others = others - redis.call('zcount', recent, '(' .. ms, '+inf')
+        local own = redis.call('zscore', recent, ARGV[9])
+        if own and tonumber(own) > ms then
+            others = others + 1
+        end
+    end
+    if others > 0 then
+        return 3
+    end
 end
 local outcome
 if redis.call('hincrby', key, from, -1) > 0 then

@@ -30,6 +30,8 @@
 -- ARGV[10] for how many more milliseconds the releasing client listens on
 --          KEYS[2] itself, "0" when it does not (required with KEYS[3])
 -- ARGV[11] the releasing client's id (required with KEYS[3])
+-- ARGV[12] optional foreign turn in milliseconds (see "Foreign turns"
+--          below); absent or "0": no foreign turns
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
@@ -52,7 +54,8 @@
 --            clients listens on KEYS[2] (PUBSUB NUMSUB of KEYS[2], less the
 --            queued clients, the recent releasers still listening (KEYS[6])
 --            and the releasing client, is 0: no Redisson waiter to be fair
---            to): the lock is given to the entry's owner id
+--            to; or, they listening, on the queue's turn when foreign turns
+--            rotate, see below): the lock is given to the entry's owner id
 --            with count 1 and the entry's lease, and the wake message is
 --            "<owner id> <ms since the entry was written>"; nothing is
 --            published on KEYS[2];
@@ -63,6 +66,24 @@
 --            handled.
 -- With no such client, ARGV[1] alone is published on KEYS[2]. A releasing
 -- client that still listens is then recorded in KEYS[6] until it stops.
+--
+-- Foreign turns. When others than keyholder clients listen on KEYS[2]
+-- (Redisson waiters: the count above is above 0) and ARGV[12] is set, the
+-- release alternates between the queue and them, so that they are not
+-- starved by grants and woken keyholder clients: after every
+-- max(1, floor(K / F)) releases that served the queue (K: the queued
+-- clients and the releasing client, F: the foreign listeners; counted in
+-- the field "~turns" of KEYS[5], which no client id can be), a release
+-- gives a foreign turn instead: the first queued client that still listens
+-- is woken with an empty message as above, but the marker is
+-- "~<server ms when the turn ends>:<client>" for ARGV[9] ms: until the turn
+-- ends (ARGV[12] ms from now) no keyholder client takes the free lock, then
+-- only that client does (see acquire.lua); "2" then ARGV[1] are published
+-- on KEYS[2], which wakes the Redisson waiters alone. With nobody to wake,
+-- the marker is "~<ms>:" for ARGV[12] ms, and ARGV[1] alone is published.
+-- A Redisson waiter that takes the lock reserved for a client after its
+-- turn has one more turn: acquire.lua counts "~turns" down then, so the
+-- queue's turns make up for it before the next foreign turn.
 --
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name (untouched).
@@ -127,19 +148,57 @@ local function lingering(now)
     return redis.call('zcard', recent)
 end
 
+-- How many listen on the unlock channel besides keyholder clients (the
+-- queued ones, the recent releasers, the releasing client): Redisson
+-- waiters; and how many clients are queued.
+local function count_listeners(now)
+    local queued = 0
+    if queue and redis.call('type', queue).ok == 'zset' then
+        queued = redis.call('zcard', queue)
+    end
+    local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
+    local listeners = tonumber(redis.call('pubsub', numsub, channel)[2])
+    return listeners - queued - lingering(now) - (ARGV[10] ~= '0' and 1 or 0), queued
+end
+
+-- Whether the marker's name is free to be set: nothing there, or a marker.
+local function markable()
+    local kind = redis.call('type', marker).ok
+    return kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
+end
+
+-- Whether the foreign waiters take turns with the queue, and whether this
+-- release is their turn (see the header).
+local function foreign_turn(others, queued)
+    local turn_ms = tonumber(ARGV[12] or '0') or 0
+    if others <= 0 or turn_ms <= 0 then
+        return false, false
+    end
+    local kind = redis.call('type', grants).ok
+    if not (kind == 'hash' or kind == 'none') or not markable() then
+        return false, false
+    end
+    local due = math.max(1, math.floor((queued + 1) / others))
+    local served = tonumber(redis.call('hget', grants, '~turns') or '0') or 0
+    if served >= due then
+        redis.call('hdel', grants, '~turns')
+        return true, true
+    end
+    redis.call('hincrby', grants, '~turns', 1)
+    if redis.call('pttl', grants) < 0 then
+        redis.call('pexpire', grants, ARGV[9])
+    end
+    return true, false
+end
+
 -- Serves the first queued client that still listens; returns how: 'granted',
 -- 'woken', or nil when nobody was.
-local function pass_on(now)
+local function pass_on(now, others, foreign)
     if not queue or redis.call('type', queue).ok ~= 'zset' then
         return nil
     end
     local has_grants = redis.call('type', grants).ok == 'hash'
-    local kind = redis.call('type', marker).ok
-    local markable = kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
-    local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
-    local listeners = redis.call('pubsub', numsub, channel)[2]
-    local others = tonumber(listeners) - redis.call('zcard', queue) - lingering(now)
-        - (ARGV[10] ~= '0' and 1 or 0)
+    local can_mark = markable()
     while true do
         local head = redis.call('zrange', queue, 0, 0)[1]
         if not head then
@@ -151,7 +210,7 @@ local function pass_on(now)
             redis.call('hdel', grants, head)
         end
         local grantee, lease, since = false, nil, nil
-        if entry and others <= 0 then
+        if entry and others <= 0 and not foreign then
             grantee, lease, since = string.match(entry, '^(%S+) (%d+) (%d+)$')
         end
         local message = ''
@@ -164,7 +223,9 @@ local function pass_on(now)
                 redis.call('pexpire', key, lease)
                 return 'granted'
             end
-            if markable then
+            if foreign then
+                redis.call('set', marker, '~' .. (now + tonumber(ARGV[12])) .. ':' .. head, 'px', ARGV[9])
+            elseif can_mark then
                 redis.call('set', marker, head, 'px', ARGV[9])
             end
             return 'woken'
@@ -186,7 +247,16 @@ local function remember_releaser(now)
 end
 
 local now = now_ms()
-local served = pass_on(now)
+local others, queued = count_listeners(now)
+local rotating, foreign = foreign_turn(others, queued)
+-- Taking turns, the queue's turn is its own: a grant, as with no foreign
+-- waiter.
+local served = pass_on(now, rotating and 0 or others, foreign)
+if foreign and not served then
+    -- Nobody queued: the turn still keeps keyholder clients off the free
+    -- lock while it lasts.
+    redis.call('set', marker, '~' .. (now + tonumber(ARGV[12])) .. ':', 'px', ARGV[12])
+end
 remember_releaser(now)
 if served == 'woken' then
     redis.call(publish, channel, '2')

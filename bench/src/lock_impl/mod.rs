@@ -60,6 +60,7 @@ const LIBRARY_SCRIPT_COMMANDS: &[&str] = &[
     "zrem",
     "zscore",
     "zcard",
+    "zcount",
     "time",
     "pubsub|numsub",
     "pubsub|shardnumsub",

@@ -184,6 +184,7 @@ impl Inner {
                 from: &hold.owner,
                 to: &successor.owner,
                 latch,
+                listening: self.subscribers.listening_for(&entry.keys.channel),
             };
             let outcome = scripts::handoff(&self.scripts, conn, &args)?;
             self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
@@ -212,6 +213,18 @@ impl Inner {
             Ok(Handoff::StillHeld) => {
                 entry.finish_handoff(None);
                 Ok(())
+            }
+            Ok(Handoff::Declined) => {
+                // Redisson waiters listen: the successor contends in Redis,
+                // and the lock goes through release.lua, which gives them
+                // their turns.
+                entry.finish_handoff(None);
+                match self.release_last(entry, &hold.owner, hold.lease_ms) {
+                    (Ok(Release::Released | Release::StillHeld), _) => Ok(()),
+                    (Ok(Release::NotOwner), true) if hold.lost_reason().is_none() => Ok(()),
+                    (Ok(Release::NotOwner), _) => Err(Self::not_owner(hold)),
+                    (Err(e), _) => Err(e),
+                }
             }
             Ok(Handoff::NotOwner) => {
                 entry.finish_handoff(None);

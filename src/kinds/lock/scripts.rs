@@ -54,6 +54,9 @@ pub(crate) enum Handoff {
     Released,
     /// The receiving owner now holds the lock.
     HandedOver,
+    /// Nothing changed: Redisson waiters listen, so the lock goes through
+    /// `release.lua`, which gives them their turns.
+    Declined,
 }
 
 /// Outcome of `job_finish.lua`.
@@ -79,6 +82,13 @@ static JOB_FINISH: LuaScript = LuaScript::new(include_str!("../../../lua/lock/jo
 /// waiters may take it: its wake-up and one round trip, with room for a
 /// loaded machine.
 const CLAIM_MS: u64 = 1000;
+
+/// How long a foreign turn keeps keyholder clients off a free lock, so that
+/// a Redisson waiter woken by its `0` gets there first (see
+/// `lua/lock/release.lua`): its wake-up and one round trip, with room for a
+/// loaded machine; and the most a free lock can sit idle when the Redisson
+/// waiter does not come, or comes and goes sooner.
+const FOREIGN_TURN_MS: u64 = 5;
 
 /// Added to the waiter queue's TTL beyond the longest wait of its waiters.
 const QUEUE_SLACK_MS: u64 = 1000;
@@ -148,6 +158,9 @@ pub(crate) struct HandoffArgs<'a> {
     pub(crate) from: &'a str,
     pub(crate) to: &'a str,
     pub(crate) latch: Latch<'a>,
+    /// For how much longer this client listens on the lock's unlock channel
+    /// itself (zero when it does not).
+    pub(crate) listening: Duration,
 }
 
 /// What `release.lua` needs to release one hold.
@@ -231,7 +244,7 @@ pub(crate) fn release(
         None => invocation.arg(0).arg(0).arg(0),
     };
     let listening_ms = crate::lease::millis_ceil(listening);
-    invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client);
+    invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client).arg(FOREIGN_TURN_MS);
     let (reply, acked) = invocation.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     session.note_replicated(acked);
@@ -250,11 +263,12 @@ pub(crate) fn handoff(
     session: &mut Session<'_>,
     args: &HandoffArgs<'_>,
 ) -> Result<Handoff> {
-    let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
+    let HandoffArgs { name, channel, turns, lease_ms, from, to, latch, listening } = *args;
     let mut invocation = HANDOFF.call();
-    invocation.key(name).key(channel).key(turns.marker).key(latch.key);
+    invocation.key(name).key(channel).key(turns.marker).key(latch.key).key(turns.queue).key(turns.recent);
     invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(scripts.publish()).arg(latch.ttl_ms);
     invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
+    invocation.arg(crate::lease::millis_ceil(listening));
     let (reply, acked) = invocation.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     session.note_replicated(acked);
@@ -263,6 +277,7 @@ pub(crate) fn handoff(
         Value::Int(0) => Ok(Handoff::StillHeld),
         Value::Int(1) => Ok(Handoff::Released),
         Value::Int(2) => Ok(Handoff::HandedOver),
+        Value::Int(3) => Ok(Handoff::Declined),
         other => Err(unexpected("handoff", &other)),
     }
 }
