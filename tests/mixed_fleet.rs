@@ -249,7 +249,8 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     let k = keys("turns");
     // Two Redisson processes wait (subscribed to the unlock channel), and
     // keyholder client B listens on the unlock channel and its wake channel.
-    let _java = [listener(&server, &[k.channel.clone()]), listener(&server, &[k.channel.clone()])];
+    let java_side = std::slice::from_ref(&k.channel);
+    let java_listeners = [listener(&server, java_side), listener(&server, java_side)];
     let _b = listener(&server, &[k.channel.clone(), format!("{}:B", k.wake)]);
     let _a = listener(&server, &[format!("{}:A", k.wake)]);
 
@@ -311,7 +312,7 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     assert_eq!(handoff(&mut con), Some(3));
     assert_eq!(common::hgetall(&mut con, k.name), [("A:1".to_owned(), "1".to_owned())].into());
     // With the Redisson waiters gone, it hands over.
-    drop(_java);
+    drop(java_listeners);
     assert!(common::eventually(Duration::from_secs(5), || common::numsub(&mut con, &k.channel) == 1));
     assert_eq!(handoff(&mut con), Some(2));
     assert_eq!(common::hgetall(&mut con, k.name), [("A:2".to_owned(), "1".to_owned())].into());
