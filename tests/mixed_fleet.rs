@@ -153,7 +153,7 @@ fn redisson_waiters_get_their_share_beside_keyholder_threads() {
          and {by_client:.2} of the clients"
     );
     // A small multiple of keyholder's worst wait (with a floor for a run in
-    // which keyholder's own waits are tiny). Measured 0.6x to 1.5x; 2.6x to
+    // which keyholder's own waits are tiny). Measured 0.5x to 1.5x; 2.3x to
     // 8.6x before Redisson waiters took turns.
     let bound = 3 * run.keyholder_worst.max(Duration::from_millis(30));
     assert!(
