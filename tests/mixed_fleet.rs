@@ -148,12 +148,12 @@ fn redisson_waiters_get_their_share_beside_keyholder_threads() {
         run.redisson_worst.as_secs_f64() / run.keyholder_worst.as_secs_f64()
     );
     assert!(
-        share > by_thread / 2.0 && share < 1.0 - (1.0 - by_client) / 2.0,
+        share > 0.9 * by_thread && share < 1.0 - (1.0 - by_client) / 2.0,
         "Redisson share {share:.2} of {total} acquisitions, against {by_thread:.2} of the threads \
          and {by_client:.2} of the clients"
     );
     // A small multiple of keyholder's worst wait (with a floor for a run in
-    // which keyholder's own waits are tiny). Measured 0.5x to 1.5x; 2.3x to
+    // which keyholder's own waits are tiny). Measured 0.1x to 1.9x; 2.3x to
     // 8.6x before Redisson waiters took turns.
     let bound = 3 * run.keyholder_worst.max(Duration::from_millis(30));
     assert!(
@@ -283,11 +283,16 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     assert!(kh_acquire(&mut con, &k, "A", "A:1").is_some());
     let turns: String = redis::cmd("HGET").arg(&k.grants).arg("~turns").query(&mut con).unwrap();
     assert_eq!(turns, "-1");
+    let seen: String = redis::cmd("HGET").arg(&k.grants).arg("~seen").query(&mut con).unwrap();
+    assert_eq!(seen, "2", "A saw the turn used");
     assert_eq!(java.unlock(k.name, 1), Some(1));
 
     // A hand-off between two threads of A steps aside while Redisson
     // waiters listen: reply 3, nothing changed.
     assert_eq!(kh_acquire(&mut con, &k, "A", "A:1"), None);
+    // A used turn keeps the turns coming (no back-off).
+    let idle: String = redis::cmd("HGET").arg(&k.grants).arg("~idle").query(&mut con).unwrap();
+    assert_eq!(idle, "0");
     let handoff = |con: &mut redis::Connection| -> Option<i64> {
         redis::Script::new(include_str!("../lua/lock/handoff.lua"))
             .key(k.name)
@@ -296,6 +301,7 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
             .key(format!("redisson_unlock_latch:{{{}}}:A:1", k.name))
             .key(&k.queue)
             .key(&k.recent)
+            .key(&k.grants)
             .arg("0")
             .arg(30_000)
             .arg("A:1")

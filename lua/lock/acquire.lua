@@ -18,10 +18,16 @@
 --          HASH from a queued client id to "<owner id> <lease ms> <server
 --          ms>": the thread a release may hand the lock to directly, its
 --          lease, and the server's clock when it was last refused; and the
---          field "~turns", release.lua's count of the queue's turns since the
---          last foreign turn, which a refusal decrements (to -8 at most)
---          when the marker names the caller's client and the lock is held:
---          a Redisson waiter took the lock reserved for it
+--          fields of release.lua's foreign turns, which no client id can
+--          be: "~turns", the count of the queue's turns since the last
+--          foreign turn, which a refusal decrements (to -8 at most) when
+--          the marker names the caller's client, no turn is running and the
+--          lock is held (a Redisson waiter took the lock reserved for it);
+--          "~seen", what the client a foreign turn's marker names saw of it
+--          (1 per refusal of a free lock during the turn, 2 once it found
+--          the lock held: used); "~idle", how many foreign turns in a row
+--          went unused (to 6 at most; a used one resets it), counted when
+--          that client takes the lock
 -- KEYS[5]  recent releasers (keyholder's own key; required with KEYS[3]): a
 --          ZSET of the client ids that released the lock and may still
 --          listen on its unlock channel, scored by when they stop (server
@@ -108,25 +114,25 @@ local function refuse(ms)
     return ms
 end
 
--- The client the marker names, and the milliseconds left of a foreign turn
--- (0 when none); false when there is no marker; nil when a foreign key sits
--- at its name.
+-- The client the marker names, the milliseconds left of a foreign turn (0
+-- when none), and whether the marker is a foreign turn's; false when there
+-- is no marker; nil when a foreign key sits at its name.
 local function read_marker()
     local kind = redis.call('type', marker).ok
     if kind == 'none' then
-        return false, 0
+        return false, 0, false
     end
     if kind == 'string' and redis.call('pttl', marker) > 0 then
         local value = redis.call('get', marker)
         local ends, named = string.match(value, '^~(%d+):(.*)$')
         if not ends then
-            return value, 0
+            return value, 0, false
         end
         local now = redis.call('time')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        return named, math.max(0, tonumber(ends) - ms)
+        return named, math.max(0, tonumber(ends) - ms), true
     end
-    return nil, 0
+    return nil, 0, false
 end
 
 if counter then
@@ -219,12 +225,23 @@ end
 
 local free = redis.call('exists', key) == 0
 -- The marker matters to a free lock, and to where a refused waiter queues.
-local claimant, turn_left = false, 0
+local claimant, turn_left, in_turn = false, 0, false
 if marker and (free or ARGV[5] == '1') then
-    claimant, turn_left = read_marker()
+    claimant, turn_left, in_turn = read_marker()
+end
+-- The grants, when the caller's client is the one a marker names and may
+-- note what it saw of a foreign turn (see KEYS[4]).
+local function noting()
+    return claimant and claimant == client and queue and ARGV[5] == '1'
+        and redis.call('type', grants).ok == 'hash'
 end
 if free and turn_left > 0 then
-    -- A foreign turn: Redisson waiters only, for now.
+    -- A foreign turn: Redisson waiters only, for now. The named client's
+    -- second refusal in it follows an unlock message: a Redisson waiter
+    -- came and went.
+    if in_turn and noting() then
+        redis.call('hincrby', grants, '~seen', 1)
+    end
     enqueue(turn_left, claimant == client)
     return refuse(turn_left)
 end
@@ -243,6 +260,17 @@ if free or redis.call('hexists', key, owner) == 1 then
     redis.call('pexpire', key, lease)
     if claimant and claimant == client then
         redis.call('del', marker)
+        -- A foreign turn that no Redisson waiter was seen to use makes the
+        -- next one come later (see release.lua); a used one resets that.
+        if in_turn and noting() then
+            local seen = tonumber(redis.call('hget', grants, '~seen') or '0') or 0
+            if seen >= 2 then
+                redis.call('hset', grants, '~idle', 0)
+            elseif redis.call('hincrby', grants, '~idle', 1) > 6 then
+                redis.call('hset', grants, '~idle', 6)
+            end
+            redis.call('hdel', grants, '~seen')
+        end
     end
     -- Only a listening caller can have queued its client.
     if queue and ARGV[5] == '1' then
@@ -257,12 +285,15 @@ if free or redis.call('hexists', key, owner) == 1 then
 end
 
 local ttl = redis.call('pttl', key)
-if claimant and claimant == client and turn_left == 0 and queue and ARGV[5] == '1'
-    and redis.call('type', grants).ok == 'hash' then
-    -- The lock was reserved for the caller's client, and a client that
-    -- does not read the marker took it first: a Redisson waiter had one
-    -- more turn (see release.lua's foreign turns), counted down to -8.
-    if redis.call('hincrby', grants, '~turns', -1) < -8 then
+if noting() then
+    -- A client that does not read the marker holds the lock: a foreign
+    -- turn was used; and once the turn is over (or with a plain marker),
+    -- that holder took the lock reserved for the caller's client, one more
+    -- turn for a Redisson waiter (see release.lua), counted down to -8.
+    if in_turn then
+        redis.call('hset', grants, '~seen', 2)
+    end
+    if turn_left == 0 and redis.call('hincrby', grants, '~turns', -1) < -8 then
         redis.call('hset', grants, '~turns', -8)
     end
 end

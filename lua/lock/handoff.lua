@@ -12,6 +12,10 @@
 -- KEYS[5]  optional waiter queue (see acquire.lua; requires KEYS[4] and
 --          KEYS[6]), to count the Redisson waiters listening
 -- KEYS[6]  recent releasers (see acquire.lua; required with KEYS[5])
+-- KEYS[7]  optional waiter grants (see acquire.lua): when its field "~idle"
+--          is 6, the foreign turns of release.lua went unused six times in
+--          a row (a listener that does not lock, such as a monitoring
+--          SUBSCRIBE), and the hand-off does not step aside for it
 -- ARGV[1]  unlock message published when the lock is released instead ("0")
 -- ARGV[2]  lease in milliseconds for the new owner
 -- ARGV[3]  owner id giving the lock back
@@ -37,7 +41,8 @@
 --   3    not handed over, nothing changed: with KEYS[5], others than
 --        keyholder clients listen on KEYS[2] (PUBSUB NUMSUB, less the queued
 --        clients, the recent releasers still listening and the releasing
---        client; see release.lua): Redisson waiters, with whom the lock is
+--        client; see release.lua), and, with KEYS[7], not six unused
+--        foreign turns in a row: Redisson waiters, with whom the lock is
 --        shared through release.lua's foreign turns, which the caller runs
 --        instead
 -- With a latch, "<request id>:<outcome>" is stored in KEYS[4] for ARGV[6] ms,
@@ -88,6 +93,11 @@ if queue and redis.call('hget', key, from) == '1' then
         if own and tonumber(own) > ms then
             others = others + 1
         end
+    end
+    local grants = KEYS[7]
+    if others > 0 and grants and redis.call('type', grants).ok == 'hash'
+        and tonumber(redis.call('hget', grants, '~idle') or '0') == 6 then
+        others = 0
     end
     if others > 0 then
         return 3

@@ -71,9 +71,11 @@
 -- (Redisson waiters: the count above is above 0) and ARGV[12] is set, the
 -- release alternates between the queue and them, so that they are not
 -- starved by grants and woken keyholder clients: after every
--- max(1, floor(K / F)) releases that served the queue (K: the queued
--- clients and the releasing client, F: the foreign listeners; counted in
--- the field "~turns" of KEYS[5], which no client id can be), a release
+-- max(1, floor(K / F)) * 2^I releases that served the queue (K: the queued
+-- clients and the releasing client, F: the foreign listeners, I: the field
+-- "~idle" of KEYS[5], how many foreign turns in a row no Redisson waiter
+-- was seen to use, see acquire.lua; counted in the field "~turns" of
+-- KEYS[5], which no client id can be), a release
 -- gives a foreign turn instead: the first queued client that still listens
 -- is woken with an empty message as above, but the marker is
 -- "~<server ms when the turn ends>:<client>" for ARGV[9] ms: until the turn
@@ -178,17 +180,20 @@ local function foreign_turn(others, queued)
     if not (kind == 'hash' or kind == 'none') or not markable() then
         return false, false
     end
-    local due = math.max(1, math.floor((queued + 1) / others))
+    local idle = tonumber(redis.call('hget', grants, '~idle') or '0') or 0
+    local due = math.max(1, math.floor((queued + 1) / others)) * 2 ^ math.min(math.max(idle, 0), 6)
     local served = tonumber(redis.call('hget', grants, '~turns') or '0') or 0
-    if served >= due then
+    local foreign = served >= due
+    if foreign then
         redis.call('hdel', grants, '~turns')
-        return true, true
+        redis.call('hset', grants, '~seen', 0)
+    else
+        redis.call('hincrby', grants, '~turns', 1)
     end
-    redis.call('hincrby', grants, '~turns', 1)
     if redis.call('pttl', grants) < 0 then
         redis.call('pexpire', grants, ARGV[9])
     end
-    return true, false
+    return true, foreign
 end
 
 -- Serves the first queued client that still listens; returns how: 'granted',

@@ -215,16 +215,19 @@ impl Inner {
                 Ok(())
             }
             Ok(Handoff::Declined) => {
-                // Redisson waiters listen: the successor contends in Redis,
-                // and the lock goes through release.lua, which gives them
-                // their turns.
-                entry.finish_handoff(None);
-                match self.release_last(entry, &hold.owner, hold.lease_ms) {
+                // Redisson waiters listen: the lock goes through release.lua,
+                // which gives them their turns, and then the successor
+                // contends in Redis. Not before: while this hold lives, the
+                // successor must not act on the gate (it gives back a grant
+                // that arrived late for this hold's owner, see `Lock::contend`).
+                let released = match self.release_last(entry, &hold.owner, hold.lease_ms) {
                     (Ok(Release::Released | Release::StillHeld), _) => Ok(()),
                     (Ok(Release::NotOwner), true) if hold.lost_reason().is_none() => Ok(()),
                     (Ok(Release::NotOwner), _) => Err(Self::not_owner(hold)),
                     (Err(e), _) => Err(e),
-                }
+                };
+                entry.finish_handoff(None);
+                released
             }
             Ok(Handoff::NotOwner) => {
                 entry.finish_handoff(None);

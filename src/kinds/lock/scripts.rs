@@ -266,6 +266,7 @@ pub(crate) fn handoff(
     let HandoffArgs { name, channel, turns, lease_ms, from, to, latch, listening } = *args;
     let mut invocation = HANDOFF.call();
     invocation.key(name).key(channel).key(turns.marker).key(latch.key).key(turns.queue).key(turns.recent);
+    invocation.key(turns.grants);
     invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(scripts.publish()).arg(latch.ttl_ms);
     invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
     invocation.arg(crate::lease::millis_ceil(listening));
