@@ -25,12 +25,16 @@
 //! gives each one a deadline (`redisson_lock_timeout:{<name>}`, scored in
 //! epoch ms) after which it is dropped when it reaches the head: its *wait
 //! slot*, [`FairLock::with_wait_timeout`] (Redisson's `fairLockWaitTimeout`,
-//! 5 minutes by default). keyholder keeps Redisson's deadlines and adds one
-//! rule: each retry of a live waiter raises its own deadline to
-//! `now + (position + 1) × slot`, and a waiter retries at least every half
-//! slot, so a live waiter is never dropped however long the lock is held
-//! (Redisson's issue #3004), and a lost wake-up costs at most the holder's
-//! lease or half a slot (Redisson's #3730), never a stalled queue.
+//! 5 minutes by default). Java's waiters keep Redisson's deadlines; a
+//! keyholder waiter's is its place in the queue: each of its calls (the one
+//! that queues it and every retry) re-arms its own deadline at
+//! `now + (position + 1) × slot`, lowering it as well as raising it, and a
+//! waiter retries at least every half slot. So a live waiter is never
+//! dropped however long the lock is held (Redisson's issue #3004), a dead
+//! one is dropped about a slot after its last call whatever the holder's
+//! lease (under Redisson's rule it could stall the queue for that whole
+//! lease), and a lost wake-up costs at most the holder's lease or half a
+//! slot (Redisson's #3730), never a stalled queue.
 
 mod guard;
 mod held;
@@ -184,11 +188,16 @@ impl FairLock {
     /// A handle to the same lock whose waiters use the wait slot `slot`:
     /// a waiter that has not retried for `slot` (its process died) is
     /// dropped from the queue when it reaches the head, so the next waiter
-    /// gets its turn at most about one slot late. A live waiter retries
-    /// every half slot at least and is never dropped. Waiters queued behind
-    /// a dead one wait up to a slot each; a shorter slot skips dead waiters
-    /// sooner, at the cost of more retries of sleeping waiters. Java waiters
-    /// use the slot of their own Redisson configuration. No I/O.
+    /// gets its turn at most about one slot late, however long the holder's
+    /// lease. A live waiter retries every half slot at least and is never
+    /// dropped. Waiters queued behind a dead one wait up to a slot each; a
+    /// shorter slot skips dead waiters sooner, at the cost of more retries
+    /// of sleeping waiters. Java waiters use the slot of their own Redisson
+    /// configuration; every acquisition lowers the queued deadlines by the
+    /// acquirer's slot (Redisson's rule), so on a name shared with Java give
+    /// keyholder waiters a slot at least as long as Java's, or a Java
+    /// acquisition ahead of them can cost them their place (see
+    /// `docs/redisson-compat.md`). No I/O.
     ///
     /// # Errors
     ///
