@@ -286,3 +286,39 @@ fn a_timed_wait_whose_deadline_passes_during_the_outage_returns_at_its_deadline(
     assert!(took >= WAIT && took < bound, "try_lock_for({WAIT:?}) during the outage took {took:?}");
     std::mem::drop((held, held_fair));
 }
+
+#[test]
+fn a_multilock_rides_out_a_restart_of_one_of_its_servers_and_gives_up_after_the_budget() {
+    const BUDGET: Duration = Duration::from_secs(1);
+    let mut s1 = RedisServer::start();
+    let mut s2 = RedisServer::start();
+    let (c1, c2) = (
+        short_timeouts(s1.builder()).outage_budget(BUDGET).build().unwrap(),
+        short_timeouts(s2.builder()).outage_budget(BUDGET).build().unwrap(),
+    );
+    let multi = keyholder::MultiLock::new(vec![c1.lock("a").unwrap(), c2.lock("b").unwrap()]).unwrap();
+    let held = s2.client().lock("b").unwrap().lock().unwrap();
+
+    // Waiting for "b" when its server restarts (empty): it gets both.
+    let waiting = multi.clone();
+    let waiter = spawn(move || waiting.lock().map(drop).map(|()| Instant::now()));
+    assert!(eventually(5 * SECOND, || c2.subscribed_channels() >= 1));
+    s2.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    s2.restart();
+    let back_at = Instant::now();
+    let acquired_at =
+        recv_within(&waiter, 20 * SECOND, "multilock waiter").expect("did not ride out the restart");
+    eprintln!(
+        "multilock: acquired {:?} after Redis was back",
+        acquired_at.saturating_duration_since(back_at)
+    );
+
+    // Redis gone for longer than the budget: the error, in bounded time.
+    s1.stop();
+    let (outcome, took) = timed(|| multi.lock().map(drop));
+    assert_connection_error("multilock lock", &outcome);
+    eprintln!("multilock lock() with a server down: returned after {took:?} (budget {BUDGET:?})");
+    assert!(took < BUDGET + 2 * call_bound(), "multilock lock() took {took:?}");
+    drop(held);
+}
