@@ -42,6 +42,7 @@ use crate::store::scripts::Scripts;
 use crate::store::slots::{Addr, key_slot};
 use crate::wait::channel::ChannelWait;
 use crate::wait::entry::Entry;
+use crate::wait::outage::{self, Outage, OutageClock};
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -117,6 +118,9 @@ pub(crate) struct Inner {
     threads: Mutex<Vec<Background>>,
     /// Asks the watchdog to verify every hold now.
     verify: Sender<()>,
+    /// When the outage its waiters are riding out began (see
+    /// `wait/outage.rs`).
+    outages: OutageClock,
 }
 
 impl std::fmt::Debug for Client {
@@ -305,6 +309,7 @@ impl Client {
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
             verify: verify_tx,
+            outages: OutageClock::default(),
         });
         if let Err(e) = on_start(&inner, &stop_rx, &short_id) {
             inner.shut_down();
@@ -672,6 +677,16 @@ impl Inner {
     /// The wait on `channel` for the object `name`, shared by this client's
     /// threads waiting there (one subscription for all of them); made on
     /// first use, dropped with its last waiter.
+    /// A call's ride through outages (see `wait/outage.rs`): for at most
+    /// the client's outage budget if the call `waits`, else none (every
+    /// error returned at once). Failures further apart than a waiter's
+    /// longest pause plus two attempts are different outages.
+    pub(crate) fn outage(&self, waits: bool) -> Outage<'_> {
+        let budget = if waits { self.config.outage_budget } else { Duration::ZERO };
+        let attempt = self.config.connect_timeout + self.config.command_timeout;
+        Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
+    }
+
     pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
         let mut waits = self.waits.lock();
         if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {

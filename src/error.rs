@@ -139,6 +139,10 @@ struct Inner {
     transport: bool,
 }
 
+/// Error replies that mean the server cannot serve yet, not that the call
+/// is wrong: see [`Error::is_outage`].
+const OUTAGE_CODES: [&str; 4] = ["LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"];
+
 /// `Result` with keyholder's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -361,6 +365,27 @@ impl Error {
         self.inner.transport
     }
 
+    /// True when Redis could not serve the call for now: the connection
+    /// failed (refused, timed out, dropped, or a demoted primary), or the
+    /// server replied that it cannot serve yet: `LOADING` (a restart
+    /// reading its data), `MASTERDOWN` (a replica cut from its primary),
+    /// `CLUSTERDOWN` or `TRYAGAIN` (a cluster failover or slot move under
+    /// way). A waiting call rides such an error out (see `wait/outage.rs`);
+    /// any other error ends it.
+    pub(crate) fn is_outage(&self) -> bool {
+        match self.kind() {
+            ErrorKind::Connection => true,
+            ErrorKind::Redis => self
+                .inner
+                .source
+                .as_ref()
+                .and_then(|e| e.downcast_ref::<redis::RedisError>())
+                .and_then(redis::RedisError::code)
+                .is_some_and(|code| OUTAGE_CODES.contains(&code)),
+            _ => false,
+        }
+    }
+
     /// Maps a Redis error raised on the lock `name` to the crate's error,
     /// recognising `WRONGTYPE` (a foreign key at the lock's name).
     pub(crate) fn from_redis(name: &str, e: redis::RedisError) -> Error {
@@ -478,6 +503,23 @@ mod tests {
         assert!(reply.is_redis_error() && !reply.is_connection_error() && !reply.is_transport());
         let unreachable = Error::unreachable();
         assert!(unreachable.is_connection_error() && !unreachable.is_transport());
+    }
+
+    #[test]
+    fn outages_are_connection_failures_and_replies_that_say_not_yet() {
+        let reply = |text: &[u8]| match redis::parse_redis_value(text) {
+            Ok(redis::Value::ServerError(e)) => Error::from_redis("k", e.into()),
+            other => panic!("{other:?}"),
+        };
+        assert!(Error::unreachable().is_outage());
+        assert!(Error::unsent().is_outage());
+        for code in OUTAGE_CODES {
+            assert!(reply(format!("-{code} not now\r\n").as_bytes()).is_outage(), "{code}");
+        }
+        assert!(!reply(b"-ERR unknown command\r\n").is_outage());
+        assert!(!reply(b"-WRONGTYPE Operation against a key\r\n").is_outage());
+        assert!(!reply(b"-NOPERM no\r\n").is_outage());
+        assert!(!Error::shutdown().is_outage());
     }
 
     #[test]

@@ -143,7 +143,10 @@
 //! [`Error`] tells apart Redis and connection failures, releasing what one
 //! does not own, a lost hold, a key of another type at the lock's name,
 //! invalid arguments and configuration, and a shut-down client. With Redis
-//! unreachable every call returns an error within the configured timeouts.
+//! unreachable every call returns an error within the configured timeouts;
+//! a waiting call (`lock()`, `try_lock_for`, a semaphore's `acquire`) first
+//! rides out the outage, a restart or a failover, and acquires once Redis
+//! is back, for at most [`ClientBuilder::outage_budget`] and its deadline.
 //!
 //! # How it works
 //!

@@ -237,7 +237,10 @@ impl FairLock {
         self.query(redis::cmd("GET").arg(&self.keys.token))
     }
 
-    /// Acquires the lock in its turn, waiting as long as it takes.
+    /// Acquires the lock in its turn, waiting as long as it takes; an
+    /// outage is ridden out as by [`Lock::lock`](crate::Lock::lock), within
+    /// the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
@@ -509,17 +512,30 @@ impl FairLock {
         // back without a round trip: the first refusal can sleep at once.
         let mut subscription = wait.resume(&inner.subscribers, name, &channel, &grant_channel);
         let mut queued_at = None;
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(true);
         let outcome = loop {
             let seen = wait.seen();
             let sent = Instant::now();
-            let retry_in = match self.attempt(owner, lease_ms, Some(ticket)) {
+            let attempt = self.attempt(owner, lease_ms, Some(ticket));
+            if attempt.is_ok() {
+                outage.answered();
+            }
+            let retry_in = match attempt {
                 Ok(Acquire::Acquired { token, replicated }) => {
                     break Ok(Some(Won { sent, token, replicated }));
                 }
                 Ok(Acquire::Refused { retry_in }) => retry_in,
                 // Only a re-entry is told its field is gone.
                 Ok(Acquire::Gone) => Duration::from_millis(1),
-                Err(e) => break Err(e),
+                // A fresh attempt is safe to repeat (see `attempt`).
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => {
+                        wait.wait_past(seen, until);
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                },
             };
             queued_at = Some(sent);
             let now = Instant::now();
@@ -532,7 +548,13 @@ impl FairLock {
                 // attempt and the subscription would otherwise go unheard.
                 match wait.subscribe(&inner.subscribers, name, &channel, &grant_channel, deadline) {
                     Ok(s) => subscription = Some(s),
-                    Err(e) => break Err(e),
+                    Err(e) => match outage.ride(e, deadline) {
+                        Ok(until) => {
+                            wait.wait_past(seen, until);
+                            continue;
+                        }
+                        Err(e) => break Err(e),
+                    },
                 }
                 continue;
             }

@@ -103,6 +103,8 @@ pub struct Lock {
     token_key: Option<Arc<str>>,
     /// Migration mode: a string key at the name is a legacy holder.
     migration: bool,
+    /// A waiting call rides out an outage (off for a RedLock's masters).
+    rides_outages: bool,
 }
 
 impl std::fmt::Debug for Lock {
@@ -125,7 +127,15 @@ impl Lock {
             channel: Arc::from(names::unlock_channel(name)),
             lease,
             token_key: None,
+            rides_outages: true,
         }
+    }
+
+    /// A handle to the same lock whose waiting calls return an outage's
+    /// error at once instead of riding it out: a RedLock asks the next
+    /// master rather than wait for a dead one.
+    pub(crate) fn failing_fast(&self) -> Lock {
+        Lock { rides_outages: false, ..self.clone() }
     }
 
     /// The client this handle acquires through.
@@ -207,6 +217,15 @@ impl Lock {
 
     /// Acquires the lock, waiting as long as it takes.
     ///
+    /// The wait rides out an outage (Redis restarting, a failover): while
+    /// Redis is unreachable the thread keeps waiting, tries again when the
+    /// client's pub/sub connection is back (or after a back-off of at most
+    /// 1 s), and acquires once Redis serves again. It returns the
+    /// connection error only once the outage has lasted the client's outage
+    /// budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget), 4.5 s by default); [`try_lock_for`](Lock::try_lock_for)
+    /// and [`try_lock_until`](Lock::try_lock_until) ride it out until their
+    /// deadline at most, [`try_lock`](Lock::try_lock) not at all.
+    ///
     /// # Errors
     ///
     /// A Redis or connection failure ([`ErrorKind::Connection`],
@@ -259,7 +278,10 @@ impl Lock {
     }
 
     /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
-    /// if it was not acquired by then. At least one attempt is made.
+    /// if it was not acquired by then. At least one attempt is made. An
+    /// outage is ridden out until the deadline at most (and the outage
+    /// budget, see [`lock`](Lock::lock)); a deadline that passes with Redis
+    /// unreachable returns the connection error, not `Ok(None)`.
     ///
     /// # Errors
     ///
@@ -560,16 +582,20 @@ impl Lock {
             // over its place): give it back, which passes it on.
             let _ = inner.release_orphan(entry, &stale.owner, lease_ms);
         }
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block && self.rides_outages);
         let outcome = loop {
             let sent = Instant::now();
             let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
             let remaining = match self.try_acquire(entry, owner, lease_ms, attempt) {
                 Ok(Acquire::Acquired { token, replicated }) => {
+                    outage.answered();
                     // A grant that raced this attempt is the same hold.
                     entry.take_grant();
                     return Ok(Some(Won { sent, token, replicated }));
                 }
                 Ok(Acquire::Held { remaining }) => {
+                    outage.answered();
                     no_ttl_since = None;
                     remaining
                 }
@@ -585,7 +611,15 @@ impl Lock {
                         _ => break Err(e),
                     }
                 }
-                Err(e) => break Err(e),
+                // A fresh attempt is safe to repeat: one whose reply was
+                // lost found this owner's field and takes it.
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => match entry.wait_wake(until) {
+                        Ok(_) => continue,
+                        Err(e) => break Err(e),
+                    },
+                    Err(e) => break Err(e),
+                },
             };
             if subscribed {
                 queued_at = Some(sent);
@@ -603,7 +637,13 @@ impl Lock {
                 // first try and the subscription would otherwise go unheard.
                 match inner.subscribers.subscribe(entry.interest(), deadline) {
                     Ok(subscription) => entry.keep_subscription(subscription),
-                    Err(e) => break Err(e),
+                    Err(e) => match outage.ride(e, deadline) {
+                        Ok(until) => match entry.wait_wake(until) {
+                            Ok(_) => continue,
+                            Err(e) => break Err(e),
+                        },
+                        Err(e) => break Err(e),
+                    },
                 }
                 subscribed = true;
                 entry.clear_wake();

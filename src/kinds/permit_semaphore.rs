@@ -217,7 +217,9 @@ impl PermitExpirableSemaphore {
 
     /// Takes `permits` permits, waiting as long as it takes: on the
     /// channel, and until the nearest held permit's expiry, re-checking at
-    /// least every watchdog timeout.
+    /// least every watchdog timeout. An outage is ridden out as by
+    /// [`Lock::lock`](crate::Lock::lock), within the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///

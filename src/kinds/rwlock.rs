@@ -227,7 +227,10 @@ macro_rules! side_common {
                 Ok(handle)
             }
 
-            /// Acquires, waiting as long as it takes.
+            /// Acquires, waiting as long as it takes; an outage is ridden
+            /// out as by [`Lock::lock`](crate::Lock::lock), within the
+            /// client's outage budget
+            /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
             ///
             /// # Errors
             ///
@@ -527,6 +530,8 @@ impl Side {
         let watchdog = inner.config.watchdog_timeout;
         // Whether this writer may be recorded among the waiting writers.
         let mut waiting = false;
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block);
         let outcome = loop {
             if let Err(e) = inner.check_running() {
                 break Err(e);
@@ -543,6 +548,9 @@ impl Side {
             let sent = Instant::now();
             let attempt =
                 inner.with_conn(&keys.name, |conn| self.attempt(conn, owner, lease_ms, fenced, waiting_ms));
+            if attempt.is_ok() {
+                outage.answered();
+            }
             let retry_in = match attempt {
                 Ok(Acquire::Acquired { token, replicated }) => {
                     let acquisition = Acquisition {
@@ -566,7 +574,13 @@ impl Side {
                         // back what it may have taken (one attempt).
                         self.release_orphan(owner);
                     }
-                    break Err(e);
+                    match outage.ride(e, deadline) {
+                        Ok(until) => {
+                            wait.wait_past(seen, until);
+                            continue;
+                        }
+                        Err(e) => break Err(e),
+                    }
                 }
             };
             let now = Instant::now();
@@ -577,7 +591,10 @@ impl Side {
                 // Subscribe, then try again at once: a release between the
                 // first try and the subscription would otherwise go unheard.
                 if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
-                    break Err(e);
+                    match outage.ride(e, deadline) {
+                        Ok(until) => wait.wait_past(seen, until),
+                        Err(e) => break Err(e),
+                    };
                 }
                 continue;
             }

@@ -136,12 +136,14 @@ impl Semaphore {
     /// Takes `permits` permits, waiting as long as it takes. The wait
     /// sleeps on the semaphore's channel and tries again after every
     /// message, and at least every watchdog timeout without one, so it
-    /// never polls and never hangs on a lost message.
+    /// never polls and never hangs on a lost message. An outage is ridden
+    /// out as by [`Lock::lock`](crate::Lock::lock), within the client's
+    /// outage budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
     /// As [`try_acquire`](Semaphore::try_acquire); a connection failure
-    /// ends the wait.
+    /// that outlasts the outage budget ends the wait.
     pub fn acquire(&self, permits: u32) -> Result<SemaphorePermits> {
         self.acquire_with(permits, Patience::Forever)?
             .ok_or_else(|| Error::unexpected_reply("semaphore acquire", "an endless wait ended".to_owned()))

@@ -136,7 +136,10 @@ impl SpinLock {
         Ok(SpinLock { back_off, ..self.clone() })
     }
 
-    /// Acquires the lock, waiting as long as it takes.
+    /// Acquires the lock, waiting as long as it takes; an outage is ridden
+    /// out as by [`Lock::lock`](crate::Lock::lock) (between tries, the
+    /// outage's back-off), within the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
@@ -285,12 +288,17 @@ impl SpinLock {
             return Ok(Some(hold));
         }
         let mut sleeps = self.back_off.sleeps();
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block);
         loop {
             inner.check_running()?;
             let sent = Instant::now();
             let attempt = inner.with_live_conn(&self.name, |conn| {
                 scripts::acquire(&inner.scripts, conn, &self.name, lease_ms, &owner, Mode::Fresh)
             });
+            if attempt.is_ok() {
+                outage.answered();
+            }
             let remaining = match attempt {
                 Ok(Acquire::Acquired { replicated }) => {
                     if replicated == Some(false) && inner.config.replica_acks_required {
@@ -313,31 +321,43 @@ impl SpinLock {
                     holds::set(client, &hold);
                     return Ok(Some(hold));
                 }
-                Ok(Acquire::Held { remaining }) => remaining,
-                Ok(Acquire::Free) => Some(Duration::ZERO),
-                Err(e) => {
-                    if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
-                        // The script may have run with its reply lost: give
-                        // back what it may have taken, in one attempt.
-                        self.give_back(inner, &owner, lease_ms);
+                Ok(Acquire::Held { remaining }) => Ok(remaining),
+                Ok(Acquire::Free) => Ok(Some(Duration::ZERO)),
+                // A fresh attempt is safe to repeat: one whose reply was
+                // lost found this owner's field and takes it. With nothing
+                // to wake it, the outage's back-off is the pause.
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => Err(until),
+                    Err(e) => {
+                        if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
+                            // The script may have run with its reply lost:
+                            // give back what it may have taken, in one attempt.
+                            self.give_back(inner, &owner, lease_ms);
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
-                }
+                },
             };
             let now = Instant::now();
-            if !block || deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
-            }
-            obs.waiting();
-            // The back-off, but never past the holder's lease (it is free
-            // then at the latest) nor past the deadline.
-            let mut pause = sleeps.next_sleep();
-            if let Some(remaining) = remaining {
-                pause = pause.min(remaining.max(Duration::from_millis(1)));
-            }
-            if let Some(deadline) = deadline {
-                pause = pause.min(deadline.saturating_duration_since(now));
-            }
+            let pause = match remaining {
+                Err(until) => until.saturating_duration_since(now),
+                Ok(remaining) => {
+                    if !block || deadline.is_some_and(|d| now >= d) {
+                        return Ok(None);
+                    }
+                    obs.waiting();
+                    // The back-off, but never past the holder's lease (it is
+                    // free then at the latest) nor past the deadline.
+                    let mut pause = sleeps.next_sleep();
+                    if let Some(remaining) = remaining {
+                        pause = pause.min(remaining.max(Duration::from_millis(1)));
+                    }
+                    if let Some(deadline) = deadline {
+                        pause = pause.min(deadline.saturating_duration_since(now));
+                    }
+                    pause
+                }
+            };
             // The one sleep between tries in keyholder: a spin lock has
             // nothing to wait on (see the module docs).
             std::thread::sleep(pause);
