@@ -205,3 +205,69 @@ fn a_granted_or_handed_over_lock_carries_its_acknowledgement() {
         }
     }
 }
+
+/// The ids of the server's pub/sub connections.
+fn pubsub_ids(con: &mut redis::Connection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub").query(con).unwrap();
+    list.lines().filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned)).collect()
+}
+
+/// Issue 21 item 8, without the sentinels' timing: an acquisition whose
+/// reply is held back by `WAIT` while the client verifies every hold (as it
+/// does when it moves to a new primary) registers its hold after that pass
+/// looked. Its lock is then gone (deleted here, as a failover to a replica
+/// that lacked it loses it): the hold is verified when the reply arrives,
+/// and comes back already lost, so its release reports `LockLost`, never an
+/// unannounced `NotOwner`.
+#[test]
+fn an_acquisition_in_flight_across_a_verification_pass_is_verified_when_it_returns() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let wait = SECOND;
+    let client = Client::builder(primary.url())
+        .connect_timeout(2 * SECOND)
+        .command_timeout(3 * wait)
+        .replica_acks(1, wait)
+        .build()
+        .unwrap();
+    // The client's pub/sub connection (opened for a waiting thread), whose
+    // reconnection has every hold verified.
+    let other = Client::open(primary.url()).unwrap();
+    let busy = other.lock("busy").unwrap().lock().unwrap();
+    let waiting = client.lock("busy").unwrap();
+    let waited = std::thread::spawn(move || waiting.lock().map(drop));
+    let mut con = primary.conn();
+    assert!(eventually(5 * SECOND, || pubsub_ids(&mut con).len() == 1), "no pub/sub connection");
+    let before = pubsub_ids(&mut con);
+    replica.stop();
+
+    let lock = client.lock("in-flight").unwrap();
+    let (tx, rx) = bounded(1);
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        let guard = lock.lock().unwrap();
+        let returned = started.elapsed();
+        let lost = guard.lost_reason();
+        tx.send((returned, lost, guard.unlock().map_err(|e| e.kind()))).unwrap();
+    });
+    // The acquire script ran; its reply waits for the replica that is gone.
+    assert!(eventually(wait / 2, || exists(&mut con, "in-flight")), "the acquire did not run");
+    // The lock is lost meanwhile, and a verification pass runs (the pub/sub
+    // connection is replaced) before the reply arrives.
+    let _: i64 = redis::cmd("DEL").arg("in-flight").query(&mut con).unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut con).unwrap();
+    assert!(
+        eventually(wait / 2, || pubsub_ids(&mut con).iter().any(|id| !before.contains(id))),
+        "the pub/sub connection did not come back"
+    );
+    let reconnected = started.elapsed();
+    let (returned, lost, released) = recv_within(&rx, 30 * wait, "the in-flight acquisition");
+    println!(
+        "in flight: reconnected {reconnected:?}, returned {returned:?}, lost {lost:?}, release {released:?}"
+    );
+    assert!(reconnected < returned, "the pass did not run while the reply was held back");
+    assert_eq!(lost, Some(keyholder::LostReason::RenewalRefused), "the in-flight hold came back unverified");
+    assert_eq!(released, Err(keyholder::ErrorKind::LockLost));
+    drop(busy);
+    let _ = waited.join().unwrap();
+}
