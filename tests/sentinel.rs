@@ -362,17 +362,25 @@ fn a_failover_with_the_old_primary_alive_moves_the_client_off_it() {
     let released_lost = cycles.iter().filter(|c| c.release == Some(Err(ErrorKind::LockLost))).count();
     let not_owner: Vec<&Cycle> =
         cycles.iter().filter(|c| c.release == Some(Err(ErrorKind::NotOwner))).collect();
-    let failed_calls = cycles.iter().filter(|c| c.returned.is_none()).count();
+    let timed_out = cycles.iter().filter(|c| c.returned.is_none() && c.error.is_none()).count();
+    let failed_calls: Vec<ErrorKind> = cycles.iter().filter_map(|c| c.error).collect();
+    // A hold acknowledged by the replica survives its promotion.
+    let acked_then_lost: Vec<&Cycle> = cycles
+        .iter()
+        .filter(|c| c.replicated_at_return && c.release == Some(Err(ErrorKind::LockLost)))
+        .collect();
     eprintln!(
         "in-flight acquisitions: {} cycles; {} acquisitions in flight across the failover (started before \
          the promotion, held back by a WAIT that timed out), {lost_at_return} of them returned already lost \
          (verified on the new primary); releases: {released_lost} LockLost (told before), {} NotOwner; \
-         {failed_calls} acquire calls failed",
+         {timed_out} acquire calls timed out (2 s), failed: {failed_calls:?}; {} acknowledged holds lost",
         cycles.len(),
         spanning.len(),
-        not_owner.len()
+        not_owner.len(),
+        acked_then_lost.len()
     );
     assert!(not_owner.is_empty(), "releases met locks gone unannounced: {not_owner:?}");
+    assert!(acked_then_lost.is_empty(), "acknowledged holds were lost: {acked_then_lost:?}");
 }
 
 /// One acquisition of a [`Churn`] thread.
@@ -383,12 +391,17 @@ struct Cycle {
     returned: Option<Instant>,
     /// The guard was lost when the call returned it.
     lost_at_return: bool,
+    /// The guard said its acquisition reached the replica.
+    replicated_at_return: bool,
     /// The release's outcome (`None` when nothing was acquired).
     release: Option<Result<(), ErrorKind>>,
+    /// The acquire call's error (`None` also when it timed out).
+    error: Option<ErrorKind>,
 }
 
-/// Threads that each take a lock of their own and release it again, without
-/// pause, until stopped, recording every acquisition.
+/// Threads that take locks and release them again, without pause, until
+/// stopped, recording every acquisition: two threads per lock, so that
+/// releases also hand locks over between them.
 struct Churn {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cycles: std::sync::Arc<std::sync::Mutex<Vec<Cycle>>>,
@@ -403,7 +416,7 @@ impl Churn {
             .map(|i| {
                 let (client, stop, cycles) = (client.clone(), stop.clone(), cycles.clone());
                 std::thread::spawn(move || {
-                    let lock = client.lock(&format!("churn-{i}")).unwrap();
+                    let lock = client.lock(&format!("churn-{}", i / 2)).unwrap();
                     // Bounded: a cycle takes at most a few timeouts.
                     let deadline = Instant::now() + 60 * SECOND;
                     while !stop.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < deadline {
@@ -412,13 +425,30 @@ impl Churn {
                             Ok(Some(guard)) => {
                                 let returned = Some(Instant::now());
                                 let lost_at_return = guard.is_lost();
+                                let replicated_at_return = guard.is_replicated();
                                 std::thread::sleep(Duration::from_millis(2));
                                 let release = Some(guard.unlock().map_err(|e| e.kind()));
-                                Cycle { started, returned, lost_at_return, release }
+                                Cycle {
+                                    started,
+                                    returned,
+                                    lost_at_return,
+                                    replicated_at_return,
+                                    release,
+                                    error: None,
+                                }
                             }
-                            Ok(None) | Err(_) => {
+                            outcome => {
                                 std::thread::sleep(Duration::from_millis(20));
-                                Cycle { started, returned: None, lost_at_return: false, release: None }
+                                let (lost_at_return, replicated_at_return) = (false, false);
+                                let error = outcome.err().map(|e| e.kind());
+                                Cycle {
+                                    started,
+                                    returned: None,
+                                    lost_at_return,
+                                    replicated_at_return,
+                                    release: None,
+                                    error,
+                                }
                             }
                         };
                         cycles.lock().unwrap().push(cycle);
