@@ -290,6 +290,7 @@ impl Client {
         };
         let Connections { routes, subscribers, sharded, wait, on_start } = connections;
         let BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx } = signals;
+        let watchdog = Registry::new(kick_tx, config.watchdog_timeout);
         let inner = Arc::new_cyclic(|this| Inner {
             this: Weak::clone(this),
             waits: Mutex::new(HashMap::new()),
@@ -302,7 +303,7 @@ impl Client {
             next_request: AtomicU64::new(1),
             subscribers,
             sentinel_watch: Mutex::new(None),
-            watchdog: Registry::new(kick_tx),
+            watchdog,
             renewers: Renewers::default(),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),

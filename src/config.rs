@@ -324,7 +324,11 @@ impl ClientBuilder {
     /// Waits, after every acquisition, release, hand-off and renewal, until
     /// `replicas` replicas have the write or `timeout` passes (`WAIT`, in the
     /// same round trip as the script, as Redisson's `syncSlaves`), so that a
-    /// lock survives a failover to an acknowledged replica.
+    /// lock survives a failover to an acknowledged replica. A lock handed
+    /// over (to another thread of the client, or granted to a queued client
+    /// by another client's release) carries the acknowledgement of the write
+    /// that made it: a granted holder confirms the grant with a write and a
+    /// `WAIT` of its own, one round trip more.
     ///
     /// Not reaching them is never silent: the guard's
     /// [`is_replicated`](crate::LockGuard::is_replicated) turns false (and a

@@ -51,6 +51,7 @@ use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
+use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
 use crate::observe;
 use crate::owner;
@@ -566,9 +567,18 @@ impl FairLock {
             if let (Some(grant), Some(queued_at)) = (wait.take_grant(), queued_at)
                 && expected.as_deref() == Some(grant.owner.as_str())
             {
-                // Handed over by the release: held since about then.
+                // Handed over by the release: held since about then. The
+                // releaser's WAIT acknowledged the grant, not this thread:
+                // confirm it, as an acquisition would.
                 let sent = wait::granted_at(&grant, queued_at);
-                break Ok(Some(Won { sent, token: None, replicated: None }));
+                match inner.confirm_grant(name, owner) {
+                    Ok(Confirm::Held { replicated }) => {
+                        break Ok(Some(Won { sent, token: None, replicated }));
+                    }
+                    // Gone since (expired, deleted): take a turn again.
+                    Ok(Confirm::Gone) => continue,
+                    Err(e) => break Err(e),
+                }
             }
         };
         drop(subscription);

@@ -13,6 +13,7 @@
 //!    caller's deadline, whichever is first, and repeat. No connection is
 //!    held while sleeping.
 
+mod confirm;
 mod guard;
 mod release;
 pub(crate) mod renewal;
@@ -27,7 +28,7 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
-use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Turns};
+use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
@@ -662,7 +663,16 @@ impl Lock {
                 match queued_at.filter(|_| grant.owner == owner) {
                     Some(queued_at) => {
                         let sent = granted(&grant, queued_at);
-                        return Ok(Some(Won { sent, token: None, replicated: None }));
+                        // The releaser's WAIT acknowledged the grant, not
+                        // this thread: confirm it, as an acquisition would.
+                        match inner.confirm_grant(&self.name, owner) {
+                            Ok(Confirm::Held { replicated }) => {
+                                return Ok(Some(Won { sent, token: None, replicated }));
+                            }
+                            // Gone since (expired, deleted): contend again.
+                            Ok(Confirm::Gone) => continue,
+                            Err(e) => break Err(e),
+                        }
                     }
                     // Handed to a thread of this client that gave up since:
                     // give it back, which passes it on.
@@ -751,8 +761,8 @@ struct Won {
     sent: Instant,
     /// The fencing token, for a fenced handle.
     token: Option<u64>,
-    /// Whether the replicas asked for acknowledged it (`None`: none asked,
-    /// or handed over by another client's release).
+    /// Whether the replicas asked for acknowledged it (for a grant, the
+    /// grantee's confirmation; `None`: none asked).
     replicated: Option<bool>,
 }
 

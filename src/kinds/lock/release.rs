@@ -186,15 +186,30 @@ impl Inner {
                 latch,
             };
             let outcome = scripts::handoff(&self.scripts, conn, &args)?;
-            self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
+            Ok((outcome, conn.replicated()))
         });
         hold.drop_guard();
+        let name = &entry.keys.name;
         let result = match outcome {
-            Ok(Handoff::HandedOver) => {
+            Ok((Handoff::HandedOver, Some(false))) if self.config.replica_acks_required => {
+                // Not on the replicas, and the successor must not be handed
+                // a hold its client refuses. It takes the gate instead and
+                // acquires afresh (the script finds its owner's count and
+                // sets it to 1): that acquisition's own WAIT decides, and an
+                // unacknowledged one is given back, as any.
+                entry.finish_handoff(None);
+                Err(Error::replica_acks(name))
+            }
+            Ok((Handoff::HandedOver, replicated)) => {
                 let Successor { thread, owner, lease, lease_ms, .. } = successor;
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-                let handed =
-                    Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
+                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(name), acquisition));
+                if replicated == Some(false) {
+                    // The hand-off is the new hold's acquisition: its
+                    // acknowledgement is the hold's.
+                    log::warn!("keyholder: lock '{name}' handed over, but not acknowledged by the replicas");
+                    handed.mark_unreplicated();
+                }
                 if lease == Lease::Watchdog {
                     self.watchdog.register(
                         Arc::clone(&handed),
@@ -205,15 +220,11 @@ impl Inner {
                 entry.finish_handoff(Some(handed));
                 Ok(())
             }
-            Ok(Handoff::Released) => {
+            Ok((Handoff::Released | Handoff::StillHeld, replicated)) => {
                 entry.finish_handoff(None);
-                Ok(())
+                self.check_replicated(name, replicated)
             }
-            Ok(Handoff::StillHeld) => {
-                entry.finish_handoff(None);
-                Ok(())
-            }
-            Ok(Handoff::NotOwner) => {
+            Ok((Handoff::NotOwner, _)) => {
                 entry.finish_handoff(None);
                 Err(Self::not_owner(hold))
             }
