@@ -102,6 +102,10 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A script replied outside its documented contract.
     UnexpectedReply,
+    /// A change to a stored count (a semaphore's permits) would take it
+    /// outside the signed 64-bit range that Redis and Redisson keep it in.
+    /// Refused before anything was written: the count is unchanged.
+    CountOverflow,
     /// Fewer replicas than asked for acknowledged a write within the wait
     /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
     /// reported only when the client requires them.
@@ -138,6 +142,10 @@ struct Inner {
     /// failures apart inside the crate.
     transport: bool,
 }
+
+/// The words by which a script's `WRONGTYPE` says it found another kind's
+/// lock at the name ("WRONGTYPE <key> holds another kind's lock: ...").
+const ANOTHER_KIND: &str = "holds another kind's lock";
 
 /// `Result` with keyholder's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -246,6 +254,11 @@ impl Error {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
     }
 
+    /// True for [`ErrorKind::CountOverflow`].
+    pub fn is_count_overflow(&self) -> bool {
+        self.kind() == ErrorKind::CountOverflow
+    }
+
     /// True for [`ErrorKind::ReplicaAcks`].
     pub fn is_replica_acks(&self) -> bool {
         self.kind() == ErrorKind::ReplicaAcks
@@ -303,6 +316,14 @@ impl Error {
         Error::new(ErrorKind::WrongType).with_name(name).with_key(key)
     }
 
+    /// The calling thread holds `name` as `held`, and asked for it as
+    /// `asked`: kinds that share one hash at the name (see
+    /// `holds/hash_kinds.rs`).
+    pub(crate) fn held_as_other_kind(name: &str, asked: &str, held: &str) -> Error {
+        Error::wrong_type(name, name)
+            .with_detail(format!("this thread holds it as {held}, and asked for it as {asked}"))
+    }
+
     pub(crate) fn legacy_lock_without_ttl(name: &str) -> Error {
         Error::new(ErrorKind::LegacyLockWithoutTtl).with_name(name).with_key(name)
     }
@@ -341,6 +362,10 @@ impl Error {
         Error::new(ErrorKind::UnexpectedReply).with_name(script).with_detail(reply)
     }
 
+    pub(crate) fn count_overflow(name: &str, detail: String) -> Error {
+        Error::new(ErrorKind::CountOverflow).with_name(name).with_detail(detail)
+    }
+
     pub(crate) fn spawn(what: &str, e: std::io::Error) -> Error {
         let mut error = Error::new(ErrorKind::Spawn).with_detail(what);
         error.inner.source = Some(Box::new(e));
@@ -367,7 +392,16 @@ impl Error {
         let wrong_type = e.code() == Some("WRONGTYPE")
             || e.detail().is_some_and(|d| d.contains("WRONGTYPE"))
             || e.to_string().contains("WRONGTYPE");
-        if wrong_type { Error::wrong_type(name, name) } else { Error::redis(e) }
+        if !wrong_type {
+            return Error::redis(e);
+        }
+        // A script that found another kind's lock at the name says which.
+        let text = e.to_string();
+        match text.split_once(ANOTHER_KIND) {
+            Some((_, what)) => Error::wrong_type(name, name)
+                .with_detail(format!("Redis holds {}", what.trim_start_matches([':', ' ']))),
+            None => Error::wrong_type(name, name),
+        }
     }
 }
 
@@ -406,6 +440,9 @@ impl fmt::Display for Error {
                 Some(reason) => write!(f, "lock '{name}' was lost: {reason}"),
                 None => write!(f, "lock '{name}' was lost"),
             },
+            ErrorKind::WrongType if key == name && !detail.is_empty() => {
+                write!(f, "lock name '{name}' is another kind's lock: {detail}")
+            }
             ErrorKind::WrongType if key == name => {
                 write!(f, "a key of another type already exists at lock name '{name}'")
             }
@@ -427,6 +464,9 @@ impl fmt::Display for Error {
             ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),
+            ErrorKind::CountOverflow => {
+                write!(f, "'{name}': the change would take its count outside the 64-bit range ({detail})")
+            }
             ErrorKind::Spawn => write!(f, "cannot start the {detail} thread"),
             ErrorKind::ReplicaAcks => {
                 write!(f, "lock '{name}': fewer replicas than required acknowledged the write in time")

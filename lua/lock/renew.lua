@@ -15,7 +15,9 @@
 --   1  the owner still holds the i-th lock; its PTTL was reset to ARGV[1]
 --   0  the owner no longer holds it (the hold is lost); the key was not touched
 --
--- A key of another type at a lock's name reports 0 and is left untouched.
+-- A key of another type at a lock's name, or a read-write lock's hash (it
+-- has a "mode" field: its read holders' fields look like owner ids),
+-- reports 0 and is left untouched.
 local renewed = {}
 local declared = #KEYS > 0
 local count = declared and #KEYS or (#ARGV - 1) / 2
@@ -27,9 +29,12 @@ for i = 1, count do
         key, owner = ARGV[2 * i], ARGV[2 * i + 1]
     end
     local held = 0
-    if redis.call('type', key).ok == 'hash' and redis.call('hexists', key, owner) == 1 then
-        redis.call('pexpire', key, ARGV[1])
-        held = 1
+    if redis.call('type', key).ok == 'hash' then
+        local got = redis.call('hmget', key, owner, 'mode')
+        if got[1] and not got[2] then
+            redis.call('pexpire', key, ARGV[1])
+            held = 1
+        end
     end
     renewed[i] = held
 end

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
@@ -385,6 +386,7 @@ impl FairLock {
             let guard = FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold);
             return Ok(Some((guard, true)));
         }
+        hash_kinds::check(inner.uuid.as_u128(), &self.keys.name, HashKind::FairLock)?;
 
         let Some(Won { sent, token, replicated }) = self.contend(&owner, lease_ms, deadline, block, obs)?
         else {
@@ -410,6 +412,7 @@ impl FairLock {
             inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
         }
         held::insert(Arc::clone(&hold));
+        hash_kinds::note(inner.uuid.as_u128(), HashKind::FairLock, &hold);
         Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))
     }
 

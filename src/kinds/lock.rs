@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Turns};
@@ -408,11 +409,15 @@ impl Lock {
             return Ok(Some(hold));
         }
 
+        hash_kinds::check(inner.uuid.as_u128(), &entry.keys.name, HashKind::Lock)?;
         let successor =
             Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
-            Some(Entered::Handed(hold)) => return Ok(Some(hold)),
+            Some(Entered::Handed(hold)) => {
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                return Ok(Some(hold));
+            }
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block, obs) {
@@ -436,6 +441,7 @@ impl Lock {
                     hold.mark_unreplicated();
                 }
                 entry.set_held(Arc::clone(&hold));
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(
                         Arc::clone(&hold),

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
@@ -284,6 +285,7 @@ impl SpinLock {
         {
             return Ok(Some(hold));
         }
+        hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
         let mut sleeps = self.back_off.sleeps();
         loop {
             inner.check_running()?;
@@ -311,6 +313,7 @@ impl SpinLock {
                         inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
                     }
                     holds::set(client, &hold);
+                    hash_kinds::note(client, HashKind::SpinLock, &hold);
                     return Ok(Some(hold));
                 }
                 Ok(Acquire::Held { remaining }) => remaining,
