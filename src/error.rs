@@ -324,6 +324,11 @@ impl Error {
             .with_detail(format!("this thread holds it as {held}, and asked for it as {asked}"))
     }
 
+    /// Redis holds another kind's lock at `name`: `what` it is.
+    pub(crate) fn another_kinds_lock(name: &str, what: &str) -> Error {
+        Error::wrong_type(name, name).with_detail(format!("Redis holds {what}"))
+    }
+
     pub(crate) fn legacy_lock_without_ttl(name: &str) -> Error {
         Error::new(ErrorKind::LegacyLockWithoutTtl).with_name(name).with_key(name)
     }
