@@ -435,6 +435,13 @@ fn each_layout_keeps_working_on_its_own_hash() {
     let release =
         script("spin_lock/release.lua").key("p").arg(30_000).arg(OWNER).invoke::<Value>(&mut con).unwrap();
     assert_eq!(release, Value::Int(0));
+    // A write hold of a read-write lock is renewed by lock/renew.lua too.
+    let writer = format!("{OWNER}:write");
+    let _: () =
+        redis::cmd("HSET").arg("w").arg("mode").arg("write").arg(&writer).arg(1).query(&mut con).unwrap();
+    let renew = script("lock/renew.lua").key("w").arg(30_000).arg(&writer).invoke::<Value>(&mut con).unwrap();
+    assert_eq!(renew, Value::Array(vec![Value::Int(1)]));
+    assert!(common::pttl(&mut con, "w") > 0);
     read_held(&mut con, "r");
     let keyprefix = "{r}".to_owned();
     let renew = script("rwlock/read_renew.lua")
