@@ -545,6 +545,26 @@ mod tests {
     }
 
     #[test]
+    fn another_kinds_lock_is_wrong_type_and_says_which() {
+        let e = Error::held_as_other_kind("k", "a SpinLock", "a Lock");
+        assert!(e.is_wrong_type());
+        assert_eq!(e.key(), Some("k"));
+        assert!(e.to_string().contains("this thread holds it as a Lock"), "{e}");
+        let reply = redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "script failed",
+            "WRONGTYPE k holds another kind's lock: a read-write lock (a hash with a \"mode\" field)"
+                .to_owned(),
+        ));
+        let e = Error::from_redis("k", reply);
+        assert!(e.is_wrong_type());
+        assert!(e.to_string().contains("Redis holds a read-write lock"), "{e}");
+        let e = Error::count_overflow("pool", "adding 1 would leave the 64-bit range".to_owned());
+        assert!(e.is_count_overflow() && !e.is_wrong_type());
+        assert_eq!(e.lock_name(), Some("pool"));
+    }
+
+    #[test]
     fn errors_are_send_and_sync() {
         fn check<T: Send + Sync + 'static>() {}
         check::<Error>();

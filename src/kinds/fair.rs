@@ -319,7 +319,7 @@ impl FairLock {
             self.query(redis::cmd("HMGET").arg(&*self.keys.name).arg(self.current_owner()).arg("mode"))?;
         if mode.is_some() {
             return Err(Error::another_kinds_lock(
-                &*self.keys.name,
+                &self.keys.name,
                 "a read-write lock (a hash with a \"mode\" field)",
             ));
         }

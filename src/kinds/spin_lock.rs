@@ -220,7 +220,7 @@ impl SpinLock {
             self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"))?;
         if mode.is_some() {
             return Err(Error::another_kinds_lock(
-                &*self.name,
+                &self.name,
                 "a read-write lock (a hash with a \"mode\" field)",
             ));
         }
