@@ -102,6 +102,10 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A script replied outside its documented contract.
     UnexpectedReply,
+    /// A change to a stored count (a semaphore's permits) would take it
+    /// outside the signed 64-bit range that Redis and Redisson keep it in.
+    /// Refused before anything was written: the count is unchanged.
+    CountOverflow,
     /// Fewer replicas than asked for acknowledged a write within the wait
     /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
     /// reported only when the client requires them.
@@ -142,6 +146,10 @@ struct Inner {
 /// Error replies that mean the server cannot serve yet, not that the call
 /// is wrong: see [`Error::is_outage`].
 const OUTAGE_CODES: [&str; 4] = ["LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"];
+
+/// The words by which a script's `WRONGTYPE` says it found another kind's
+/// lock at the name ("WRONGTYPE <key> holds another kind's lock: ...").
+const ANOTHER_KIND: &str = "holds another kind's lock";
 
 /// `Result` with keyholder's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -250,6 +258,11 @@ impl Error {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
     }
 
+    /// True for [`ErrorKind::CountOverflow`].
+    pub fn is_count_overflow(&self) -> bool {
+        self.kind() == ErrorKind::CountOverflow
+    }
+
     /// True for [`ErrorKind::ReplicaAcks`].
     pub fn is_replica_acks(&self) -> bool {
         self.kind() == ErrorKind::ReplicaAcks
@@ -307,6 +320,19 @@ impl Error {
         Error::new(ErrorKind::WrongType).with_name(name).with_key(key)
     }
 
+    /// The calling thread holds `name` as `held`, and asked for it as
+    /// `asked`: kinds that share one hash at the name (see
+    /// `holds/hash_kinds.rs`).
+    pub(crate) fn held_as_other_kind(name: &str, asked: &str, held: &str) -> Error {
+        Error::wrong_type(name, name)
+            .with_detail(format!("this thread holds it as {held}, and asked for it as {asked}"))
+    }
+
+    /// Redis holds another kind's lock at `name`: `what` it is.
+    pub(crate) fn another_kinds_lock(name: &str, what: &str) -> Error {
+        Error::wrong_type(name, name).with_detail(format!("Redis holds {what}"))
+    }
+
     pub(crate) fn legacy_lock_without_ttl(name: &str) -> Error {
         Error::new(ErrorKind::LegacyLockWithoutTtl).with_name(name).with_key(name)
     }
@@ -343,6 +369,10 @@ impl Error {
 
     pub(crate) fn unexpected_reply(script: &str, reply: String) -> Error {
         Error::new(ErrorKind::UnexpectedReply).with_name(script).with_detail(reply)
+    }
+
+    pub(crate) fn count_overflow(name: &str, detail: String) -> Error {
+        Error::new(ErrorKind::CountOverflow).with_name(name).with_detail(detail)
     }
 
     pub(crate) fn spawn(what: &str, e: std::io::Error) -> Error {
@@ -392,7 +422,16 @@ impl Error {
         let wrong_type = e.code() == Some("WRONGTYPE")
             || e.detail().is_some_and(|d| d.contains("WRONGTYPE"))
             || e.to_string().contains("WRONGTYPE");
-        if wrong_type { Error::wrong_type(name, name) } else { Error::redis(e) }
+        if !wrong_type {
+            return Error::redis(e);
+        }
+        // A script that found another kind's lock at the name says which.
+        let text = e.to_string();
+        match text.split_once(ANOTHER_KIND) {
+            Some((_, what)) => Error::wrong_type(name, name)
+                .with_detail(format!("Redis holds {}", what.trim_start_matches([':', ' ']))),
+            None => Error::wrong_type(name, name),
+        }
     }
 }
 
@@ -431,6 +470,9 @@ impl fmt::Display for Error {
                 Some(reason) => write!(f, "lock '{name}' was lost: {reason}"),
                 None => write!(f, "lock '{name}' was lost"),
             },
+            ErrorKind::WrongType if key == name && !detail.is_empty() => {
+                write!(f, "lock name '{name}' is another kind's lock: {detail}")
+            }
             ErrorKind::WrongType if key == name => {
                 write!(f, "a key of another type already exists at lock name '{name}'")
             }
@@ -452,6 +494,9 @@ impl fmt::Display for Error {
             ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),
+            ErrorKind::CountOverflow => {
+                write!(f, "'{name}': the change would take its count outside the 64-bit range ({detail})")
+            }
             ErrorKind::Spawn => write!(f, "cannot start the {detail} thread"),
             ErrorKind::ReplicaAcks => {
                 write!(f, "lock '{name}': fewer replicas than required acknowledged the write in time")
@@ -539,6 +584,26 @@ mod tests {
         assert_eq!(e.key(), Some("jobs:nightly"));
         assert!(e.to_string().contains("'jobs:nightly'") && e.to_string().contains("no TTL"));
         assert!(Error::spawn("watchdog", std::io::Error::other("no threads")).source().is_some());
+    }
+
+    #[test]
+    fn another_kinds_lock_is_wrong_type_and_says_which() {
+        let e = Error::held_as_other_kind("k", "a SpinLock", "a Lock");
+        assert!(e.is_wrong_type());
+        assert_eq!(e.key(), Some("k"));
+        assert!(e.to_string().contains("this thread holds it as a Lock"), "{e}");
+        let reply = redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "script failed",
+            "WRONGTYPE k holds another kind's lock: a read-write lock (a hash with a \"mode\" field)"
+                .to_owned(),
+        ));
+        let e = Error::from_redis("k", reply);
+        assert!(e.is_wrong_type());
+        assert!(e.to_string().contains("Redis holds a read-write lock"), "{e}");
+        let e = Error::count_overflow("pool", "adding 1 would leave the 64-bit range".to_owned());
+        assert!(e.is_count_overflow() && !e.is_wrong_type());
+        assert_eq!(e.lock_name(), Some("pool"));
     }
 
     #[test]

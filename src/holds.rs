@@ -6,12 +6,17 @@
 //! - [`renew`]: the [`renew::Renew`] trait: how a kind renews its holds in
 //!   Redis. A kind registers each hold with its renewer; the watchdog
 //!   batches holds that share a renewer and a node into one call.
+//! - [`hash_kinds`]: which kind (Lock, SpinLock, FairLock: one hash layout
+//!   in Redis) holds a name for the calling thread, so that one owner never
+//!   takes a name as two kinds.
 //! - [`watchdog`]: the registry and the thread: renews every third of the
 //!   watchdog timeout, verifies every hold after a reconnect, and marks a
 //!   hold lost when its lease runs out unrenewed.
 //!
-//! Nothing here knows which kind of lock a hold belongs to.
+//! Apart from `hash_kinds`, nothing here knows which kind of lock a hold
+//! belongs to.
 
+pub(crate) mod hash_kinds;
 pub(crate) mod hold;
 pub(crate) mod renew;
 pub(crate) mod watchdog;

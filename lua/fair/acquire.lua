@@ -68,7 +68,8 @@
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3],
---   KEYS[5] or the counter. BADCOUNTER when the counter holds anything but
+--   KEYS[5] or the counter, or KEYS[1] is a read-write lock's hash (it has
+--   a "mode" field). BADCOUNTER when the counter holds anything but
 --   a decimal integer from 0 to 2^63 - 2.
 local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -79,6 +80,12 @@ for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {gran
     if kind ~= 'none' and kind ~= pair[2] then
         return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
     end
+end
+
+-- Another kind's lock at the name: a read-write lock's hash is never
+-- taken, released, handed on or deleted here.
+if redis.call('hexists', key, 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
 end
 if counter then
     local kind = redis.call('type', counter).ok

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
@@ -308,24 +309,33 @@ impl FairLock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it (one
-    /// `HEXISTS`).
+    /// `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](FairLock::is_locked).
+    /// As [`hold_count`](FairLock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.query(redis::cmd("HEXISTS").arg(&*self.keys.name).arg(self.current_owner()))
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](FairLock::is_locked).
+    /// As [`is_locked`](FairLock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count: Option<u32> =
-            self.query(redis::cmd("HGET").arg(&*self.keys.name).arg(self.current_owner()))?;
+        let (count, mode): (Option<u32>, Option<String>) =
+            self.query(redis::cmd("HMGET").arg(&*self.keys.name).arg(self.current_owner()).arg("mode"))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.keys.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
         Ok(count.unwrap_or(0))
     }
 
@@ -398,6 +408,7 @@ impl FairLock {
             let guard = FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold);
             return Ok(Some((guard, true)));
         }
+        hash_kinds::check(inner.uuid.as_u128(), &self.keys.name, HashKind::FairLock)?;
 
         let Some(Won { sent, token, replicated }) = self.contend(&owner, lease_ms, deadline, block, obs)?
         else {
@@ -423,6 +434,7 @@ impl FairLock {
             inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
         }
         held::insert(Arc::clone(&hold));
+        hash_kinds::note(inner.uuid.as_u128(), HashKind::FairLock, &hold);
         Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))
     }
 

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
@@ -309,25 +310,34 @@ impl Lock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it
-    /// (one `HEXISTS`).
+    /// (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](Lock::is_locked).
+    /// As [`hold_count`](Lock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        let held = self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()));
-        self.legacy_holds_none(held, false)
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](Lock::is_locked).
+    /// As [`is_locked`](Lock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()));
-        Ok(self.legacy_holds_none(count, None)?.unwrap_or(0))
+        let reply = self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"));
+        let (count, mode): (Option<u32>, Option<String>) = self.legacy_holds_none(reply, (None, None))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
+        Ok(count.unwrap_or(0))
     }
 
     /// In migration mode, `WRONGTYPE` from a hash command on a legacy
@@ -431,11 +441,15 @@ impl Lock {
             return Ok(Some(hold));
         }
 
+        hash_kinds::check(inner.uuid.as_u128(), &entry.keys.name, HashKind::Lock)?;
         let successor =
             Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
-            Some(Entered::Handed(hold)) => return Ok(Some(hold)),
+            Some(Entered::Handed(hold)) => {
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                return Ok(Some(hold));
+            }
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block, obs) {
@@ -459,6 +473,7 @@ impl Lock {
                     hold.mark_unreplicated();
                 }
                 entry.set_held(Arc::clone(&hold));
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(
                         Arc::clone(&hold),

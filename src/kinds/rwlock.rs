@@ -287,20 +287,29 @@ macro_rules! side_common {
             /// # Errors
             ///
             /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-            /// when a key of another type sits at the lock name.
+            /// when a key of another type sits at the lock name, or a hash
+            /// without a `mode` field (another kind's lock, whose owner
+            /// fields look like this thread's).
             pub fn is_held_by_current_thread(&self) -> Result<bool> {
-                self.side.query(redis::cmd("HEXISTS").arg(self.name()).arg(self.side.current_owner()))
+                Ok(self.hold_count()? > 0)
             }
 
             /// How many times the calling thread holds this side (0 when it does
-            /// not), as Redis counts it (one `HGET`).
+            /// not), as Redis counts it (one `HMGET`).
             ///
             /// # Errors
             ///
             /// As [`is_held_by_current_thread`](Self::is_held_by_current_thread).
             pub fn hold_count(&self) -> Result<u32> {
-                let count: Option<u32> =
-                    self.side.query(redis::cmd("HGET").arg(self.name()).arg(self.side.current_owner()))?;
+                let owner = self.side.current_owner();
+                let (count, mode): (Option<u32>, Option<String>) =
+                    self.side.query(redis::cmd("HMGET").arg(self.name()).arg(owner).arg("mode"))?;
+                if count.is_some() && mode.is_none() {
+                    return Err(Error::another_kinds_lock(
+                        self.name(),
+                        "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
+                    ));
+                }
                 Ok(count.unwrap_or(0))
             }
 

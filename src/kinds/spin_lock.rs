@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
@@ -199,23 +200,33 @@ impl SpinLock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it (one
-    /// `HEXISTS`).
+    /// `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](SpinLock::is_locked).
+    /// As [`hold_count`](SpinLock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()))
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](SpinLock::is_locked).
+    /// As [`is_locked`](SpinLock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()))?;
+        let (count, mode): (Option<u32>, Option<String>) =
+            self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
         Ok(count.unwrap_or(0))
     }
 
@@ -287,6 +298,7 @@ impl SpinLock {
         {
             return Ok(Some(hold));
         }
+        hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
         let mut sleeps = self.back_off.sleeps();
         // Redis unreachable for a while is waited out (`wait/outage.rs`).
         let mut outage = inner.outage(block);
@@ -319,6 +331,7 @@ impl SpinLock {
                         inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
                     }
                     holds::set(client, &hold);
+                    hash_kinds::note(client, HashKind::SpinLock, &hold);
                     return Ok(Some(hold));
                 }
                 Ok(Acquire::Held { remaining }) => Ok(remaining),
