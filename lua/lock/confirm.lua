@@ -11,10 +11,12 @@
 -- Returns
 --   1  the owner holds the lock: its count was rewritten unchanged (HINCRBY
 --      by 0: a write, but neither the count nor the key's TTL changes)
---   0  the owner holds nothing here (or a key of another type sits at the
---      name); nothing was written
+--   0  the owner holds nothing here (or a key of another type, or another
+--      kind's lock, a read-write lock's hash with its "mode" field, sits at
+--      the name); nothing was written
 local key, owner = KEYS[1], ARGV[1]
-if redis.call('type', key).ok ~= 'hash' or redis.call('hexists', key, owner) == 0 then
+if redis.call('type', key).ok ~= 'hash' or redis.call('hexists', key, 'mode') == 1
+    or redis.call('hexists', key, owner) == 0 then
     return 0
 end
 redis.call('hincrby', key, owner, 0)
