@@ -55,6 +55,8 @@ fn wait_queued(con: &mut redis::Connection, name: &str, n: usize) {
 struct Waiter {
     acquired: std::sync::mpsc::Receiver<String>,
     release: std::sync::mpsc::Sender<()>,
+    /// Joined before the server stops: the waiter's unlock must reach it.
+    thread: std::thread::JoinHandle<()>,
 }
 
 fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>, index: usize) -> Waiter {
@@ -63,7 +65,7 @@ fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>
     let order = Arc::clone(order);
     let (acquired_tx, acquired) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let _client = client;
         let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
         order.lock().unwrap().push(index);
@@ -71,7 +73,7 @@ fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>
         let _ = release_rx.recv_timeout(30 * SECOND);
         guard.unlock().unwrap();
     });
-    Waiter { acquired, release }
+    Waiter { acquired, release, thread }
 }
 
 #[test]
@@ -92,6 +94,9 @@ fn waiters_of_distinct_clients_acquire_in_exactly_their_arrival_order() {
         // Nobody else holds it meanwhile: the next waiter is still queued.
         assert_eq!(queued(&mut con, "fifo").len(), 5 - i);
         waiter.release.send(()).unwrap();
+    }
+    for waiter in waiters {
+        waiter.thread.join().unwrap();
     }
     assert!(eventually(10 * SECOND, || !exists(&mut con, "fifo")));
     assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
@@ -182,6 +187,9 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
             recv_within(&waiter.acquired, 10 * SECOND, &format!("waiter {i}"));
         }
         waiter.release.send(()).unwrap();
+    }
+    for waiter in waiters {
+        waiter.thread.join().unwrap();
     }
     assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
 }
