@@ -105,7 +105,7 @@ fn redissons_own_force_unlock_script_tells_the_holder_too() {
 
 #[test]
 fn a_hold_forced_before_its_client_listens_is_caught_when_it_starts_listening() {
-    // The channel is subscribed only once a hold is a few milliseconds old;
+    // The channel is subscribed only once a hold is 20 ms old;
     // a force unlock before that is found by the check that follows the
     // subscription.
     let server = RedisServer::start();
@@ -280,7 +280,7 @@ fn uncontended_short_holds_subscribe_nothing() {
     }
     let subscribes = calls_of(&mut con, "subscribe") - before;
     println!("{pairs} uncontended acquire+release pairs: {subscribes} SUBSCRIBE commands");
-    // A hold the scheduler keeps past the listening age (5 ms) on a loaded
+    // A hold the scheduler keeps past the listening age (20 ms) on a loaded
     // machine is listened on, rightly: only a few may be.
     assert!(subscribes * 100 <= pairs, "{subscribes} SUBSCRIBE commands for {pairs} short holds");
 }
@@ -484,7 +484,7 @@ fn ten_thousand_held_locks_cost_a_few_subscribes_and_no_periodic_traffic() {
         "a force unlock among them: the holder told {told_after:?} later; after release: {unsubscribes} \
          UNSUBSCRIBE commands"
     );
-    // One SUBSCRIBE per gathering window (10 ms after the first 5 ms) at
+    // One SUBSCRIBE per gathering window (10 ms after the first 20 ms) at
     // most, while holds come of age, and one per 500 channels.
     let windows = (acquiring + listening_after).as_millis() as i64 / 10 + 1;
     assert!(

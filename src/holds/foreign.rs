@@ -53,8 +53,10 @@ use crate::store::slots::Addr;
 
 /// How old a hold must be before its lock's channel is listened on: holds
 /// released sooner (an uncontended acquire and release, a busy lock's
-/// short holds) cost no subscription.
-pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(5);
+/// short holds, and most holds that a loaded scheduler keeps a few
+/// milliseconds longer) cost no subscription. A force unlock before that is
+/// found by the check that follows the subscription.
+pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(20);
 
 /// How long holds coming of age are gathered before their channels are
 /// subscribed together: a hold is listened for between [`LISTEN_AFTER`]
