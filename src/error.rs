@@ -25,8 +25,11 @@ pub enum LostReason {
     LeaseExpired,
     /// The release found the lock no longer held by this owner.
     ReleaseFoundGone,
-    /// An unlock message led the client to check, and the lock was no longer
-    /// held by this owner (force-unlocked, or Redis lost it).
+    /// A check found the lock no longer held by this owner: the client
+    /// heard an unlock message on the lock's channel (or resubscribed it)
+    /// and asked Redis, or a re-entry found it gone (force-unlocked by any
+    /// client, or lost by Redis); or this client's own `force_unlock`
+    /// deleted it.
     Gone,
 }
 

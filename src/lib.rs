@@ -46,8 +46,9 @@
 //!
 //! A lease lock cannot stop a holder that pauses longer than its lease. When
 //! the client learns that a hold was lost (a renewal refused, the lease
-//! deadline passed without renewal), [`LockGuard::is_lost`] says so without
-//! I/O.
+//! deadline passed without renewal, a force unlock by any client, heard on
+//! the lock's channel within about a round trip), [`LockGuard::is_lost`]
+//! says so without I/O.
 //!
 //! # Waiting
 //!
@@ -153,7 +154,8 @@
 //! One client owns a few command connections shared by all of its threads
 //! (the commands of threads that call at once go out together, pipelined),
 //! one pub/sub connection with a reader thread (on a Redis Cluster, both
-//! per primary), and one watchdog thread
+//! per primary), one watchdog thread, one thread that listens for unlocks
+//! of the locks the client holds
 //! (and, through Sentinel, a thread that listens to a sentinel). Lua scripts
 //! under `lua/` acquire, release, hand over, renew and force-unlock
 //! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal

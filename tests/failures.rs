@@ -288,7 +288,9 @@ fn a_restart_tells_a_default_watchdog_holder_as_soon_as_redis_is_back() {
     assert!(theirs.is_some(), "the lock was not free after the restart");
     let reason = lost.recv_timeout(5 * SECOND).expect("the holder was never told");
     let told = back.elapsed();
-    assert_eq!(reason, LostReason::RenewalRefused);
+    // The watchdog's verification or the check after the resubscription of
+    // the lock's channel, whichever comes first.
+    assert!(matches!(reason, LostReason::RenewalRefused | LostReason::Gone), "{reason:?}");
     assert!(told < 2 * SECOND, "the holder was told {told:?} after Redis was back");
     assert!(guard.is_lost());
 }

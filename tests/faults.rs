@@ -287,7 +287,7 @@ fn an_unlock_message_lost_in_a_black_hole_costs_at_most_the_holders_lease() {
 
     let waiters = spawn_waiters(&waiting, "lost-message", 3);
     wait_subscribed(&waiting, 1);
-    wait_numsub(&mut con, &channel_of("lost-message"), 1);
+    wait_numsub(&mut con, &channel_of("lost-message"), 2); // and the holder's client
     // Past the waiting thread's early retry (at twice the 10 ms fairness
     // window): from here it sleeps for the holder's remaining lease.
     std::thread::sleep(Duration::from_millis(100));
@@ -346,7 +346,7 @@ fn waiters_acquire_after_their_pubsub_connection_is_black_holed_and_replaced() {
 
     let waiters = spawn_waiters(&waiting, "replaced-pubsub", 3);
     wait_subscribed(&waiting, 1);
-    wait_numsub(&mut con, &channel_of("replaced-pubsub"), 1);
+    wait_numsub(&mut con, &channel_of("replaced-pubsub"), 2); // and the holder's client
 
     proxy.set(Fault::BlackholeReplies);
     std::thread::sleep(Duration::from_millis(100));

@@ -352,8 +352,13 @@ impl FairLock {
     /// Deletes the lock whoever holds it, and wakes the queue's head.
     /// Returns whether there was a lock.
     ///
-    /// An administrative escape hatch for a holder known dead: the holder
-    /// is not told, and learns of the loss at its next renewal or release.
+    /// An administrative escape hatch for a holder known dead. A holder of
+    /// this client is told at once ([`LostReason::Gone`]); one of another
+    /// client learns of the loss at its next renewal or release (a fair
+    /// lock's force unlock publishes only on the head waiter's channel,
+    /// which holders do not listen on).
+    ///
+    /// [`LostReason::Gone`]: crate::LostReason::Gone
     ///
     /// # Errors
     ///
@@ -361,7 +366,11 @@ impl FairLock {
     /// (nothing is deleted).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, &self.keys))
+        inner.force_unlocking(&self.keys.name, || {
+            inner.with_live_conn(&self.keys.name, |conn| {
+                scripts::force_unlock(&inner.scripts, conn, &self.keys)
+            })
+        })
     }
 
     fn current_owner(&self) -> String {
@@ -433,6 +442,10 @@ impl FairLock {
             // The fair lock's hash is RLock's: the same renewer keeps it.
             inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
         }
+        // A fair lock's unlocks are published on its head waiter's channel
+        // only: nothing to listen on, but this client's force unlock finds
+        // the hold here.
+        inner.foreign.add(&hold, None, None, HashRenewal::of(inner));
         held::insert(Arc::clone(&hold));
         hash_kinds::note(inner.uuid.as_u128(), HashKind::FairLock, &hold);
         Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))

@@ -375,11 +375,14 @@ impl Lock {
     /// there was a lock.
     ///
     /// This is an administrative escape hatch for a lock whose holder is
-    /// known dead: the holder is not told, and anything it still does is
-    /// unprotected. Its client learns of the loss at the next renewal, at
-    /// release, or at once if one of its threads is queued for the lock
-    /// (that thread checks on the unlock message: [`LostReason::Gone`]). A
-    /// key of another type at the name is refused, not deleted.
+    /// known dead: anything the holder still does is unprotected. A
+    /// keyholder holder is told ([`LostReason::Gone`]): at once when it is
+    /// a thread of this client, and otherwise within about a round trip of
+    /// the unlock message this publishes, since its client listens on the
+    /// channels of the locks it holds (a hold younger than 20 ms is checked
+    /// when that listening starts, 20 to 30 ms after its acquisition; a
+    /// client cut off from Redis learns at its next renewal or release). A key of another
+    /// type at the name is refused, not deleted.
     ///
     /// [`LostReason::Gone`]: crate::LostReason::Gone
     ///
@@ -388,8 +391,10 @@ impl Lock {
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| {
-            scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+        inner.force_unlocking(&self.name, || {
+            inner.with_live_conn(&self.name, |conn| {
+                scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+            })
         })
     }
 
@@ -474,13 +479,15 @@ impl Lock {
                 }
                 entry.set_held(Arc::clone(&hold));
                 hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                let renewal = HashRenewal::of(inner);
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(
                         Arc::clone(&hold),
                         Some(Arc::clone(entry) as _),
-                        HashRenewal::of(inner),
+                        Arc::clone(&renewal),
                     );
                 }
+                inner.listen_for_unlocks(&hold, entry, renewal);
                 Ok(Some(hold))
             }
             other => {

@@ -316,9 +316,10 @@ macro_rules! side_common {
             /// Deletes the lock if it is held in this side's mode, whoever
             /// holds it, and wakes the waiters (Redisson's per-mode
             /// `forceUnlock`: the read side publishes `0`, the write side
-            /// `1`). Returns whether it did. An administrative escape hatch:
-            /// the holders are not told, and learn of the loss at their next
-            /// renewal or release.
+            /// `1`). Returns whether it did. An administrative escape hatch.
+            /// The holders are told ([`LostReason::Gone`](crate::LostReason::Gone)):
+            /// this client's at once, another client's within about a round
+            /// trip of the message (see [`Lock::force_unlock`](crate::Lock::force_unlock)).
             ///
             /// # Errors
             ///
@@ -327,8 +328,10 @@ macro_rules! side_common {
                 let inner = self.side.shared.client.inner();
                 let keys = &self.side.shared.keys;
                 let write = self.side.write;
-                inner.with_live_conn(&keys.name, |conn| {
-                    scripts::force_unlock(&inner.scripts, conn, keys, write)
+                inner.force_unlocking(&keys.name, || {
+                    inner.with_live_conn(&keys.name, |conn| {
+                        scripts::force_unlock(&inner.scripts, conn, keys, write)
+                    })
                 })
             }
         }
@@ -640,6 +643,10 @@ impl Side {
             let renew = if self.write { HashRenewal::of(inner) } else { ReadRenewal::of(inner) };
             inner.watchdog.register(Arc::clone(&hold), None, renew);
         }
+        // Both sides' force unlocks publish on the lock's channel; every
+        // hold's owner field is in the lock's hash.
+        let channel = Some(Arc::from(keys.channel.as_str()));
+        inner.foreign.add(&hold, channel, None, HashRenewal::of(inner));
         Ok(Some(Held::new(Arc::clone(inner), Arc::clone(keys), hold, self.write)))
     }
 

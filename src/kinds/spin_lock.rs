@@ -243,15 +243,19 @@ impl SpinLock {
 
     /// Deletes the lock whoever holds it; returns whether there was one.
     /// Publishes nothing (as Redisson's spin lock): waiters find it free at
-    /// their next try. The holder learns of it at its next renewal or
-    /// release. A key of another type is refused, not deleted.
+    /// their next try. A holder of this client is told at once
+    /// ([`LostReason::Gone`](crate::LostReason::Gone)); one of another
+    /// client learns of it at its next renewal or release. A key of
+    /// another type is refused, not deleted.
     ///
     /// # Errors
     ///
     /// A Redis failure, or [`ErrorKind::WrongType`].
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        inner.force_unlocking(&self.name, || {
+            inner.with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        })
     }
 
     fn current_owner(&self) -> String {
@@ -330,6 +334,9 @@ impl SpinLock {
                     if self.lease == Lease::Watchdog {
                         inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
                     }
+                    // Nothing is published on a spin lock's force unlock:
+                    // nothing to listen on, but this client's finds it here.
+                    inner.foreign.add(&hold, None, None, HashRenewal::of(inner));
                     holds::set(client, &hold);
                     hash_kinds::note(client, HashKind::SpinLock, &hold);
                     return Ok(Some(hold));

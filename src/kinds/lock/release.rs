@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::holds::renew::Renew;
 use crate::kinds::latch::Latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
@@ -210,13 +211,15 @@ impl Inner {
                     log::warn!("keyholder: lock '{name}' handed over, but not acknowledged by the replicas");
                     handed.mark_unreplicated();
                 }
+                let renewal = HashRenewal::of(self);
                 if lease == Lease::Watchdog {
                     self.watchdog.register(
                         Arc::clone(&handed),
                         Some(Arc::clone(entry) as _),
-                        HashRenewal::of(self),
+                        Arc::clone(&renewal),
                     );
                 }
+                self.listen_for_unlocks(&handed, entry, renewal);
                 entry.finish_handoff(Some(handed));
                 Ok(())
             }
@@ -237,6 +240,14 @@ impl Inner {
         result
     }
 
+    /// Listens for unlocks of `hold`, a new hold of `entry`'s lock, on its
+    /// unlock channel (see `holds/foreign.rs`), checked with `renewal` (the
+    /// hash layout's); a loss found there wakes the lock's local waiters.
+    pub(crate) fn listen_for_unlocks(&self, hold: &Arc<Hold>, entry: &Arc<Entry>, renewal: Arc<dyn Renew>) {
+        let channel = Some(Arc::clone(&entry.keys.channel));
+        self.foreign.add(hold, channel, Some(Arc::clone(entry) as _), renewal);
+    }
+
     /// The error for a release that found `hold` gone; records the loss.
     fn not_owner(hold: &Hold) -> Error {
         let known = hold.lost_reason();
@@ -251,7 +262,7 @@ impl Inner {
     fn finish(&self, entry: &Entry, hold: &Arc<Hold>) {
         if hold.finish() {
             observe::hold_ended(&hold.name, hold.acquired_at());
-            self.watchdog.deregister(hold.id);
+            self.forget_hold(hold.id);
             entry.release_gate(hold.id);
         }
     }
