@@ -106,8 +106,9 @@ pub struct LockInfo {
     /// the lock (`PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` where unlock
     /// messages go out on shard channels): every waiting keyholder client
     /// and Redisson instance counts once, however many of its threads
-    /// wait. A keyholder client that just released still listens for a
-    /// moment, and counts too.
+    /// wait. A keyholder client that holds the lock listens too (for a
+    /// foreign unlock), and one that just released still listens for a
+    /// moment.
     pub subscribers: u64,
     /// The keyholder clients queued for the lock in arrival order
     /// (`keyholder_lock_queue:{name}`).

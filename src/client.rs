@@ -25,6 +25,7 @@ use crate::endpoints::{
     FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
 };
 use crate::error::{Error, Result};
+use crate::holds::foreign::{self, ForeignUnlocks, HeldLocks};
 use crate::holds::renew::Renewers;
 use crate::holds::watchdog::{self, Registry, Renewals, Signals};
 use crate::names::LockKeys;
@@ -42,6 +43,7 @@ use crate::store::scripts::Scripts;
 use crate::store::slots::{Addr, key_slot};
 use crate::wait::channel::ChannelWait;
 use crate::wait::entry::Entry;
+use crate::wait::outage::{self, Outage, OutageClock};
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -108,6 +110,8 @@ pub(crate) struct Inner {
     /// Through Sentinel: the `+switch-master` subscription.
     sentinel_watch: Mutex<Option<Arc<SentinelWatch>>>,
     pub(crate) watchdog: Registry,
+    /// The holds listened for on their locks' unlock channels.
+    pub(crate) foreign: Arc<ForeignUnlocks>,
     /// How each kind's holds are renewed, one renewer per layout.
     pub(crate) renewers: Renewers,
     next_hold_id: AtomicU64,
@@ -117,6 +121,9 @@ pub(crate) struct Inner {
     threads: Mutex<Vec<Background>>,
     /// Asks the watchdog to verify every hold now.
     verify: Sender<()>,
+    /// When the outage its waiters are riding out began (see
+    /// `wait/outage.rs`).
+    outages: OutageClock,
 }
 
 impl std::fmt::Debug for Client {
@@ -286,6 +293,10 @@ impl Client {
         };
         let Connections { routes, subscribers, sharded, wait, on_start } = connections;
         let BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx } = signals;
+        let watchdog = Registry::new(kick_tx, config.watchdog_timeout);
+        let (foreign_kick, foreign_kicked) = crossbeam_channel::bounded::<()>(1);
+        let foreign = Arc::new(ForeignUnlocks::new(foreign_kick));
+        subscribers.set_holders(Arc::clone(&foreign) as _);
         let inner = Arc::new_cyclic(|this| Inner {
             this: Weak::clone(this),
             waits: Mutex::new(HashMap::new()),
@@ -298,17 +309,31 @@ impl Client {
             next_request: AtomicU64::new(1),
             subscribers,
             sentinel_watch: Mutex::new(None),
-            watchdog: Registry::new(kick_tx),
+            watchdog,
+            foreign,
             renewers: Renewers::default(),
             next_hold_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stop: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(Vec::new()),
             verify: verify_tx,
+            outages: OutageClock::default(),
         });
         if let Err(e) = on_start(&inner, &stop_rx, &short_id) {
             inner.shut_down();
             return Err(e);
+        }
+        let held: Weak<dyn HeldLocks> = Arc::downgrade(&inner) as Weak<Inner>;
+        let foreign_stop = stop_rx.clone();
+        let listener = Background::spawn(format!("keyholder-held-{short_id}"), move || {
+            foreign::run(held, foreign_stop, foreign_kicked);
+        });
+        match listener {
+            Ok(thread) => inner.threads.lock().push(thread),
+            Err(e) => {
+                inner.shut_down();
+                return Err(Error::spawn("held locks' listener", e));
+            }
         }
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
@@ -382,6 +407,20 @@ impl Renewals for Inner {
     }
 
     fn renewal_group(&self, name: &str) -> Option<Addr> {
+        self.routes.node_of(name)
+    }
+}
+
+impl HeldLocks for Inner {
+    fn foreign(&self) -> &ForeignUnlocks {
+        &self.foreign
+    }
+
+    fn subscribers(&self) -> &Subscribers {
+        &self.subscribers
+    }
+
+    fn check_group(&self, name: &str) -> Option<Addr> {
         self.routes.node_of(name)
     }
 }
@@ -626,7 +665,7 @@ fn cluster_connections(
     });
     Ok(Connections {
         routes: Routes::Cluster(cluster),
-        subscribers: Subscribers::PerNode(subscribers),
+        subscribers: Subscribers::PerNode(Box::new(subscribers)),
         sharded,
         wait,
         on_start,
@@ -672,6 +711,16 @@ impl Inner {
     /// The wait on `channel` for the object `name`, shared by this client's
     /// threads waiting there (one subscription for all of them); made on
     /// first use, dropped with its last waiter.
+    /// A call's ride through outages (see `wait/outage.rs`): for at most
+    /// the client's outage budget if the call `waits`, else none (every
+    /// error returned at once). Failures further apart than a waiter's
+    /// longest pause plus two attempts are different outages.
+    pub(crate) fn outage(&self, waits: bool) -> Outage<'_> {
+        let budget = if waits { self.config.outage_budget } else { Duration::ZERO };
+        let attempt = self.config.connect_timeout + self.config.command_timeout;
+        Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
+    }
+
     pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
         let mut waits = self.waits.lock();
         if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {
@@ -756,6 +805,26 @@ impl Inner {
 
     pub(crate) fn next_hold_id(&self) -> u64 {
         self.next_hold_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Forgets a hold whose last guard was released: no more renewal, no
+    /// more listening for its lock's unlocks.
+    pub(crate) fn forget_hold(&self, hold_id: u64) {
+        self.watchdog.deregister(hold_id);
+        self.foreign.remove(hold_id, &self.subscribers);
+    }
+
+    /// Runs `unlock`, a force unlock of the lock at key `name` that returns
+    /// whether it deleted one, and then marks this client's holds of `name`
+    /// from before it lost ([`LostReason::Gone`](crate::LostReason::Gone)):
+    /// they are gone, and this client knows it without a message.
+    pub(crate) fn force_unlocking(&self, name: &str, unlock: impl FnOnce() -> Result<bool>) -> Result<bool> {
+        let before = self.foreign.holds_of(name);
+        let deleted = unlock()?;
+        if deleted {
+            self.foreign.mark_gone(&before);
+        }
+        Ok(deleted)
     }
 
     /// The local state of lock `name`, created on first use and kept while

@@ -30,6 +30,8 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) fairness_window: Duration,
+    /// How long a waiting call rides out an outage (zero: not at all).
+    pub(crate) outage_budget: Duration,
     /// Replicas to wait for after each write, and for how long.
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// Missing acknowledgements of an acquisition or release are errors.
@@ -104,6 +106,10 @@ impl std::fmt::Debug for NodeSettings {
     }
 }
 
+/// The default outage budget: Redisson's retry budget, `retryAttempts` 3
+/// × `retryInterval` 1.5 s.
+const DEFAULT_OUTAGE_BUDGET: Duration = Duration::from_millis(4_500);
+
 /// The shortest watchdog timeout accepted (renewal every 10 ms).
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -143,6 +149,7 @@ impl ClientBuilder {
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
                 fairness_window: Duration::from_millis(10),
+                outage_budget: DEFAULT_OUTAGE_BUDGET,
                 replica_acks: None,
                 replica_acks_required: false,
                 migration_mode: false,
@@ -289,10 +296,39 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a waiting call rides out an outage: Redis unreachable (a
+    /// restart, a Sentinel or cluster failover, a network cut) or not
+    /// serving yet (`LOADING`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`).
+    ///
+    /// A thread blocked in `lock()` (of any kind), `acquire`, or a latch's
+    /// `await_for` keeps waiting while Redis is away: it sleeps until the
+    /// client's pub/sub connection is back (or a back-off of 50 ms doubling
+    /// to 1 s), tries again, and acquires once Redis serves again. It gives
+    /// up with the connection error once the outage has lasted this long,
+    /// counted from the first failure the client's waiters saw, or at its
+    /// own deadline (`try_lock_for`, `try_lock_until`, `await_for`) if that
+    /// comes first. Calls that do not wait (`try_lock`, queries, releases)
+    /// fail at once. Zero gives the error at the first failure.
+    ///
+    /// Defaults to 4.5 s (Redisson's retry budget: `retryAttempts` 3 ×
+    /// `retryInterval` 1.5 s), which covers a restart and a graceful
+    /// failover; to ride out an unplanned failover, set it above the time
+    /// the failover takes (Sentinel's `down-after-milliseconds` plus the
+    /// election, or the cluster's `cluster-node-timeout` plus the
+    /// election). At most 1 h.
+    pub fn outage_budget(mut self, budget: Duration) -> Self {
+        self.config.outage_budget = budget;
+        self
+    }
+
     /// Waits, after every acquisition, release, hand-off and renewal, until
     /// `replicas` replicas have the write or `timeout` passes (`WAIT`, in the
     /// same round trip as the script, as Redisson's `syncSlaves`), so that a
-    /// lock survives a failover to an acknowledged replica.
+    /// lock survives a failover to an acknowledged replica. A lock handed
+    /// over (to another thread of the client, or granted to a queued client
+    /// by another client's release) carries the acknowledgement of the write
+    /// that made it: a granted holder confirms the grant with a write and a
+    /// `WAIT` of its own, one round trip more.
     ///
     /// Not reaching them is never silent: the guard's
     /// [`is_replicated`](crate::LockGuard::is_replicated) turns false (and a
@@ -464,6 +500,9 @@ impl Config {
         if self.fairness_window > Duration::from_secs(3600) {
             return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
         }
+        if self.outage_budget > Duration::from_secs(3600) {
+            return invalid(format!("outage_budget {:?} is over 1 h", self.outage_budget));
+        }
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return invalid(format!(
                 "watchdog_timeout {:?} is outside 30 ms ..= 30 days",
@@ -496,6 +535,7 @@ mod tests {
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
         assert_eq!(c.renewal_period(), Duration::from_secs(10));
         assert_eq!(c.fairness_window, Duration::from_millis(10));
+        assert_eq!(c.outage_budget, Duration::from_millis(4_500));
         assert!(c.validate().is_ok());
     }
 
@@ -520,6 +560,7 @@ mod tests {
             Config { command_timeout: Duration::from_secs(7200), ..config() },
             Config { watchdog_timeout: Duration::from_millis(29), ..config() },
             Config { fairness_window: Duration::from_secs(3601), ..config() },
+            Config { outage_budget: Duration::from_secs(3601), ..config() },
             Config { node: NodeSettings { database: 1, ..NodeSettings::default() }, ..config() },
         ];
         for c in bad {

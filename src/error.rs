@@ -25,8 +25,11 @@ pub enum LostReason {
     LeaseExpired,
     /// The release found the lock no longer held by this owner.
     ReleaseFoundGone,
-    /// An unlock message led the client to check, and the lock was no longer
-    /// held by this owner (force-unlocked, or Redis lost it).
+    /// A check found the lock no longer held by this owner: the client
+    /// heard an unlock message on the lock's channel (or resubscribed it)
+    /// and asked Redis, or a re-entry found it gone (force-unlocked by any
+    /// client, or lost by Redis); or this client's own `force_unlock`
+    /// deleted it.
     Gone,
 }
 
@@ -102,6 +105,10 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A script replied outside its documented contract.
     UnexpectedReply,
+    /// A change to a stored count (a semaphore's permits) would take it
+    /// outside the signed 64-bit range that Redis and Redisson keep it in.
+    /// Refused before anything was written: the count is unchanged.
+    CountOverflow,
     /// Fewer replicas than asked for acknowledged a write within the wait
     /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
     /// reported only when the client requires them.
@@ -138,6 +145,14 @@ struct Inner {
     /// failures apart inside the crate.
     transport: bool,
 }
+
+/// Error replies that mean the server cannot serve yet, not that the call
+/// is wrong: see [`Error::is_outage`].
+const OUTAGE_CODES: [&str; 4] = ["LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"];
+
+/// The words by which a script's `WRONGTYPE` says it found another kind's
+/// lock at the name ("WRONGTYPE <key> holds another kind's lock: ...").
+const ANOTHER_KIND: &str = "holds another kind's lock";
 
 /// `Result` with keyholder's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -246,6 +261,11 @@ impl Error {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
     }
 
+    /// True for [`ErrorKind::CountOverflow`].
+    pub fn is_count_overflow(&self) -> bool {
+        self.kind() == ErrorKind::CountOverflow
+    }
+
     /// True for [`ErrorKind::ReplicaAcks`].
     pub fn is_replica_acks(&self) -> bool {
         self.kind() == ErrorKind::ReplicaAcks
@@ -303,6 +323,19 @@ impl Error {
         Error::new(ErrorKind::WrongType).with_name(name).with_key(key)
     }
 
+    /// The calling thread holds `name` as `held`, and asked for it as
+    /// `asked`: kinds that share one hash at the name (see
+    /// `holds/hash_kinds.rs`).
+    pub(crate) fn held_as_other_kind(name: &str, asked: &str, held: &str) -> Error {
+        Error::wrong_type(name, name)
+            .with_detail(format!("this thread holds it as {held}, and asked for it as {asked}"))
+    }
+
+    /// Redis holds another kind's lock at `name`: `what` it is.
+    pub(crate) fn another_kinds_lock(name: &str, what: &str) -> Error {
+        Error::wrong_type(name, name).with_detail(format!("Redis holds {what}"))
+    }
+
     pub(crate) fn legacy_lock_without_ttl(name: &str) -> Error {
         Error::new(ErrorKind::LegacyLockWithoutTtl).with_name(name).with_key(name)
     }
@@ -341,6 +374,10 @@ impl Error {
         Error::new(ErrorKind::UnexpectedReply).with_name(script).with_detail(reply)
     }
 
+    pub(crate) fn count_overflow(name: &str, detail: String) -> Error {
+        Error::new(ErrorKind::CountOverflow).with_name(name).with_detail(detail)
+    }
+
     pub(crate) fn spawn(what: &str, e: std::io::Error) -> Error {
         let mut error = Error::new(ErrorKind::Spawn).with_detail(what);
         error.inner.source = Some(Box::new(e));
@@ -361,13 +398,43 @@ impl Error {
         self.inner.transport
     }
 
+    /// True when Redis could not serve the call for now: the connection
+    /// failed (refused, timed out, dropped, or a demoted primary), or the
+    /// server replied that it cannot serve yet: `LOADING` (a restart
+    /// reading its data), `MASTERDOWN` (a replica cut from its primary),
+    /// `CLUSTERDOWN` or `TRYAGAIN` (a cluster failover or slot move under
+    /// way). A waiting call rides such an error out (see `wait/outage.rs`);
+    /// any other error ends it.
+    pub(crate) fn is_outage(&self) -> bool {
+        match self.kind() {
+            ErrorKind::Connection => true,
+            ErrorKind::Redis => self
+                .inner
+                .source
+                .as_ref()
+                .and_then(|e| e.downcast_ref::<redis::RedisError>())
+                .and_then(redis::RedisError::code)
+                .is_some_and(|code| OUTAGE_CODES.contains(&code)),
+            _ => false,
+        }
+    }
+
     /// Maps a Redis error raised on the lock `name` to the crate's error,
     /// recognising `WRONGTYPE` (a foreign key at the lock's name).
     pub(crate) fn from_redis(name: &str, e: redis::RedisError) -> Error {
         let wrong_type = e.code() == Some("WRONGTYPE")
             || e.detail().is_some_and(|d| d.contains("WRONGTYPE"))
             || e.to_string().contains("WRONGTYPE");
-        if wrong_type { Error::wrong_type(name, name) } else { Error::redis(e) }
+        if !wrong_type {
+            return Error::redis(e);
+        }
+        // A script that found another kind's lock at the name says which.
+        let text = e.to_string();
+        match text.split_once(ANOTHER_KIND) {
+            Some((_, what)) => Error::wrong_type(name, name)
+                .with_detail(format!("Redis holds {}", what.trim_start_matches([':', ' ']))),
+            None => Error::wrong_type(name, name),
+        }
     }
 }
 
@@ -406,6 +473,9 @@ impl fmt::Display for Error {
                 Some(reason) => write!(f, "lock '{name}' was lost: {reason}"),
                 None => write!(f, "lock '{name}' was lost"),
             },
+            ErrorKind::WrongType if key == name && !detail.is_empty() => {
+                write!(f, "lock name '{name}' is another kind's lock: {detail}")
+            }
             ErrorKind::WrongType if key == name => {
                 write!(f, "a key of another type already exists at lock name '{name}'")
             }
@@ -427,6 +497,9 @@ impl fmt::Display for Error {
             ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),
+            ErrorKind::CountOverflow => {
+                write!(f, "'{name}': the change would take its count outside the 64-bit range ({detail})")
+            }
             ErrorKind::Spawn => write!(f, "cannot start the {detail} thread"),
             ErrorKind::ReplicaAcks => {
                 write!(f, "lock '{name}': fewer replicas than required acknowledged the write in time")
@@ -481,6 +554,23 @@ mod tests {
     }
 
     #[test]
+    fn outages_are_connection_failures_and_replies_that_say_not_yet() {
+        let reply = |text: &[u8]| match redis::parse_redis_value(text) {
+            Ok(redis::Value::ServerError(e)) => Error::from_redis("k", e.into()),
+            other => panic!("{other:?}"),
+        };
+        assert!(Error::unreachable().is_outage());
+        assert!(Error::unsent().is_outage());
+        for code in OUTAGE_CODES {
+            assert!(reply(format!("-{code} not now\r\n").as_bytes()).is_outage(), "{code}");
+        }
+        assert!(!reply(b"-ERR unknown command\r\n").is_outage());
+        assert!(!reply(b"-WRONGTYPE Operation against a key\r\n").is_outage());
+        assert!(!reply(b"-NOPERM no\r\n").is_outage());
+        assert!(!Error::shutdown().is_outage());
+    }
+
+    #[test]
     fn the_lock_and_key_concerned_are_carried() {
         let e = Error::wrong_type("f", "redisson_lock_token:{f}");
         assert_eq!((e.lock_name(), e.key()), (Some("f"), Some("redisson_lock_token:{f}")));
@@ -497,6 +587,26 @@ mod tests {
         assert_eq!(e.key(), Some("jobs:nightly"));
         assert!(e.to_string().contains("'jobs:nightly'") && e.to_string().contains("no TTL"));
         assert!(Error::spawn("watchdog", std::io::Error::other("no threads")).source().is_some());
+    }
+
+    #[test]
+    fn another_kinds_lock_is_wrong_type_and_says_which() {
+        let e = Error::held_as_other_kind("k", "a SpinLock", "a Lock");
+        assert!(e.is_wrong_type());
+        assert_eq!(e.key(), Some("k"));
+        assert!(e.to_string().contains("this thread holds it as a Lock"), "{e}");
+        let reply = redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "script failed",
+            "WRONGTYPE k holds another kind's lock: a read-write lock (a hash with a \"mode\" field)"
+                .to_owned(),
+        ));
+        let e = Error::from_redis("k", reply);
+        assert!(e.is_wrong_type());
+        assert!(e.to_string().contains("Redis holds a read-write lock"), "{e}");
+        let e = Error::count_overflow("pool", "adding 1 would leave the 64-bit range".to_owned());
+        assert!(e.is_count_overflow() && !e.is_wrong_type());
+        assert_eq!(e.lock_name(), Some("pool"));
     }
 
     #[test]

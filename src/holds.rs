@@ -6,12 +6,22 @@
 //! - [`renew`]: the [`renew::Renew`] trait: how a kind renews its holds in
 //!   Redis. A kind registers each hold with its renewer; the watchdog
 //!   batches holds that share a renewer and a node into one call.
+//! - [`hash_kinds`]: which kind (Lock, SpinLock, FairLock: one hash layout
+//!   in Redis) holds a name for the calling thread, so that one owner never
+//!   takes a name as two kinds.
 //! - [`watchdog`]: the registry and the thread: renews every third of the
 //!   watchdog timeout, verifies every hold after a reconnect, and marks a
 //!   hold lost when its lease runs out unrenewed.
+//! - [`foreign`]: listens on the unlock channels of held locks, and checks
+//!   a hold as soon as its lock's channel has a message: a holder hears of
+//!   a force unlock elsewhere within about a round trip, not at its next
+//!   renewal.
 //!
-//! Nothing here knows which kind of lock a hold belongs to.
+//! Apart from `hash_kinds`, nothing here knows which kind of lock a hold
+//! belongs to.
 
+pub(crate) mod foreign;
+pub(crate) mod hash_kinds;
 pub(crate) mod hold;
 pub(crate) mod renew;
 pub(crate) mod watchdog;

@@ -46,8 +46,9 @@
 //!
 //! A lease lock cannot stop a holder that pauses longer than its lease. When
 //! the client learns that a hold was lost (a renewal refused, the lease
-//! deadline passed without renewal), [`LockGuard::is_lost`] says so without
-//! I/O.
+//! deadline passed without renewal, a force unlock by any client, heard on
+//! the lock's channel within about a round trip), [`LockGuard::is_lost`]
+//! says so without I/O.
 //!
 //! # Waiting
 //!
@@ -143,14 +144,18 @@
 //! [`Error`] tells apart Redis and connection failures, releasing what one
 //! does not own, a lost hold, a key of another type at the lock's name,
 //! invalid arguments and configuration, and a shut-down client. With Redis
-//! unreachable every call returns an error within the configured timeouts.
+//! unreachable every call returns an error within the configured timeouts;
+//! a waiting call (`lock()`, `try_lock_for`, a semaphore's `acquire`) first
+//! rides out the outage, a restart or a failover, and acquires once Redis
+//! is back, for at most [`ClientBuilder::outage_budget`] and its deadline.
 //!
 //! # How it works
 //!
 //! One client owns a few command connections shared by all of its threads
 //! (the commands of threads that call at once go out together, pipelined),
 //! one pub/sub connection with a reader thread (on a Redis Cluster, both
-//! per primary), and one watchdog thread
+//! per primary), one watchdog thread, one thread that listens for unlocks
+//! of the locks the client holds
 //! (and, through Sentinel, a thread that listens to a sentinel). Lua scripts
 //! under `lua/` acquire, release, hand over, renew and force-unlock
 //! atomically, sent by EVALSHA. `docs/design.md` walks through an acquisition, a wait, a renewal

@@ -10,6 +10,10 @@
 //!   threads, hand-off between them, and the wake-up slot for turns granted
 //!   by another client's release. It reaches Redis only through the
 //!   `GateRedis` seam, so it is tested without it.
+//! - [`outage`]: what every waiting loop does when Redis is unreachable:
+//!   keep waiting, on its own wake-up with a bounded back-off, until its
+//!   deadline or the client's outage budget, then return the error.
 
 pub(crate) mod channel;
 pub(crate) mod entry;
+pub(crate) mod outage;

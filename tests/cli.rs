@@ -111,7 +111,8 @@ fn inspect_shows_holder_count_lease_token_subscribers_and_queue() {
     assert!(
         eventually(5 * SECOND, || {
             let info = holder.inspect("inspect:held").unwrap();
-            info.subscribers >= 1 && info.queued_clients.iter().any(|id| id == other.id())
+            // The waiter's client, and the holder's (for a foreign unlock).
+            info.subscribers >= 2 && info.queued_clients.iter().any(|id| id == other.id())
         }),
         "the waiter never showed: {:?}",
         holder.inspect("inspect:held").unwrap()
@@ -232,7 +233,8 @@ fn on_a_cluster_a_waiter_shows_on_the_shard_channel_and_watch_hears_the_release(
     let guard = holder.lock(&name).unwrap().lock().unwrap();
     let waiting = waiter(&other, &name);
     assert!(
-        eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 1),
+        // The waiter's client, and the holder's (for a foreign unlock).
+        eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 2),
         "PUBSUB SHARDNUMSUB never counted the waiter"
     );
     let mut watch = holder.watch(&name).unwrap();
@@ -255,6 +257,9 @@ fn the_binary_inspects_as_a_table_and_as_json() {
     let _guard = lock.lock().unwrap();
     let _again = lock.lock().unwrap();
     let url = server.url();
+    // Once its client listens on the channel (for a foreign unlock).
+    let channel = "redisson_lock__channel:{bin:inspect}";
+    assert!(eventually(5 * SECOND, || common::numsub(&mut server.conn(), channel) == 1));
 
     let table = expect_exit(&run(&["--url", &url, "inspect", "bin:inspect"]), 0);
     assert!(table.contains("reentrant lock"), "{table}");
@@ -270,7 +275,8 @@ fn the_binary_inspects_as_a_table_and_as_json() {
     assert_eq!(parsed["holders"][0]["count"], 2);
     assert_eq!(parsed["fencing_token"].as_u64(), lock.last_fencing_token().unwrap());
     assert!(parsed["remaining_lease_ms"].as_u64().is_some_and(|ms| ms > 0));
-    assert_eq!(parsed["subscribers"], 0);
+    // No waiter: the holder's client alone listens (for a foreign unlock).
+    assert_eq!(parsed["subscribers"], 1);
     assert_eq!(parsed["node"], Value::Null);
 
     // Options after the command, the URL from the environment.
@@ -383,7 +389,8 @@ fn force_unlock_with_yes_hands_the_lock_to_a_waiting_thread() {
     let (holder, other) = (server.client(), server.client());
     let guard = holder.lock("bin:force").unwrap().lock().unwrap();
     let waiting = waiter(&other, "bin:force");
-    assert!(eventually(5 * SECOND, || holder.inspect("bin:force").unwrap().subscribers >= 1));
+    // The waiter's client, and the holder's (for a foreign unlock).
+    assert!(eventually(5 * SECOND, || holder.inspect("bin:force").unwrap().subscribers >= 2));
     let started = Instant::now();
     let output = run(&["--url", &server.url(), "--json", "force-unlock", "bin:force", "--yes"]);
     let parsed = json(&expect_exit(&output, 0));
@@ -583,7 +590,8 @@ fn force_unlock_on_a_cluster_frees_the_lock_on_its_node_and_wakes_the_waiter() {
     let name = name_on(cluster, cluster.primaries()[2], "cforce");
     let guard = holder.lock(&name).unwrap().lock().unwrap();
     let waiting = waiter(&other, &name);
-    assert!(eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 1));
+    // The waiter's client, and the holder's (for a foreign unlock).
+    assert!(eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 2));
     let mut args = cluster_args(cluster);
     args.extend(["--json", "force-unlock", &name, "--yes"].map(str::to_owned));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

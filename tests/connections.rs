@@ -255,6 +255,10 @@ fn a_dead_command_connection_has_every_hold_verified_at_once() {
     let client = server.client();
     let guard = client.lock("verified").unwrap().lock().unwrap();
     let lost = guard.lost_signal();
+    // Once its client listens on the lock's channel (and has checked the
+    // hold then), only the dead connection can tell it of a silent DEL.
+    assert!(common::eventually(5 * SECOND, || common::numsub(&mut con, &common::channel_of("verified")) == 1));
+    std::thread::sleep(Duration::from_millis(100));
     // The lock vanishes behind the holder's back, as in a restart without
     // persistence, while its pub/sub connection stays up.
     let _: i64 = redis::cmd("DEL").arg("verified").query(&mut con).unwrap();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::child::{self, ChildProcess};
-use common::{Listener, RedisServer, ServerExt, calls_of, eventually, exists, recv_within, spawn};
+use common::{Listener, RedisServer, ServerExt, calls_of, eventually, exists, pttl, recv_within, spawn};
 use keyholder::{Client, ErrorKind, FairLock, Lease, LostReason};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -55,6 +55,8 @@ fn wait_queued(con: &mut redis::Connection, name: &str, n: usize) {
 struct Waiter {
     acquired: std::sync::mpsc::Receiver<String>,
     release: std::sync::mpsc::Sender<()>,
+    /// Joined before the server stops: the waiter's unlock must reach it.
+    thread: std::thread::JoinHandle<()>,
 }
 
 fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>, index: usize) -> Waiter {
@@ -63,7 +65,7 @@ fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>
     let order = Arc::clone(order);
     let (acquired_tx, acquired) = std::sync::mpsc::channel();
     let (release, release_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let _client = client;
         let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
         order.lock().unwrap().push(index);
@@ -71,7 +73,7 @@ fn queue_waiter(server: &RedisServer, name: &str, order: &Arc<Mutex<Vec<usize>>>
         let _ = release_rx.recv_timeout(30 * SECOND);
         guard.unlock().unwrap();
     });
-    Waiter { acquired, release }
+    Waiter { acquired, release, thread }
 }
 
 #[test]
@@ -92,6 +94,9 @@ fn waiters_of_distinct_clients_acquire_in_exactly_their_arrival_order() {
         // Nobody else holds it meanwhile: the next waiter is still queued.
         assert_eq!(queued(&mut con, "fifo").len(), 5 - i);
         waiter.release.send(()).unwrap();
+    }
+    for waiter in waiters {
+        waiter.thread.join().unwrap();
     }
     assert!(eventually(10 * SECOND, || !exists(&mut con, "fifo")));
     assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
@@ -182,6 +187,9 @@ fn a_release_wakes_only_the_head_on_its_own_channel() {
             recv_within(&waiter.acquired, 10 * SECOND, &format!("waiter {i}"));
         }
         waiter.release.send(()).unwrap();
+    }
+    for waiter in waiters {
+        waiter.thread.join().unwrap();
     }
     assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
 }
@@ -359,8 +367,8 @@ fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let slot = Duration::from_millis(600);
-    // A short lease: a waiter's first deadline is the holder's PTTL plus
-    // its slot (Redisson's rule), so the dead one is skipped within ~2 s.
+    // A waiter queued by keyholder's script has its deadline a slot after
+    // its last call, so the dead one is skipped within a slot.
     let holder = server.client();
     let guard = holder.fair_lock("dead").unwrap().with_lease(Lease::Fixed(SECOND)).unwrap().lock().unwrap();
     // A waiter whose process is gone: queued by the script, never retrying.
@@ -401,7 +409,7 @@ fn a_live_waiter_outlasts_many_slots_behind_a_long_hold() {
     let mut con = server.conn();
     let slot = Duration::from_millis(300);
     // A short watchdog lease, renewed all along: the first waiter's first
-    // deadline (the PTTL plus its slot) passes long before the release.
+    // deadline (a slot after it queued) passes long before the release.
     let holder = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
     let guard = holder.fair_lock("long").unwrap().lock().unwrap();
     let (b, c) = (server.client(), server.client());
@@ -647,8 +655,8 @@ fn a_killed_head_waiter_is_skipped_after_its_slot() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let url = server.url();
-    // A short lease: the first waiter's deadline is the holder's PTTL plus
-    // its slot.
+    // The first waiter's deadline is a slot after its last retry (with the
+    // default 30 s lease too: see the next test).
     let holder = server.builder().watchdog_timeout(SECOND).build().unwrap();
     let guard = holder.fair_lock("skip").unwrap().lock().unwrap();
     let env = [(CHILD_URL, url.as_str()), (CHILD_LOCK, "skip"), (CHILD_SLOT_MS, "800")];
@@ -666,4 +674,58 @@ fn a_killed_head_waiter_is_skipped_after_its_slot() {
     second.send("RELEASE");
     second.expect("RELEASED", 10 * SECOND);
     assert!(eventually(5 * SECOND, || queued(&mut con, "skip").is_empty()));
+}
+
+/// Issue 21, item 3: a keyholder waiter killed (SIGKILL) while queued
+/// behind a holder with the default 30 s watchdog lease costs the waiter
+/// behind it about one wait slot after the release, not the holder's lease.
+/// Each retry of a live keyholder waiter re-arms its own deadline at its
+/// place in the queue, lowering it as well as raising it, so a dead one's
+/// deadline lapses about a slot after its last retry, however long the
+/// holder's lease.
+#[test]
+fn a_killed_queued_waiter_costs_about_one_slot_after_the_release_not_the_holders_lease() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let url = server.url();
+    let slot = SECOND;
+    // The default watchdog: a 30 s lease, renewed every 10 s.
+    let holder = server.client();
+    let guard = holder.fair_lock("stall").unwrap().lock().unwrap();
+    let env = [(CHILD_URL, url.as_str()), (CHILD_LOCK, "stall"), (CHILD_SLOT_MS, "1000")];
+    let mut doomed = ChildProcess::spawn("child_fair_waiter", &env);
+    doomed.expect("WAITING", 20 * SECOND);
+    wait_queued(&mut con, "stall", 1);
+    let dead = queued(&mut con, "stall")[0].clone();
+    let live_client = server.client();
+    let live = live_client.fair_lock("stall").unwrap().with_wait_timeout(slot).unwrap();
+    let waiter = spawn(move || {
+        let guard = live.try_lock_for(60 * SECOND).unwrap()?;
+        Some((Instant::now(), guard.owner_id().to_owned()))
+    });
+    wait_queued(&mut con, "stall", 2);
+    // Both waiters retry (every half slot) while the lock is held. Two
+    // retry periods after the live one queued, the kill tends to come just
+    // after the doomed waiter's retry: close to the worst case, a full slot.
+    std::thread::sleep(slot);
+    assert_eq!(queued(&mut con, "stall")[0], dead);
+    let lease = pttl(&mut con, "stall");
+    assert!(lease > 15_000, "the holder's lease is the 30 s watchdog's, PTTL {lease}");
+
+    assert!(!doomed.kill().success());
+    let killed_at = Instant::now();
+    guard.unlock().unwrap();
+    let released = Instant::now();
+    let (acquired_at, owner) = recv_within(&waiter, 45 * SECOND, "the waiter behind the dead one")
+        .expect("the live waiter never got the lock");
+    let after_release = acquired_at.saturating_duration_since(released);
+    let after_kill = acquired_at.saturating_duration_since(killed_at);
+    eprintln!(
+        "item 3: the live waiter got the lock {after_release:?} after the release, {after_kill:?} after \
+         the kill (slot {slot:?}, holder's PTTL {lease} ms)"
+    );
+    assert_ne!(owner, dead);
+    // About one slot; generous for a loaded machine, far below the lease.
+    assert!(after_release < 4 * slot, "acquired {after_release:?} after the release");
+    assert!(eventually(5 * SECOND, || queued(&mut con, "stall").is_empty()));
 }

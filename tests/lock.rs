@@ -372,6 +372,7 @@ fn builder_settings_are_validated_before_any_io() {
         ("watchdog > 30 days", base().watchdog_timeout(keyholder::MAX_LEASE + SECOND)),
         ("connect timeout 0", base().connect_timeout(Duration::ZERO)),
         ("command timeout 0", base().command_timeout(Duration::ZERO)),
+        ("outage budget > 1 h", base().outage_budget(Duration::from_secs(3601))),
         ("bad url", Client::builder("not a url")),
     ];
     if !cfg!(feature = "tls") {

@@ -164,13 +164,13 @@ fn lock_operations_are_counted() {
     held.unlock().unwrap();
     assert!(recv_within(&waiter, LIMIT, "the waiter"));
 
-    // A force-unlocked hold: the watchdog's renewal is refused.
+    // A hold force-unlocked by its own client: marked lost at once.
     let guard = lock.lock().unwrap();
     let lost = guard.lost_signal();
     assert!(client.lock("orders:1").unwrap().force_unlock().unwrap());
-    assert_eq!(recv_within_signal(&lost), LostReason::RenewalRefused);
-    let refused = [("reason", "renewal_refused"), lock_label];
-    assert!(eventually(LIMIT, || rec.counter(m::HOLDS_LOST, &refused) == 1));
+    assert_eq!(recv_within_signal(&lost), LostReason::Gone);
+    let gone = [("reason", "gone"), lock_label];
+    assert!(eventually(LIMIT, || rec.counter(m::HOLDS_LOST, &gone) == 1));
     drop(guard);
     assert_eq!(rec.counter(m::RELEASES, &[("outcome", "lock_lost"), lock_label]), 1);
 

@@ -275,7 +275,8 @@ fn a_killed_holders_lock_goes_to_a_waiter_in_another_process() {
     let holder_owner = holder.expect("LOCKED ", 20 * SECOND);
     let mut waiter = ChildProcess::spawn("child_waiter", &env);
     waiter.expect("WAITING", 20 * SECOND);
-    wait_numsub(&mut con, &channel_of("handover"), 1); // it waits in Redis
+    // It waits in Redis (the holder's client listens too, for a foreign unlock).
+    wait_numsub(&mut con, &channel_of("handover"), 2);
 
     // The holder's watchdog keeps the lock across several leases.
     std::thread::sleep(3 * CHILD_LEASE);

@@ -36,7 +36,8 @@ fn each_unlock_costs_at_most_one_acquire_call_however_many_clients_wait() {
             })
         })
         .collect();
-    wait_numsub(&mut con, &channel_of("herd"), WAITERS as i64);
+    // The waiters' clients, and the holder's (for a foreign unlock).
+    wait_numsub(&mut con, &channel_of("herd"), WAITERS as i64 + 1);
     // A waiter queues on its second attempt, once subscribed: wait for all.
     let queued = || -> usize {
         redis::cmd("ZCARD").arg("keyholder_lock_queue:{herd}").query(&mut server.conn()).unwrap()
@@ -72,7 +73,7 @@ fn a_handed_over_hold_is_never_believed_longer_than_the_server_keeps_it() {
         }
         (guard.is_lost(), started.elapsed())
     });
-    wait_numsub(&mut con, &channel_of("handed"), 1);
+    wait_numsub(&mut con, &channel_of("handed"), 2); // and the holder's client
     std::thread::sleep(Duration::from_millis(300)); // the waiter has waited a while
     guard.unlock().unwrap();
     let (lost, held) = recv_within(&got, 20 * SECOND, "waiter");

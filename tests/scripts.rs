@@ -870,11 +870,18 @@ fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
     assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
     assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
     assert!(members(&mut con).is_empty());
-    // Nobody queued, the releaser still listens: recorded as a recent releaser.
-    assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
-    assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
-    assert_eq!(members(&mut con), vec![client_of(OWNER_A).to_owned()]);
-    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    // Nobody queued, the releaser still listens: nothing recorded either, so
+    // that no key of keyholder's outlives the lock (issue 21, item 9); a
+    // recent releasers key left by an earlier release is deleted, by a
+    // releaser that listens and by one that does not.
+    for listens in [300, 0] {
+        let _: i64 =
+            redis::cmd("ZADD").arg(recent_of(name)).arg(i64::MAX).arg("other").query(&mut con).unwrap();
+        assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
+        assert_eq!(release_queued(&mut con, name, OWNER_A, listens).unwrap(), Value::Int(1));
+        assert!(!exists(&mut con, &recent_of(name)), "listening {listens} ms");
+        assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    }
     // A free lock that a marker reserves for another client is refused.
     let _: () = redis::cmd("SET")
         .arg(marker_of(name))

@@ -21,9 +21,12 @@ fn get(con: &mut redis::Connection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(con).unwrap()
 }
 
+/// An integer reply, or a count returned as its decimal string (exact past
+/// 2^53, where a Lua number is not).
 fn int(value: redis::RedisResult<Value>) -> i64 {
     match value.unwrap() {
         Value::Int(n) => n,
+        Value::BulkString(bytes) => std::str::from_utf8(&bytes).unwrap().parse().unwrap(),
         other => panic!("expected an integer, got {other:?}"),
     }
 }

@@ -206,7 +206,7 @@ fn a_free_lock_is_taken_with_count_one_and_the_lease_and_no_queue_keys() {
 }
 
 #[test]
-fn waiters_queue_in_arrival_order_with_redissons_chained_deadlines() {
+fn waiters_queue_in_arrival_order_with_deadlines_a_slot_per_place() {
     let server = RedisServer::start();
     let mut con = server.conn();
     assert_eq!(acquire(&mut con, "q", Try::waiting(A, NOW)).unwrap(), Value::Nil);
@@ -218,10 +218,10 @@ fn waiters_queue_in_arrival_order_with_redissons_chained_deadlines() {
     assert!(wait_c > 9_000 && wait_c <= 10_000, "C waits for the holder's PTTL too, not {wait_c}");
     assert_eq!(queue(&mut con, "q"), [B, C]);
 
-    // Redisson's deadlines: B's = now + PTTL + slot; C's = B's + slot.
-    let b = deadline(&mut con, "q", B).unwrap();
-    assert!(b > NOW + 9_000 + SLOT && b <= NOW + 10_000 + SLOT, "B's deadline {b}");
-    assert_eq!(deadline(&mut con, "q", C), Some(b + SLOT));
+    // keyholder's deadlines: now + (position + 1) slots, whatever the
+    // holder's PTTL (Redisson's would be now + PTTL + slot for B).
+    assert_eq!(deadline(&mut con, "q", B), Some(NOW + SLOT));
+    assert_eq!(deadline(&mut con, "q", C), Some(NOW + 2 * SLOT));
     // The holder is untouched.
     assert_eq!(hgetall(&mut con, "q"), one_field(A, "1"));
 }
@@ -244,22 +244,22 @@ fn a_single_attempt_never_queues() {
 }
 
 #[test]
-fn a_queued_waiter_keeps_its_place_and_its_deadline_only_rises() {
+fn a_queued_waiter_keeps_its_place_and_rearms_its_deadline_at_each_retry() {
     let server = RedisServer::start();
     let mut con = server.conn();
     acquire(&mut con, "k", Try::waiting(A, NOW)).unwrap();
     int(acquire(&mut con, "k", Try::waiting(B, NOW)).unwrap());
     int(acquire(&mut con, "k", Try::waiting(C, NOW)).unwrap());
-    let (b, c) = (deadline(&mut con, "k", B).unwrap(), deadline(&mut con, "k", C).unwrap());
 
-    // Retrying a little later changes nothing: both deadlines are ahead.
+    // Retrying a little later keeps the places and moves both deadlines.
     int(acquire(&mut con, "k", Try::waiting(C, NOW + 1_000)).unwrap());
     int(acquire(&mut con, "k", Try::waiting(B, NOW + 1_000)).unwrap());
     assert_eq!(queue(&mut con, "k"), [B, C]);
-    assert_eq!((deadline(&mut con, "k", B), deadline(&mut con, "k", C)), (Some(b), Some(c)));
+    assert_eq!(deadline(&mut con, "k", B), Some(NOW + 1_000 + SLOT));
+    assert_eq!(deadline(&mut con, "k", C), Some(NOW + 1_000 + 2 * SLOT));
 
     // The holder renews for ten slots; both retry every half slot, and
-    // each retry raises the deadline to now + (position + 1) slots: nobody
+    // each retry re-arms the deadline at now + (position + 1) slots: nobody
     // is dropped, however long the wait.
     let mut now = NOW;
     for _ in 0..20 {
@@ -273,6 +273,57 @@ fn a_queued_waiter_keeps_its_place_and_its_deadline_only_rises() {
     assert_eq!(queue(&mut con, "k"), [B, C]);
     assert_eq!(deadline(&mut con, "k", B), Some(now + SLOT));
     assert_eq!(deadline(&mut con, "k", C), Some(now + 2 * SLOT));
+}
+
+/// Issue 21, item 3, at the script level: a queued keyholder waiter's retry
+/// lowers its deadline to its place (now + (position + 1) slots), so once
+/// it dies it is dropped about a slot after its last retry, long before the
+/// holder's lease runs out; Java waiters' deadlines keep Redisson's rule.
+#[test]
+fn a_keyholder_waiters_retry_lowers_its_deadline_to_its_place_and_java_deadlines_keep_redissons_rule() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = listen(&server, "low");
+    let slot = 1_000;
+    let at = |owner, now| Try { slot, ..Try::waiting(owner, now) };
+    // A holds with a 30 s lease. B was queued by Redisson's rule (as
+    // keyholder queued before this fix): now + the holder's PTTL + a slot.
+    acquire(&mut con, "low", at(A, NOW)).unwrap();
+    int(redisson_fair::acquire(&mut con, LEASE, slot, "low", B, NOW));
+    let old = deadline(&mut con, "low", B).unwrap();
+    assert!(old > NOW + LEASE - 1_000 + slot, "Redisson's deadline {old}");
+    // C, a Java waiter, chains on it, as Redisson does; D is keyholder's.
+    int(redisson_fair::acquire(&mut con, LEASE, slot, "low", C, NOW));
+    assert_eq!(deadline(&mut con, "low", C), Some(old + slot));
+    int(acquire(&mut con, "low", at(D, NOW)).unwrap());
+    assert_eq!(deadline(&mut con, "low", D), Some(NOW + 3 * slot));
+
+    // B's keyholder retry lowers its deadline to its place, the head's.
+    int(acquire(&mut con, "low", at(B, NOW + 200)).unwrap());
+    assert_eq!(deadline(&mut con, "low", B), Some(NOW + 200 + slot));
+    // Its next retry raises it again; D's retry re-arms D's alone.
+    int(acquire(&mut con, "low", at(B, NOW + 400)).unwrap());
+    int(acquire(&mut con, "low", at(D, NOW + 400)).unwrap());
+    let last = NOW + 400;
+    assert_eq!(deadline(&mut con, "low", B), Some(last + slot));
+    assert_eq!(deadline(&mut con, "low", D), Some(last + 3 * slot));
+    // Java's deadline is untouched by keyholder's retries.
+    assert_eq!(deadline(&mut con, "low", C), Some(old + slot));
+    assert_eq!(queue(&mut con, "low"), [B, C, D]);
+
+    // B dies. A slot after its last retry, D's retry drops it, while the
+    // holder's lease still has most of its 30 s to run.
+    int(acquire(&mut con, "low", at(D, last + slot - 1)).unwrap());
+    assert_eq!(queue(&mut con, "low"), [B, C, D]);
+    int(acquire(&mut con, "low", at(D, last + slot)).unwrap());
+    assert_eq!(queue(&mut con, "low"), [C, D]);
+    assert_eq!(deadline(&mut con, "low", B), None);
+    assert!(pttl(&mut con, "low") > LEASE - 5_000, "the holder still holds");
+    assert!(heard(&listener, &mut con, "low").is_empty(), "the lock is held: nobody is woken");
+    // The release wakes C, the Java head, at once.
+    assert_eq!(release(&mut con, "low", A, last + slot).unwrap(), Value::Int(1));
+    assert_eq!(heard(&listener, &mut con, "low"), [(wake_of("low", C), "0".to_owned())]);
+    assert_eq!(redisson_fair::acquire(&mut con, LEASE, slot, "low", C, last + slot), Value::Nil);
 }
 
 #[test]

@@ -335,16 +335,29 @@ fn the_writer_may_take_the_read_lock_downgrade() {
 }
 
 #[test]
-fn an_rlock_hash_at_the_name_is_not_taken_for_free() {
+fn an_rlock_hash_at_the_name_is_another_kinds_lock_and_left_alone() {
+    // Issue 21, item 1: a hash without "mode" (an RLock, spin or fair lock)
+    // is WRONGTYPE, not a holder to wait for nor a lock to add "mode" to.
     let server = RedisServer::start();
     let mut con = server.conn();
     let _: i64 = redis::cmd("HSET").arg("rw").arg(C).arg(1).query(&mut con).unwrap();
     pexpire(&mut con, "rw", 6_000);
-    let reply = int(&read_acquire(&mut con, "rw", 10_000, A));
-    assert!(reply > 5_000 && reply <= 6_000, "reply {reply}");
-    let reply = int(&write_acquire(&mut con, "rw", 10_000, A, None));
-    assert!(reply > 5_000 && reply <= 6_000, "reply {reply}");
+    for owner in [A, C] {
+        let e = script("read_acquire.lua")
+            .key("rw")
+            .key(timeout_prefix("rw", owner))
+            .key(writers("rw"))
+            .arg(10_000)
+            .arg(owner)
+            .arg(w(owner))
+            .invoke::<Value>(&mut con)
+            .unwrap_err();
+        assert!(is_wrongtype(&e) && e.to_string().contains("another kind"), "{e}");
+        let e = script("write_acquire.lua").key("rw").arg(10_000).arg(w(owner)).invoke::<Value>(&mut con);
+        assert!(e.as_ref().is_err_and(is_wrongtype), "{e:?}");
+    }
     assert_eq!(hgetall(&mut con, "rw"), fields(&[(C, "1")]));
+    assert!(!exists(&mut con, &format!("{}:1", timeout_prefix("rw", C))));
 }
 
 #[test]

@@ -33,9 +33,12 @@ fn set(con: &mut redis::Connection, key: &str, value: &str) {
     let _: () = redis::cmd("SET").arg(key).arg(value).query(con).unwrap();
 }
 
+/// An integer reply, or a count returned as its decimal string (exact past
+/// 2^53, where a Lua number is not).
 fn int(value: &Value) -> i64 {
     match value {
         Value::Int(n) => *n,
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).unwrap().parse().unwrap(),
         other => panic!("expected an integer, got {other:?}"),
     }
 }

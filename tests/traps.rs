@@ -71,7 +71,8 @@ fn names_sharing_an_unlock_channel_each_hear_their_unlock() {
                 spawn(move || lock.try_lock_for(8 * SECOND).unwrap().map(|g| g.unlock().unwrap()).is_some())
             })
             .collect();
-        wait_numsub(&mut con, "redisson_lock__channel:{x}", 1);
+        // The waiter's client, and the holder's (for a foreign unlock).
+        wait_numsub(&mut con, "redisson_lock__channel:{x}", 2);
         common::wait_subscribed(&waiter, 1);
         std::thread::sleep(Duration::from_millis(100)); // both waiters asleep in Redis
         let mut held = held;

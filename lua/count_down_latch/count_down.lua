@@ -11,7 +11,8 @@
 -- ARGV[1]  publish command: "publish" or "spublish"
 --
 -- Returns
---   integer n >= 1  counted down: KEYS[1] decremented to n
+--   string n >= 1   counted down: KEYS[1] decremented (DECR) to n, returned
+--                   as a decimal STRING (exact over the 64-bit range)
 --   0        counted down to zero: the latch opened; KEYS[1] deleted and
 --            "0" published on KEYS[2] (Redisson's zero-count message)
 --   -1       the latch was open already: nothing changed, nothing
@@ -20,14 +21,32 @@
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when KEYS[1] holds another type.
---   BADCOUNT when KEYS[1] is a string but not a decimal integer.
+--   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
+--   signed 64-bit range (without leading zeros).
+
+-- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
+-- within the signed 64-bit range (compared as strings: a Lua number is a
+-- double, exact only to 2^53).
+local function integer(value)
+    if value == '0' then
+        return true
+    end
+    local digits = string.match(value, '^%-?([1-9]%d*)$')
+    if not digits or #digits > 19 then
+        return false
+    end
+    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
+    return #digits < 19 or digits <= limit
+end
+
 local value = redis.call('get', KEYS[1])
 if value == false then
     return -1
 end
-if string.match(value, '^%-?%d+$') == nil then
+if not integer(value) then
     return redis.error_reply('BADCOUNT latch ' .. KEYS[1] .. ' does not hold a count')
 end
+-- (Signs are exact in Lua numbers, even where the magnitude is not.)
 if tonumber(value) <= 0 then
     return -1
 end
@@ -37,4 +56,4 @@ if v <= 0 then
     redis.call(ARGV[1], KEYS[2], '0')
     return 0
 end
-return v
+return redis.call('get', KEYS[1])

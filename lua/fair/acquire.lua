@@ -47,11 +47,14 @@
 -- re-entered by its owner (count incremented, PTTL set to ARGV[1]).
 --
 -- Otherwise, with ARGV[5] = "1", ARGV[2] is queued: a new waiter is appended
--- with Redisson's deadline (the tail's deadline, or now + the lock's PTTL,
--- plus ARGV[3]); a waiter already queued keeps its place. Either way its
--- deadline is raised, never lowered, to now + (position + 1) * ARGV[3]
--- (position 0 at the head), so that a live waiter that retries within
--- ARGV[3] ms is never dropped, however long the lock is held.
+-- at the tail; a waiter already queued keeps its place. Either way its
+-- deadline is re-armed, raised or lowered, to now + (position + 1) *
+-- ARGV[3] (position 0 at the head): a live waiter that retries within
+-- ARGV[3] ms is never dropped, however long the lock is held, and a dead
+-- one is dropped about ARGV[3] ms after its last call, however long the
+-- holder's lease. (Redisson's waiters run Redisson's script and keep its
+-- rule: a new waiter's deadline is the tail's deadline, or now + the
+-- lock's PTTL, plus its slot, and a retry leaves it as it is.)
 --
 -- Returns, without KEYS[6]
 --   nil      acquired or re-entered
@@ -65,7 +68,8 @@
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3],
---   KEYS[5] or the counter. BADCOUNTER when the counter holds anything but
+--   KEYS[5] or the counter, or KEYS[1] is a read-write lock's hash (it has
+--   a "mode" field). BADCOUNTER when the counter holds anything but
 --   a decimal integer from 0 to 2^63 - 2.
 local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -76,6 +80,12 @@ for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {gran
     if kind ~= 'none' and kind ~= pair[2] then
         return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
     end
+end
+
+-- Another kind's lock at the name: a read-write lock's hash is never
+-- taken, released, handed on or deleted here.
+if redis.call('hexists', key, 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
 end
 if counter then
     local kind = redis.call('type', counter).ok
@@ -171,7 +181,9 @@ if ARGV[5] ~= '1' then
     return refuse(math.max(pttl, 1))
 end
 
--- Queues the caller, or keeps its place, and raises its deadline.
+-- Queues the caller, or keeps its place, and re-arms its deadline at its
+-- place: lowered as well as raised, so that a dead waiter's deadline
+-- lapses a slot after its last call, not after the holder's lease.
 local items = redis.call('lrange', queue, 0, -1)
 local position = nil
 for i, item in ipairs(items) do
@@ -180,24 +192,12 @@ for i, item in ipairs(items) do
         break
     end
 end
-local deadline = redis.call('zscore', timeouts, owner)
 if not position then
-    if deadline then
-        -- A deadline without a place (not Redisson's doing): start afresh.
-        redis.call('zrem', timeouts, owner)
-    end
-    local tail = items[#items]
-    local ttl = pttl
-    local tail_deadline = tail and redis.call('zscore', timeouts, tail)
-    if tail_deadline then
-        ttl = tonumber(tail_deadline) - now
-    end
-    deadline = ttl + slot + now
+    -- (A deadline without a place, not Redisson's doing, is overwritten.)
     redis.call('rpush', queue, owner)
     position = #items
 end
-deadline = math.max(tonumber(deadline), now + (position + 1) * slot)
-redis.call('zadd', timeouts, deadline, owner)
+redis.call('zadd', timeouts, now + (position + 1) * slot, owner)
 if ARGV[8] then
     local time = redis.call('time')
     local ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

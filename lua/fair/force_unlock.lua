@@ -17,7 +17,8 @@
 --   0  there was no lock; nothing was published
 --
 -- Errors (nothing is changed)
---   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3]:
+--   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3],
+--   or KEYS[1] is a read-write lock's hash (it has a "mode" field):
 --   keyholder never deletes what it did not create.
 local key, queue, timeouts, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[2])
@@ -27,6 +28,12 @@ for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
     if kind ~= 'none' and kind ~= pair[2] then
         return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
     end
+end
+
+-- Another kind's lock at the name: a read-write lock's hash is never
+-- taken, released, handed on or deleted here.
+if redis.call('hexists', key, 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
 end
 
 while true do

@@ -88,6 +88,9 @@
 --   TTL: a legacy holder that never expires ("LEGACYNOTTL <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
+--   WRONGTYPE also when the hash at the lock's name is another kind's lock:
+--   a read-write lock's (it has a "mode" field, and its read holders'
+--   fields look like owner ids). Nothing is taken, counted or queued for.
 local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
@@ -157,6 +160,12 @@ if ARGV[8] == '1' and redis.call('type', key).ok == 'string' then
     end
     -- A key in its last millisecond still holds: wait at least 1 ms.
     return refuse(math.max(ttl, 1))
+end
+
+-- Another kind's lock at the name (the free lock of the fast path above
+-- needs no such check): a read-write lock's hash is never taken.
+if redis.call('hexists', key, 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
 end
 
 -- Mints the next token: exact, as the counter's string.

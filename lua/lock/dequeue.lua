@@ -19,6 +19,8 @@
 --      see release.lua): it was deleted, and, the lock being free,
 --      ARGV[3] was published on KEYS[5] so that the other waiters try
 --   0  neither; in every case ARGV[1] is no longer queued
+-- A read-write lock's hash at KEYS[4] (it has a "mode" field) is never a
+-- grant: it is left alone.
 if redis.call('type', KEYS[1]).ok == 'zset' then
     redis.call('zrem', KEYS[1], ARGV[1])
 end
@@ -27,7 +29,8 @@ if redis.call('type', KEYS[2]).ok == 'hash' then
 end
 -- The waiter has no hold of its own (it was still waiting): a field of its
 -- owner id can only be a grant it will never take.
-if redis.call('type', KEYS[4]).ok == 'hash' and redis.call('hexists', KEYS[4], ARGV[2]) == 1 then
+local granted = redis.call('type', KEYS[4]).ok == 'hash' and redis.call('hmget', KEYS[4], ARGV[2], 'mode')
+if granted and granted[1] and not granted[2] then
     redis.call('del', KEYS[4])
     redis.call(ARGV[4], KEYS[5], ARGV[3])
     return 2

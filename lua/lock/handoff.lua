@@ -50,7 +50,8 @@
 -- anything.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a
+--   read-write lock's hash (it has a "mode" field): untouched.
 local key, from, to, latch = KEYS[1], ARGV[3], ARGV[4], KEYS[4]
 -- As in release.lua: the latch's value, "" when absent, nil when not a latch.
 local function read_latch()
@@ -73,7 +74,11 @@ elseif earlier and ARGV[8] == '1' then
         return tonumber(outcome)
     end
 end
-if redis.call('hexists', key, from) == 0 then
+local held = redis.call('hmget', key, from, 'mode')
+if held[2] then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+end
+if not held[1] then
     return nil
 end
 -- A last hold, with Redisson waiters listening: release.lua's turn.

@@ -12,12 +12,17 @@
 --
 -- Returns
 --   0  the run no longer holds the lock (it expired, was force-unlocked, or
---      is another key's now): nothing was changed
+--      is another key's now, a read-write lock's hash included): nothing
+--      was changed
 --   1  kept: the key's PTTL set to ARGV[2] when that shortens it (never
 --      lengthened), nothing published; it expires by itself
 --   2  released: the key deleted and ARGV[3] published on KEYS[2]
 local key = KEYS[1]
-if redis.call('type', key).ok ~= 'hash' or redis.call('hexists', key, ARGV[1]) == 0 then
+if redis.call('type', key).ok ~= 'hash' then
+    return 0
+end
+local held = redis.call('hmget', key, ARGV[1], 'mode')
+if not held[1] or held[2] then
     return 0
 end
 local keep = tonumber(ARGV[2])

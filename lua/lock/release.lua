@@ -65,7 +65,11 @@
 --            "2", keyholder clients take a "0" right after a "2" as already
 --            handled.
 -- With no such client, ARGV[1] alone is published on KEYS[2]. A releasing
--- client that still listens is then recorded in KEYS[6] until it stops.
+-- client that still listens is then recorded in KEYS[6] until it stops,
+-- when a client was served (the lock or the turn is still in use); when
+-- none was (the lock is free and nobody queued), KEYS[6] is deleted
+-- instead, so that none of keyholder's keys outlives the lock: a recent
+-- releaser matters only to a later release with a queue.
 --
 -- Foreign turns. When others than keyholder clients listen on KEYS[2]
 -- (Redisson waiters: the count above is above 0) and ARGV[12] is set, the
@@ -88,7 +92,8 @@
 -- queue's turns make up for it before the next foreign turn.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a
+--   read-write lock's hash (it has a "mode" field): untouched.
 local key, channel, marker, queue, grants, recent, latch =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local publish = ARGV[4] or 'publish'
@@ -116,7 +121,12 @@ local function done(outcome)
     return outcome
 end
 
-if redis.call('hexists', key, ARGV[3]) == 0 then
+-- The owner's field and a read-write lock's "mode", in one call.
+local held = redis.call('hmget', key, ARGV[3], 'mode')
+if held[2] then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+end
+if not held[1] then
     return nil
 end
 if redis.call('hincrby', key, ARGV[3], -1) > 0 then
@@ -126,8 +136,9 @@ end
 redis.call('del', key)
 
 -- The common case ends here, before the helpers below are built: nobody
--- queued (no queue key) and a releasing client that does not listen.
-if not queue or (ARGV[10] == '0' and redis.call('exists', queue) == 0) then
+-- queued (no queue key), no recent releasers to delete (one call counts
+-- both keys) and a releasing client that does not listen.
+if not queue or (ARGV[10] == '0' and redis.call('exists', queue, recent) == 0) then
     redis.call(publish, channel, ARGV[1])
     return done(1)
 end
@@ -262,7 +273,11 @@ if foreign and not served then
     -- lock while it lasts.
     redis.call('set', marker, '~' .. (now + tonumber(ARGV[12])) .. ':', 'px', ARGV[12])
 end
-remember_releaser(now)
+if served then
+    remember_releaser(now)
+elseif redis.call('type', recent).ok == 'zset' then
+    redis.call('del', recent)
+end
 if served == 'woken' then
     redis.call(publish, channel, '2')
 end

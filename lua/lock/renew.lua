@@ -15,7 +15,11 @@
 --   1  the owner still holds the i-th lock; its PTTL was reset to ARGV[1]
 --   0  the owner no longer holds it (the hold is lost); the key was not touched
 --
--- A key of another type at a lock's name reports 0 and is left untouched.
+-- A key of another type at a lock's name reports 0 and is left untouched;
+-- so does a read-write lock's hash (it has a "mode" field: its read
+-- holders' fields look like owner ids), except for a write owner id
+-- "<client-uuid>:<thread-id>:write", whose write holds this script renews
+-- too (no lock's owner id ends in ":write": a thread id is a number).
 local renewed = {}
 local declared = #KEYS > 0
 local count = declared and #KEYS or (#ARGV - 1) / 2
@@ -27,9 +31,12 @@ for i = 1, count do
         key, owner = ARGV[2 * i], ARGV[2 * i + 1]
     end
     local held = 0
-    if redis.call('type', key).ok == 'hash' and redis.call('hexists', key, owner) == 1 then
-        redis.call('pexpire', key, ARGV[1])
-        held = 1
+    if redis.call('type', key).ok == 'hash' then
+        local got = redis.call('hmget', key, owner, 'mode')
+        if got[1] and (not got[2] or string.sub(owner, -6) == ':write') then
+            redis.call('pexpire', key, ARGV[1])
+            held = 1
+        end
     end
     renewed[i] = held
 end

@@ -1,30 +1,66 @@
 -- add_permits.lua: change a permit-expirable semaphore's available permits
--- by a delta (Redisson RPermitExpirableSemaphore's addPermits).
+-- by a delta (Redisson RPermitExpirableSemaphore's addPermits), exactly
+-- over the whole 64-bit range.
 --
 -- KEYS[1]  semaphore key (STRING, see acquire.lua)
 -- KEYS[2]  channel "redisson_sc:{<name>}" (see acquire.lua)
--- ARGV[1]  delta: a decimal integer, not 0 (the caller checks)
+-- ARGV[1]  delta: a decimal integer in the signed 64-bit range, not 0 (the
+--          caller checks)
 -- ARGV[2]  publish command: "publish" or "spublish"
 --
 -- Returns
---   integer  the new count: KEYS[1] (absent = 0) plus ARGV[1], written with
---            a plain SET as Redisson does (a TTL is dropped); ARGV[1] is
---            published on KEYS[2] when it is above 0 (Redisson publishes
---            the delta here, where RSemaphore publishes the new count)
+--   string   the new count as a decimal STRING (exact, where a Lua number
+--            is not past 2^53): KEYS[1] (absent = 0) plus ARGV[1], computed
+--            by INCRBY, the key's TTL then dropped (PERSIST), as Redisson's
+--            plain SET drops it; ARGV[1] is published on KEYS[2] when it is
+--            above 0 (Redisson publishes the delta here, where RSemaphore
+--            publishes the new count)
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when KEYS[1] holds another type.
---   BADCOUNT when KEYS[1] is a string but not a decimal integer.
-local value = redis.call('get', KEYS[1])
-if value == false then
-    value = '0'
+--   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
+--   signed 64-bit range (without leading zeros).
+--   OVERFLOW when the sum would leave the signed 64-bit range.
+
+-- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
+-- within the signed 64-bit range (compared as strings: a Lua number is a
+-- double, exact only to 2^53).
+local function integer(value)
+    if value == '0' then
+        return true
+    end
+    local digits = string.match(value, '^%-?([1-9]%d*)$')
+    if not digits or #digits > 19 then
+        return false
+    end
+    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
+    return #digits < 19 or digits <= limit
 end
-if string.match(value, '^%-?%d+$') == nil then
+
+-- INCRBY key by delta, exact; an OVERFLOW error reply (and nothing
+-- written) when the sum would leave the 64-bit range, else nil.
+local function add(key, delta, what)
+    local reply = redis.pcall('incrby', key, delta)
+    if type(reply) == 'table' and reply.err then
+        if string.find(reply.err, 'overflow', 1, true) then
+            return redis.error_reply('OVERFLOW ' .. what .. ' ' .. key .. ': adding ' .. delta
+                .. ' would leave the 64-bit range')
+        end
+        return reply
+    end
+    return nil
+end
+
+local value = redis.call('get', KEYS[1])
+if value and not integer(value) then
     return redis.error_reply('BADCOUNT semaphore ' .. KEYS[1] .. ' does not hold a permit count')
 end
-local total = tonumber(value) + tonumber(ARGV[1])
-redis.call('set', KEYS[1], total)
-if tonumber(ARGV[1]) > 0 then
+local bad = add(KEYS[1], ARGV[1], 'semaphore')
+if bad then
+    return bad
+end
+redis.call('persist', KEYS[1])
+if string.sub(ARGV[1], 1, 1) ~= '-' then
     redis.call(ARGV[2], KEYS[2], ARGV[1])
 end
-return total
+return redis.call('get', KEYS[1])

@@ -22,13 +22,46 @@
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when KEYS[1] is not a STRING or KEYS[2] not a ZSET.
---   BADCOUNT when KEYS[1] is a string but not a decimal integer.
+--   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
+--   signed 64-bit range (without leading zeros).
+--   OVERFLOW when giving the permits back (these and the expired ones)
+--   would take KEYS[1] past the signed 64-bit range.
+
+-- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
+-- within the signed 64-bit range (compared as strings: a Lua number is a
+-- double, exact only to 2^53).
+local function integer(value)
+    if value == '0' then
+        return true
+    end
+    local digits = string.match(value, '^%-?([1-9]%d*)$')
+    if not digits or #digits > 19 then
+        return false
+    end
+    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
+    return #digits < 19 or digits <= limit
+end
+
+-- INCRBY key by delta, exact; an OVERFLOW error reply (and nothing
+-- written) when the sum would leave the 64-bit range, else nil.
+local function add(key, delta, what)
+    local reply = redis.pcall('incrby', key, delta)
+    if type(reply) == 'table' and reply.err then
+        if string.find(reply.err, 'overflow', 1, true) then
+            return redis.error_reply('OVERFLOW ' .. what .. ' ' .. key .. ': adding ' .. delta
+                .. ' would leave the 64-bit range')
+        end
+        return reply
+    end
+    return nil
+end
+
 local function check()
     local kind = redis.call('type', KEYS[1]).ok
     if kind ~= 'none' and kind ~= 'string' then
         return redis.error_reply('WRONGTYPE semaphore ' .. KEYS[1] .. ' is a ' .. kind)
     end
-    if kind == 'string' and string.match(redis.call('get', KEYS[1]), '^%-?%d+$') == nil then
+    if kind == 'string' and not integer(redis.call('get', KEYS[1])) then
         return redis.error_reply('BADCOUNT semaphore ' .. KEYS[1] .. ' does not hold a permit count')
     end
     kind = redis.call('type', KEYS[2]).ok
@@ -55,16 +88,28 @@ for i = 2, #ARGV do
     end
 end
 
-local count = #ARGV - 1
+-- The ids given back and the other expired permits return together, the
+-- count first, so that an overflow writes nothing.
+local given = {}
+for i = 2, #ARGV do
+    given[ARGV[i]] = true
+end
+local expired = redis.call('zrangebyscore', KEYS[2], 0, now)
+local others = {}
+for _, member in ipairs(expired) do
+    if not given[member] then
+        others[#others + 1] = member
+    end
+end
+local bad = add(KEYS[1], #ARGV - 1 + #others, 'semaphore')
+if bad then
+    return bad
+end
 for i = 2, #ARGV, 1000 do
     redis.call('zrem', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-redis.call('incrby', KEYS[1], count)
-
-local expired = redis.call('zrangebyscore', KEYS[2], 0, now)
-for i = 1, #expired, 1000 do
-    redis.call('zrem', KEYS[2], unpack(expired, i, math.min(i + 999, #expired)))
+for i = 1, #others, 1000 do
+    redis.call('zrem', KEYS[2], unpack(others, i, math.min(i + 999, #others)))
 end
-local value = redis.call('incrby', KEYS[1], #expired)
-redis.call(ARGV[1], KEYS[3], value)
+redis.call(ARGV[1], KEYS[3], redis.call('get', KEYS[1]))
 return live

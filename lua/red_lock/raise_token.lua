@@ -21,8 +21,9 @@
 --   0  the owner no longer holds the lock here; nothing was changed
 --
 -- Errors (nothing is changed)
---   WRONGTYPE when a key of another type sits at the lock's name or at the
---   counter ("WRONGTYPE fencing counter <key> ...").
+--   WRONGTYPE when a key of another type sits at the lock's name (or a
+--   read-write lock's hash, with its "mode" field) or at the counter
+--   ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 1, or ARGV[2] is not one.
 local key, counter, owner, floor = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
@@ -58,7 +59,14 @@ local current = counter_kind == 'string' and redis.call('get', counter) or '0'
 if not decimal(current) then
     return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no token')
 end
-if kind == 'none' or redis.call('hexists', key, owner) == 0 then
+if kind == 'none' then
+    return 0
+end
+local held = redis.call('hmget', key, owner, 'mode')
+if held[2] then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+end
+if not held[1] then
     return 0
 end
 if less(current, floor) then

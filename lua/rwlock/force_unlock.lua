@@ -16,7 +16,9 @@
 -- Redisson (they count for nothing once the hash is gone).
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a HASH
+--   without a "mode" field (another kind's lock, which its own force unlock
+--   deletes): untouched.
 local key = KEYS[1]
 local kind = redis.call('type', key).ok
 if kind == 'none' then
@@ -25,7 +27,11 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
-if redis.call('hget', key, 'mode') ~= ARGV[1] then
+local mode = redis.call('hget', key, 'mode')
+if not mode then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+end
+if mode ~= ARGV[1] then
     return 0
 end
 redis.call('del', key)

@@ -36,9 +36,10 @@
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at the lock's name.
---   A HASH at the name without a "mode" field (an RLock on the same name)
---   is not free: the caller is refused with its PTTL, not let in (Redisson
---   would add "mode" to it; keyholder never writes into another kind's lock).
+--   WRONGTYPE also when the HASH at the name has no "mode" field: another
+--   kind's lock (a Lock, SpinLock or FairLock, whose owner fields look like
+--   read holders'). Redisson's script would add "mode" to it; keyholder
+--   never writes into another kind's lock.
 local key, prefix, writers = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, writer = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
@@ -48,7 +49,7 @@ if kind ~= 'none' and kind ~= 'hash' then
 end
 local mode = kind == 'hash' and redis.call('hget', key, 'mode')
 if kind == 'hash' and not mode then
-    return redis.call('pttl', key)
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
 end
 
 -- Writer preference: how long a new read hold must wait for the waiting

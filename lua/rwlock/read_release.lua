@@ -39,7 +39,8 @@
 -- changing anything.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a HASH
+--   without a "mode" field (another kind's lock): untouched.
 local key, channel, prefix, keyprefix, latch, writers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local message, owner = ARGV[1], ARGV[2]
 local publish = ARGV[3] or 'publish'
@@ -76,7 +77,10 @@ if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
 local mode = redis.call('hget', key, 'mode')
-if not mode or redis.call('hexists', key, owner) == 0 then
+if not mode then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+end
+if redis.call('hexists', key, owner) == 0 then
     return nil
 end
 

@@ -17,14 +17,16 @@
 --   0  none does (the holds are lost); nothing was touched
 -- Owners absent from the hash are skipped, so a dead client's timeout keys
 -- are never kept alive (the zombie-reader fix of Redisson 4.4). A key of
--- another type at a lock's name reports 0 and is left untouched.
+-- another type at a lock's name, or a HASH without a "mode" field (another
+-- kind's lock, whose owner fields look like read holders'), reports 0 and
+-- is left untouched.
 local renewed = {}
 local cursor = 2
 for i = 1, #KEYS, 2 do
     local key, keyprefix = KEYS[i], KEYS[i + 1]
     local owners = tonumber(ARGV[cursor])
     cursor = cursor + 1
-    local hash = redis.call('type', key).ok == 'hash'
+    local hash = redis.call('type', key).ok == 'hash' and redis.call('hexists', key, 'mode') == 1
     local alive = false
     for _ = 1, owners do
         local owner = ARGV[cursor]

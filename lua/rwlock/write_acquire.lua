@@ -43,8 +43,10 @@
 --   counter ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 2 (no next token exists).
---   A HASH at the name without a "mode" field (an RLock on the same name)
---   is held: the caller is refused with its PTTL.
+--   WRONGTYPE also when the HASH at the name has no "mode" field: another
+--   kind's lock (a Lock, SpinLock or FairLock, whose owner fields look like
+--   read holders'). Redisson's script would add "mode" to it; keyholder
+--   never writes into another kind's lock.
 local key, writers, counter = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, reader = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
@@ -91,6 +93,9 @@ local function acquired()
 end
 
 local mode = kind == 'hash' and redis.call('hget', key, 'mode')
+if kind == 'hash' and not mode then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+end
 if kind == 'none' then
     redis.call('hset', key, 'mode', 'write', owner, 1)
     redis.call('pexpire', key, lease)

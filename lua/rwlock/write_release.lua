@@ -30,7 +30,8 @@
 -- changing anything.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a HASH
+--   without a "mode" field (another kind's lock): untouched.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, owner = ARGV[1], ARGV[3]
 local publish = ARGV[4] or 'publish'
@@ -66,7 +67,11 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
-if redis.call('hget', key, 'mode') ~= 'write' or redis.call('hexists', key, owner) == 0 then
+local mode = redis.call('hget', key, 'mode')
+if not mode then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+end
+if mode ~= 'write' or redis.call('hexists', key, owner) == 0 then
     return nil
 end
 

@@ -5,19 +5,38 @@
 -- ARGV[1]  unused (no arguments; documented for the header check)
 --
 -- Returns
---   integer  the count before the call: KEYS[1] set to 0 with a plain SET
---            as Redisson does (a TTL is dropped); 0 when KEYS[1] is absent,
---            which stays absent. Nothing is published (nobody can acquire)
+--   string   the count before the call, as a decimal STRING (exact over the
+--            64-bit range): KEYS[1] set to 0 with a plain SET as Redisson
+--            does (a TTL is dropped)
+--   0        KEYS[1] is absent, and stays absent. Nothing is published
+--            (nobody can acquire)
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when KEYS[1] holds another type.
---   BADCOUNT when KEYS[1] is a string but not a decimal integer.
+--   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
+--   signed 64-bit range (without leading zeros).
+
+-- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
+-- within the signed 64-bit range (compared as strings: a Lua number is a
+-- double, exact only to 2^53).
+local function integer(value)
+    if value == '0' then
+        return true
+    end
+    local digits = string.match(value, '^%-?([1-9]%d*)$')
+    if not digits or #digits > 19 then
+        return false
+    end
+    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
+    return #digits < 19 or digits <= limit
+end
+
 local value = redis.call('get', KEYS[1])
 if value == false then
     return 0
 end
-if string.match(value, '^%-?%d+$') == nil then
+if not integer(value) then
     return redis.error_reply('BADCOUNT semaphore ' .. KEYS[1] .. ' does not hold a permit count')
 end
 redis.call('set', KEYS[1], 0)
-return tonumber(value)
+return value

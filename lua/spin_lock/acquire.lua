@@ -24,14 +24,23 @@
 -- Nothing is ever published.
 --
 -- Errors (nothing is changed)
---   WRONGTYPE when a key of another type sits at the lock's name.
+--   WRONGTYPE when a key of another type sits at the lock's name, or a
+--   read-write lock's hash (it has a "mode" field, and its read holders'
+--   fields look like owner ids).
 local key, owner, mode = KEYS[1], ARGV[2], ARGV[3]
 local lease = tonumber(ARGV[1])
 local kind = redis.call('type', key).ok
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
-local held = kind == 'hash' and redis.call('hexists', key, owner) == 1
+local held = false
+if kind == 'hash' then
+    local got = redis.call('hmget', key, owner, 'mode')
+    if got[2] then
+        return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    end
+    held = got[1] ~= false
+end
 
 if mode == '0' then
     if not held then

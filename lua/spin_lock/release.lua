@@ -27,7 +27,8 @@
 -- without changing anything.
 --
 -- Errors
---   WRONGTYPE when a key of another type sits at the lock's name (untouched).
+--   WRONGTYPE when a key of another type sits at the lock's name, or a
+--   read-write lock's hash (it has a "mode" field): untouched.
 local key, latch, owner = KEYS[1], KEYS[2], ARGV[2]
 if latch then
     local kind = redis.call('type', latch).ok
@@ -46,7 +47,14 @@ local kind = redis.call('type', key).ok
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
-if kind == 'none' or redis.call('hexists', key, owner) == 0 then
+if kind == 'none' then
+    return nil
+end
+local held = redis.call('hmget', key, owner, 'mode')
+if held[2] then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+end
+if not held[1] then
     return nil
 end
 local outcome = 1

@@ -15,6 +15,14 @@
 //! cannot reach Redis yet is tried again soon (50 ms, doubling to 1 s) rather
 //! than a period later.
 //!
+//! A verification pass looks at the holds registered when it begins. An
+//! acquisition sent before a failover whose reply arrives after the pass
+//! began (a reply held back by `WAIT` on the old primary) registers its hold
+//! too late for it: such a hold, sent before the last pass began and
+//! registered after, is verified at its registration, in the acquiring
+//! thread, before its guard is returned, so its holder is told at once if it
+//! did not survive (issue 21, item 8).
+//!
 //! A hold is registered before its guard is returned and deregistered by the
 //! release of its last guard, before that release returns. A renewal already
 //! in flight at that moment is harmless: the script renews only keys whose
@@ -59,17 +67,68 @@ pub(crate) struct Registry {
     holds: Mutex<HashMap<u64, Watched>>,
     /// Wakes the thread to reconsider its next deadline.
     kick: Sender<()>,
+    /// When the last verification pass began, before it looked at the
+    /// holds: a hold whose acquisition was sent earlier and that registers
+    /// later may have been missed by it.
+    verified_from: Mutex<Option<Instant>>,
+    /// The lease a renewal re-applies (the watchdog timeout).
+    lease: Duration,
 }
 
 impl Registry {
-    pub(crate) fn new(kick: Sender<()>) -> Self {
-        Registry { holds: Mutex::new(HashMap::new()), kick }
+    pub(crate) fn new(kick: Sender<()>, lease: Duration) -> Self {
+        Registry { holds: Mutex::new(HashMap::new()), kick, verified_from: Mutex::new(None), lease }
     }
 
     /// Renews `hold` with `renew` until deregistered; tells `on_lost` if it
-    /// is lost.
+    /// is lost. A hold whose acquisition was sent before the last
+    /// verification pass began, and that the pass may have missed, is
+    /// verified now (one renewal, in the calling thread): its guard is then
+    /// returned already lost if the lock did not survive a failover.
     pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>, renew: Arc<dyn Renew>) {
-        self.holds.lock().insert(hold.id, Watched { hold, on_lost, renew: Some(renew) });
+        let watched = Watched { hold: Arc::clone(&hold), on_lost, renew: Some(renew) };
+        self.holds.lock().insert(hold.id, watched.clone());
+        // After the insertion: a pass that began later sees the hold.
+        let missed = self.verified_from.lock().is_some_and(|from| hold.acquired_at() < from);
+        if missed {
+            self.verify_missed(&watched);
+        }
+    }
+
+    /// Records that a verification pass begins (before it looks at the
+    /// holds).
+    fn verification_started(&self) {
+        *self.verified_from.lock() = Some(Instant::now());
+    }
+
+    /// Verifies one hold that the last verification pass may have missed,
+    /// as the pass would have: renewed if it is still held, reported lost if
+    /// not. A call that fails leaves it to the next renewal (or the pass's
+    /// retry, while Redis is unreachable).
+    fn verify_missed(&self, watched: &Watched) {
+        let Watched { hold, on_lost, renew } = watched;
+        let Some(renew) = renew else { return };
+        log::debug!("keyholder: verifying lock '{}', acquired across a verification pass", hold.name);
+        let sent = Instant::now();
+        match renew.renew(&[&**hold], crate::lease::millis_ceil(self.lease)) {
+            Ok((held, replicated)) => {
+                if !replicated {
+                    hold.mark_unreplicated();
+                }
+                if held.first() == Some(&true) {
+                    hold.extend_deadline(sent + self.lease);
+                } else if !hold.is_releasing() {
+                    hold.mark_lost(LostReason::RenewalRefused);
+                    self.deregister(hold.id);
+                    if let Some(on_lost) = on_lost {
+                        on_lost.hold_lost(hold);
+                    }
+                }
+            }
+            Err(e) => {
+                log::debug!("keyholder: could not verify lock '{}' acquired across a move: {e}", hold.name)
+            }
+        }
     }
 
     /// Watches the deadline of a hold that is not renewed.
@@ -167,7 +226,7 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
                 // if not, one round trip after Redis is reachable again,
                 // rather than at the next period or its lease deadline.
                 if let Some(inner) = client.upgrade() {
-                    reverify = (!renew_all(&*inner)).then(|| (Instant::now() + FIRST_REVERIFY, FIRST_REVERIFY));
+                    reverify = (!verify_all(&*inner)).then(|| (Instant::now() + FIRST_REVERIFY, FIRST_REVERIFY));
                 }
                 continue;
             }
@@ -181,7 +240,7 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
             && now < next_renewal
         {
             let delay = (delay * 2).min(MAX_REVERIFY);
-            reverify = (!renew_all(&*inner)).then(|| (Instant::now() + delay, delay));
+            reverify = (!verify_all(&*inner)).then(|| (Instant::now() + delay, delay));
         }
         if now >= next_renewal {
             reverify = None;
@@ -200,6 +259,13 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
 /// again.
 const FIRST_REVERIFY: Duration = Duration::from_millis(50);
 const MAX_REVERIFY: Duration = Duration::from_secs(1);
+
+/// A verification pass: [`renew_all`], recorded so that holds acquired
+/// before it and registered after it are verified at their registration.
+fn verify_all(inner: &dyn Renewals) -> bool {
+    inner.registry().verification_started();
+    renew_all(inner)
+}
 
 /// Renews every registered watchdog hold once, in batches; false when a
 /// batch could not be renewed (Redis failing), which ends the round.
@@ -289,4 +355,70 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
         }
     }
     (holds.len(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::error::Result;
+    use crate::holds::hold::Acquisition;
+    use crate::lease::Lease;
+
+    /// A renewer that finds every lock gone, counting its calls.
+    #[derive(Debug, Default)]
+    struct Gone {
+        calls: AtomicUsize,
+    }
+
+    impl Renew for Gone {
+        fn batch_key(&self) -> &'static str {
+            "gone"
+        }
+
+        fn renew(&self, holds: &[&Hold], _lease_ms: u64) -> Result<(Vec<bool>, bool)> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok((vec![false; holds.len()], true))
+        }
+    }
+
+    fn hold(id: u64, sent: Instant) -> Arc<Hold> {
+        let acquisition = Acquisition {
+            owner: "c:1".into(),
+            thread: 1,
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            token: None,
+            sent,
+        };
+        Arc::new(Hold::new(id, Arc::from("k"), acquisition))
+    }
+
+    #[test]
+    fn a_hold_sent_before_a_verification_pass_and_registered_after_is_verified_at_registration() {
+        let (kick, _kicked) = crossbeam_channel::bounded(1);
+        let registry = Registry::new(kick, Duration::from_secs(30));
+        let gone = Arc::new(Gone::default());
+        // No pass yet: registering does no I/O.
+        let before_any = hold(1, Instant::now());
+        registry.register(Arc::clone(&before_any), None, Arc::clone(&gone) as _);
+        assert_eq!(gone.calls.load(Ordering::SeqCst), 0);
+
+        let in_flight = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        registry.verification_started();
+        // Sent before the pass began, registered after: verified now, and
+        // found gone, so it is lost before its guard is returned.
+        let missed = hold(2, in_flight);
+        registry.register(Arc::clone(&missed), None, Arc::clone(&gone) as _);
+        assert_eq!(gone.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(missed.lost_reason(), Some(LostReason::RenewalRefused));
+        assert_eq!(registry.len(), 1, "the lost hold is no longer renewed");
+        // Sent after the pass began: the pass's own connections saw it.
+        let after = hold(3, Instant::now());
+        registry.register(Arc::clone(&after), None, Arc::clone(&gone) as _);
+        assert_eq!(gone.calls.load(Ordering::SeqCst), 1);
+        assert!(!after.is_lost());
+    }
 }

@@ -186,7 +186,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     ///
-    /// As [`count`](CountDownLatch::count); a failure ends the wait.
+    /// As [`count`](CountDownLatch::count). Redis unreachable ends the wait
+    /// only once the outage has lasted the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget))
+    /// or the timeout has passed; any other failure ends it at once.
     pub fn await_for(&self, timeout: Duration) -> Result<bool> {
         self.await_until(Instant::now() + timeout)
     }

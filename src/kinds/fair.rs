@@ -25,12 +25,16 @@
 //! gives each one a deadline (`redisson_lock_timeout:{<name>}`, scored in
 //! epoch ms) after which it is dropped when it reaches the head: its *wait
 //! slot*, [`FairLock::with_wait_timeout`] (Redisson's `fairLockWaitTimeout`,
-//! 5 minutes by default). keyholder keeps Redisson's deadlines and adds one
-//! rule: each retry of a live waiter raises its own deadline to
-//! `now + (position + 1) × slot`, and a waiter retries at least every half
-//! slot, so a live waiter is never dropped however long the lock is held
-//! (Redisson's issue #3004), and a lost wake-up costs at most the holder's
-//! lease or half a slot (Redisson's #3730), never a stalled queue.
+//! 5 minutes by default). Java's waiters keep Redisson's deadlines; a
+//! keyholder waiter's is its place in the queue: each of its calls (the one
+//! that queues it and every retry) re-arms its own deadline at
+//! `now + (position + 1) × slot`, lowering it as well as raising it, and a
+//! waiter retries at least every half slot. So a live waiter is never
+//! dropped however long the lock is held (Redisson's issue #3004), a dead
+//! one is dropped about a slot after its last call whatever the holder's
+//! lease (under Redisson's rule it could stall the queue for that whole
+//! lease), and a lost wake-up costs at most the holder's lease or half a
+//! slot (Redisson's #3730), never a stalled queue.
 
 mod guard;
 mod held;
@@ -45,8 +49,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
+use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
 use crate::observe;
 use crate::owner;
@@ -184,11 +190,16 @@ impl FairLock {
     /// A handle to the same lock whose waiters use the wait slot `slot`:
     /// a waiter that has not retried for `slot` (its process died) is
     /// dropped from the queue when it reaches the head, so the next waiter
-    /// gets its turn at most about one slot late. A live waiter retries
-    /// every half slot at least and is never dropped. Waiters queued behind
-    /// a dead one wait up to a slot each; a shorter slot skips dead waiters
-    /// sooner, at the cost of more retries of sleeping waiters. Java waiters
-    /// use the slot of their own Redisson configuration. No I/O.
+    /// gets its turn at most about one slot late, however long the holder's
+    /// lease. A live waiter retries every half slot at least and is never
+    /// dropped. Waiters queued behind a dead one wait up to a slot each; a
+    /// shorter slot skips dead waiters sooner, at the cost of more retries
+    /// of sleeping waiters. Java waiters use the slot of their own Redisson
+    /// configuration; every acquisition lowers the queued deadlines by the
+    /// acquirer's slot (Redisson's rule), so on a name shared with Java give
+    /// keyholder waiters a slot at least as long as Java's, or a Java
+    /// acquisition ahead of them can cost them their place (see
+    /// `docs/redisson-compat.md`). No I/O.
     ///
     /// # Errors
     ///
@@ -228,7 +239,10 @@ impl FairLock {
         self.query(redis::cmd("GET").arg(&self.keys.token))
     }
 
-    /// Acquires the lock in its turn, waiting as long as it takes.
+    /// Acquires the lock in its turn, waiting as long as it takes; an
+    /// outage is ridden out as by [`Lock::lock`](crate::Lock::lock), within
+    /// the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
@@ -295,24 +309,33 @@ impl FairLock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it (one
-    /// `HEXISTS`).
+    /// `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](FairLock::is_locked).
+    /// As [`hold_count`](FairLock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.query(redis::cmd("HEXISTS").arg(&*self.keys.name).arg(self.current_owner()))
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](FairLock::is_locked).
+    /// As [`is_locked`](FairLock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count: Option<u32> =
-            self.query(redis::cmd("HGET").arg(&*self.keys.name).arg(self.current_owner()))?;
+        let (count, mode): (Option<u32>, Option<String>) =
+            self.query(redis::cmd("HMGET").arg(&*self.keys.name).arg(self.current_owner()).arg("mode"))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.keys.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
         Ok(count.unwrap_or(0))
     }
 
@@ -329,8 +352,13 @@ impl FairLock {
     /// Deletes the lock whoever holds it, and wakes the queue's head.
     /// Returns whether there was a lock.
     ///
-    /// An administrative escape hatch for a holder known dead: the holder
-    /// is not told, and learns of the loss at its next renewal or release.
+    /// An administrative escape hatch for a holder known dead. A holder of
+    /// this client is told at once ([`LostReason::Gone`]); one of another
+    /// client learns of the loss at its next renewal or release (a fair
+    /// lock's force unlock publishes only on the head waiter's channel,
+    /// which holders do not listen on).
+    ///
+    /// [`LostReason::Gone`]: crate::LostReason::Gone
     ///
     /// # Errors
     ///
@@ -338,7 +366,11 @@ impl FairLock {
     /// (nothing is deleted).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, &self.keys))
+        inner.force_unlocking(&self.keys.name, || {
+            inner.with_live_conn(&self.keys.name, |conn| {
+                scripts::force_unlock(&inner.scripts, conn, &self.keys)
+            })
+        })
     }
 
     fn current_owner(&self) -> String {
@@ -385,6 +417,7 @@ impl FairLock {
             let guard = FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold);
             return Ok(Some((guard, true)));
         }
+        hash_kinds::check(inner.uuid.as_u128(), &self.keys.name, HashKind::FairLock)?;
 
         let Some(Won { sent, token, replicated }) = self.contend(&owner, lease_ms, deadline, block, obs)?
         else {
@@ -409,7 +442,12 @@ impl FairLock {
             // The fair lock's hash is RLock's: the same renewer keeps it.
             inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
         }
+        // A fair lock's unlocks are published on its head waiter's channel
+        // only: nothing to listen on, but this client's force unlock finds
+        // the hold here.
+        inner.foreign.add(&hold, None, None, HashRenewal::of(inner));
         held::insert(Arc::clone(&hold));
+        hash_kinds::note(inner.uuid.as_u128(), HashKind::FairLock, &hold);
         Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))
     }
 
@@ -500,17 +538,30 @@ impl FairLock {
         // back without a round trip: the first refusal can sleep at once.
         let mut subscription = wait.resume(&inner.subscribers, name, &channel, &grant_channel);
         let mut queued_at = None;
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(true);
         let outcome = loop {
             let seen = wait.seen();
             let sent = Instant::now();
-            let retry_in = match self.attempt(owner, lease_ms, Some(ticket)) {
+            let attempt = self.attempt(owner, lease_ms, Some(ticket));
+            if attempt.is_ok() {
+                outage.answered();
+            }
+            let retry_in = match attempt {
                 Ok(Acquire::Acquired { token, replicated }) => {
                     break Ok(Some(Won { sent, token, replicated }));
                 }
                 Ok(Acquire::Refused { retry_in }) => retry_in,
                 // Only a re-entry is told its field is gone.
                 Ok(Acquire::Gone) => Duration::from_millis(1),
-                Err(e) => break Err(e),
+                // A fresh attempt is safe to repeat (see `attempt`).
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => {
+                        wait.wait_past(seen, until);
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                },
             };
             queued_at = Some(sent);
             let now = Instant::now();
@@ -523,7 +574,13 @@ impl FairLock {
                 // attempt and the subscription would otherwise go unheard.
                 match wait.subscribe(&inner.subscribers, name, &channel, &grant_channel, deadline) {
                     Ok(s) => subscription = Some(s),
-                    Err(e) => break Err(e),
+                    Err(e) => match outage.ride(e, deadline) {
+                        Ok(until) => {
+                            wait.wait_past(seen, until);
+                            continue;
+                        }
+                        Err(e) => break Err(e),
+                    },
                 }
                 continue;
             }
@@ -535,9 +592,18 @@ impl FairLock {
             if let (Some(grant), Some(queued_at)) = (wait.take_grant(), queued_at)
                 && expected.as_deref() == Some(grant.owner.as_str())
             {
-                // Handed over by the release: held since about then.
+                // Handed over by the release: held since about then. The
+                // releaser's WAIT acknowledged the grant, not this thread:
+                // confirm it, as an acquisition would.
                 let sent = wait::granted_at(&grant, queued_at);
-                break Ok(Some(Won { sent, token: None, replicated: None }));
+                match inner.confirm_grant(name, owner) {
+                    Ok(Confirm::Held { replicated }) => {
+                        break Ok(Some(Won { sent, token: None, replicated }));
+                    }
+                    // Gone since (expired, deleted): take a turn again.
+                    Ok(Confirm::Gone) => continue,
+                    Err(e) => break Err(e),
+                }
             }
         };
         drop(subscription);

@@ -13,6 +13,7 @@
 //!    caller's deadline, whichever is first, and repeat. No connection is
 //!    held while sleeping.
 
+mod confirm;
 mod guard;
 mod release;
 pub(crate) mod renewal;
@@ -25,9 +26,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
-use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Turns};
+use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
@@ -103,6 +105,8 @@ pub struct Lock {
     token_key: Option<Arc<str>>,
     /// Migration mode: a string key at the name is a legacy holder.
     migration: bool,
+    /// A waiting call rides out an outage (off for a RedLock's masters).
+    rides_outages: bool,
 }
 
 impl std::fmt::Debug for Lock {
@@ -125,7 +129,15 @@ impl Lock {
             channel: Arc::from(names::unlock_channel(name)),
             lease,
             token_key: None,
+            rides_outages: true,
         }
+    }
+
+    /// A handle to the same lock whose waiting calls return an outage's
+    /// error at once instead of riding it out: a RedLock asks the next
+    /// master rather than wait for a dead one.
+    pub(crate) fn failing_fast(&self) -> Lock {
+        Lock { rides_outages: false, ..self.clone() }
     }
 
     /// The client this handle acquires through.
@@ -207,6 +219,15 @@ impl Lock {
 
     /// Acquires the lock, waiting as long as it takes.
     ///
+    /// The wait rides out an outage (Redis restarting, a failover): while
+    /// Redis is unreachable the thread keeps waiting, tries again when the
+    /// client's pub/sub connection is back (or after a back-off of at most
+    /// 1 s), and acquires once Redis serves again. It returns the
+    /// connection error only once the outage has lasted the client's outage
+    /// budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget), 4.5 s by default); [`try_lock_for`](Lock::try_lock_for)
+    /// and [`try_lock_until`](Lock::try_lock_until) ride it out until their
+    /// deadline at most, [`try_lock`](Lock::try_lock) not at all.
+    ///
     /// # Errors
     ///
     /// A Redis or connection failure ([`ErrorKind::Connection`],
@@ -259,7 +280,10 @@ impl Lock {
     }
 
     /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
-    /// if it was not acquired by then. At least one attempt is made.
+    /// if it was not acquired by then. At least one attempt is made. An
+    /// outage is ridden out until the deadline at most (and the outage
+    /// budget, see [`lock`](Lock::lock)); a deadline that passes with Redis
+    /// unreachable returns the connection error, not `Ok(None)`.
     ///
     /// # Errors
     ///
@@ -286,25 +310,34 @@ impl Lock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it
-    /// (one `HEXISTS`).
+    /// (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](Lock::is_locked).
+    /// As [`hold_count`](Lock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        let held = self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()));
-        self.legacy_holds_none(held, false)
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](Lock::is_locked).
+    /// As [`is_locked`](Lock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()));
-        Ok(self.legacy_holds_none(count, None)?.unwrap_or(0))
+        let reply = self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"));
+        let (count, mode): (Option<u32>, Option<String>) = self.legacy_holds_none(reply, (None, None))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
+        Ok(count.unwrap_or(0))
     }
 
     /// In migration mode, `WRONGTYPE` from a hash command on a legacy
@@ -342,11 +375,14 @@ impl Lock {
     /// there was a lock.
     ///
     /// This is an administrative escape hatch for a lock whose holder is
-    /// known dead: the holder is not told, and anything it still does is
-    /// unprotected. Its client learns of the loss at the next renewal, at
-    /// release, or at once if one of its threads is queued for the lock
-    /// (that thread checks on the unlock message: [`LostReason::Gone`]). A
-    /// key of another type at the name is refused, not deleted.
+    /// known dead: anything the holder still does is unprotected. A
+    /// keyholder holder is told ([`LostReason::Gone`]): at once when it is
+    /// a thread of this client, and otherwise within about a round trip of
+    /// the unlock message this publishes, since its client listens on the
+    /// channels of the locks it holds (a hold younger than 20 ms is checked
+    /// when that listening starts, 20 to 30 ms after its acquisition; a
+    /// client cut off from Redis learns at its next renewal or release). A key of another
+    /// type at the name is refused, not deleted.
     ///
     /// [`LostReason::Gone`]: crate::LostReason::Gone
     ///
@@ -355,8 +391,10 @@ impl Lock {
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| {
-            scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+        inner.force_unlocking(&self.name, || {
+            inner.with_live_conn(&self.name, |conn| {
+                scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+            })
         })
     }
 
@@ -408,11 +446,15 @@ impl Lock {
             return Ok(Some(hold));
         }
 
+        hash_kinds::check(inner.uuid.as_u128(), &entry.keys.name, HashKind::Lock)?;
         let successor =
             Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
-            Some(Entered::Handed(hold)) => return Ok(Some(hold)),
+            Some(Entered::Handed(hold)) => {
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                return Ok(Some(hold));
+            }
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block, obs) {
@@ -436,13 +478,16 @@ impl Lock {
                     hold.mark_unreplicated();
                 }
                 entry.set_held(Arc::clone(&hold));
+                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                let renewal = HashRenewal::of(inner);
                 if self.lease == Lease::Watchdog {
                     inner.watchdog.register(
                         Arc::clone(&hold),
                         Some(Arc::clone(entry) as _),
-                        HashRenewal::of(inner),
+                        Arc::clone(&renewal),
                     );
                 }
+                inner.listen_for_unlocks(&hold, entry, renewal);
                 Ok(Some(hold))
             }
             other => {
@@ -560,16 +605,20 @@ impl Lock {
             // over its place): give it back, which passes it on.
             let _ = inner.release_orphan(entry, &stale.owner, lease_ms);
         }
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block && self.rides_outages);
         let outcome = loop {
             let sent = Instant::now();
             let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
             let remaining = match self.try_acquire(entry, owner, lease_ms, attempt) {
                 Ok(Acquire::Acquired { token, replicated }) => {
+                    outage.answered();
                     // A grant that raced this attempt is the same hold.
                     entry.take_grant();
                     return Ok(Some(Won { sent, token, replicated }));
                 }
                 Ok(Acquire::Held { remaining }) => {
+                    outage.answered();
                     no_ttl_since = None;
                     remaining
                 }
@@ -585,7 +634,15 @@ impl Lock {
                         _ => break Err(e),
                     }
                 }
-                Err(e) => break Err(e),
+                // A fresh attempt is safe to repeat: one whose reply was
+                // lost found this owner's field and takes it.
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => match entry.wait_wake(until) {
+                        Ok(_) => continue,
+                        Err(e) => break Err(e),
+                    },
+                    Err(e) => break Err(e),
+                },
             };
             if subscribed {
                 queued_at = Some(sent);
@@ -603,7 +660,13 @@ impl Lock {
                 // first try and the subscription would otherwise go unheard.
                 match inner.subscribers.subscribe(entry.interest(), deadline) {
                     Ok(subscription) => entry.keep_subscription(subscription),
-                    Err(e) => break Err(e),
+                    Err(e) => match outage.ride(e, deadline) {
+                        Ok(until) => match entry.wait_wake(until) {
+                            Ok(_) => continue,
+                            Err(e) => break Err(e),
+                        },
+                        Err(e) => break Err(e),
+                    },
                 }
                 subscribed = true;
                 entry.clear_wake();
@@ -622,7 +685,16 @@ impl Lock {
                 match queued_at.filter(|_| grant.owner == owner) {
                     Some(queued_at) => {
                         let sent = granted(&grant, queued_at);
-                        return Ok(Some(Won { sent, token: None, replicated: None }));
+                        // The releaser's WAIT acknowledged the grant, not
+                        // this thread: confirm it, as an acquisition would.
+                        match inner.confirm_grant(&self.name, owner) {
+                            Ok(Confirm::Held { replicated }) => {
+                                return Ok(Some(Won { sent, token: None, replicated }));
+                            }
+                            // Gone since (expired, deleted): contend again.
+                            Ok(Confirm::Gone) => continue,
+                            Err(e) => break Err(e),
+                        }
                     }
                     // Handed to a thread of this client that gave up since:
                     // give it back, which passes it on.
@@ -711,8 +783,8 @@ struct Won {
     sent: Instant,
     /// The fencing token, for a fenced handle.
     token: Option<u64>,
-    /// Whether the replicas asked for acknowledged it (`None`: none asked,
-    /// or handed over by another client's release).
+    /// Whether the replicas asked for acknowledged it (for a grant, the
+    /// grantee's confirmation; `None`: none asked).
     replicated: Option<bool>,
 }
 

@@ -105,7 +105,9 @@ impl MultiLock {
     ///
     /// Runs rounds of `1.5 s` per lock: a round that does not get them all
     /// releases what it took and the next begins at once (no sleep: each
-    /// component waits for its unlock message).
+    /// component waits for its unlock message). An outage is ridden out as
+    /// by [`Lock::lock`], across rounds, within the longest outage budget of
+    /// the components' clients.
     ///
     /// # Errors
     ///
@@ -113,10 +115,26 @@ impl MultiLock {
     /// [`Lock::lock`]); what was taken is released first.
     pub fn lock(&self) -> Result<MultiLockGuard> {
         let round = ROUND_PER_LOCK.saturating_mul(u32::try_from(self.locks.len()).unwrap_or(u32::MAX));
+        // A component rides out an outage until the round's end at most
+        // (`wait/outage.rs`). One still riding it then goes on in the next
+        // round; one that gave up before (its client's outage budget was
+        // spent) ends the call, as does the longest budget of the
+        // components' clients since the first such round began.
+        let budget = self.locks.iter().map(|l| l.client().inner().config.outage_budget).max();
+        let mut outage_since: Option<Instant> = None;
         loop {
-            let deadline = Instant::now().checked_add(round).unwrap_or_else(Instant::now);
-            if let Some(guard) = self.try_lock_until(deadline)? {
-                return Ok(guard);
+            let started = Instant::now();
+            let deadline = started.checked_add(round).unwrap_or(started);
+            match self.try_lock_until(deadline) {
+                Ok(Some(guard)) => return Ok(guard),
+                Ok(None) => outage_since = None,
+                Err(e) if e.is_outage() && Instant::now() >= deadline => {
+                    let since = *outage_since.get_or_insert(started);
+                    if budget.is_none_or(|b| since.elapsed() >= b) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
     }

@@ -217,7 +217,9 @@ impl PermitExpirableSemaphore {
 
     /// Takes `permits` permits, waiting as long as it takes: on the
     /// channel, and until the nearest held permit's expiry, re-checking at
-    /// least every watchdog timeout.
+    /// least every watchdog timeout. An outage is ridden out as by
+    /// [`Lock::lock`](crate::Lock::lock), within the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
@@ -324,8 +326,10 @@ impl PermitExpirableSemaphore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// for a delta of 0; otherwise as
-    /// [`try_acquire`](PermitExpirableSemaphore::try_acquire).
+    /// for a delta of 0;
+    /// [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow) when
+    /// the new count would leave the `i64` range (nothing is changed);
+    /// otherwise as [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         if delta == 0 {
             return Err(Error::invalid_argument("add_permits: a delta of 0 permits"));
@@ -357,9 +361,14 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     ///
-    /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
+    /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire), and
+    /// [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow) when
+    /// the sum is past `i64::MAX` (Java's `getPermits` would wrap).
     pub fn permits(&self) -> Result<i64> {
-        scripts::status(self.client.inner(), &self.keys).map(|(available, held)| available + held)
+        let (available, held) = scripts::status(self.client.inner(), &self.keys)?;
+        available.checked_add(held).ok_or_else(|| {
+            Error::count_overflow(&self.keys.name, format!("{available} available plus {held} held"))
+        })
     }
 }
 

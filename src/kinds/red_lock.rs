@@ -115,7 +115,13 @@ impl RedLock {
                 pair[0].0
             )));
         }
-        let locks = keyed.into_iter().map(|(_, client)| client.lock(name)).collect::<Result<Vec<_>>>()?;
+        // A master that is down costs its turn, not a wait for it to come
+        // back (Redlock asks the next master as soon as possible), so the
+        // components do not ride out outages.
+        let locks = keyed
+            .into_iter()
+            .map(|(_, client)| client.lock(name).map(|lock| lock.failing_fast()))
+            .collect::<Result<Vec<_>>>()?;
         Ok(RedLock { name: name.to_owned(), locks, lease: Lease::Watchdog, fenced: false })
     }
 
@@ -147,7 +153,10 @@ impl RedLock {
     }
 
     /// The per-master locks, in the order the masters are asked (sorted by
-    /// deployment); a [`RedLockGuard`]'s master indexes refer to it.
+    /// deployment); a [`RedLockGuard`]'s master indexes refer to it. Their
+    /// waiting calls return a master's outage error at once rather than
+    /// ride it out (see
+    /// [`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     pub fn locks(&self) -> &[Lock] {
         &self.locks
     }

@@ -227,7 +227,10 @@ macro_rules! side_common {
                 Ok(handle)
             }
 
-            /// Acquires, waiting as long as it takes.
+            /// Acquires, waiting as long as it takes; an outage is ridden
+            /// out as by [`Lock::lock`](crate::Lock::lock), within the
+            /// client's outage budget
+            /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
             ///
             /// # Errors
             ///
@@ -284,29 +287,39 @@ macro_rules! side_common {
             /// # Errors
             ///
             /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-            /// when a key of another type sits at the lock name.
+            /// when a key of another type sits at the lock name, or a hash
+            /// without a `mode` field (another kind's lock, whose owner
+            /// fields look like this thread's).
             pub fn is_held_by_current_thread(&self) -> Result<bool> {
-                self.side.query(redis::cmd("HEXISTS").arg(self.name()).arg(self.side.current_owner()))
+                Ok(self.hold_count()? > 0)
             }
 
             /// How many times the calling thread holds this side (0 when it does
-            /// not), as Redis counts it (one `HGET`).
+            /// not), as Redis counts it (one `HMGET`).
             ///
             /// # Errors
             ///
             /// As [`is_held_by_current_thread`](Self::is_held_by_current_thread).
             pub fn hold_count(&self) -> Result<u32> {
-                let count: Option<u32> =
-                    self.side.query(redis::cmd("HGET").arg(self.name()).arg(self.side.current_owner()))?;
+                let owner = self.side.current_owner();
+                let (count, mode): (Option<u32>, Option<String>) =
+                    self.side.query(redis::cmd("HMGET").arg(self.name()).arg(owner).arg("mode"))?;
+                if count.is_some() && mode.is_none() {
+                    return Err(Error::another_kinds_lock(
+                        self.name(),
+                        "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
+                    ));
+                }
                 Ok(count.unwrap_or(0))
             }
 
             /// Deletes the lock if it is held in this side's mode, whoever
             /// holds it, and wakes the waiters (Redisson's per-mode
             /// `forceUnlock`: the read side publishes `0`, the write side
-            /// `1`). Returns whether it did. An administrative escape hatch:
-            /// the holders are not told, and learn of the loss at their next
-            /// renewal or release.
+            /// `1`). Returns whether it did. An administrative escape hatch.
+            /// The holders are told ([`LostReason::Gone`](crate::LostReason::Gone)):
+            /// this client's at once, another client's within about a round
+            /// trip of the message (see [`Lock::force_unlock`](crate::Lock::force_unlock)).
             ///
             /// # Errors
             ///
@@ -315,8 +328,10 @@ macro_rules! side_common {
                 let inner = self.side.shared.client.inner();
                 let keys = &self.side.shared.keys;
                 let write = self.side.write;
-                inner.with_live_conn(&keys.name, |conn| {
-                    scripts::force_unlock(&inner.scripts, conn, keys, write)
+                inner.force_unlocking(&keys.name, || {
+                    inner.with_live_conn(&keys.name, |conn| {
+                        scripts::force_unlock(&inner.scripts, conn, keys, write)
+                    })
                 })
             }
         }
@@ -527,6 +542,8 @@ impl Side {
         let watchdog = inner.config.watchdog_timeout;
         // Whether this writer may be recorded among the waiting writers.
         let mut waiting = false;
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block);
         let outcome = loop {
             if let Err(e) = inner.check_running() {
                 break Err(e);
@@ -543,6 +560,9 @@ impl Side {
             let sent = Instant::now();
             let attempt =
                 inner.with_conn(&keys.name, |conn| self.attempt(conn, owner, lease_ms, fenced, waiting_ms));
+            if attempt.is_ok() {
+                outage.answered();
+            }
             let retry_in = match attempt {
                 Ok(Acquire::Acquired { token, replicated }) => {
                     let acquisition = Acquisition {
@@ -566,7 +586,13 @@ impl Side {
                         // back what it may have taken (one attempt).
                         self.release_orphan(owner);
                     }
-                    break Err(e);
+                    match outage.ride(e, deadline) {
+                        Ok(until) => {
+                            wait.wait_past(seen, until);
+                            continue;
+                        }
+                        Err(e) => break Err(e),
+                    }
                 }
             };
             let now = Instant::now();
@@ -577,7 +603,10 @@ impl Side {
                 // Subscribe, then try again at once: a release between the
                 // first try and the subscription would otherwise go unheard.
                 if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
-                    break Err(e);
+                    match outage.ride(e, deadline) {
+                        Ok(until) => wait.wait_past(seen, until),
+                        Err(e) => break Err(e),
+                    };
                 }
                 continue;
             }
@@ -614,6 +643,10 @@ impl Side {
             let renew = if self.write { HashRenewal::of(inner) } else { ReadRenewal::of(inner) };
             inner.watchdog.register(Arc::clone(&hold), None, renew);
         }
+        // Both sides' force unlocks publish on the lock's channel; every
+        // hold's owner field is in the lock's hash.
+        let channel = Some(Arc::from(keys.channel.as_str()));
+        inner.foreign.add(&hold, channel, None, HashRenewal::of(inner));
         Ok(Some(Held::new(Arc::clone(inner), Arc::clone(keys), hold, self.write)))
     }
 

@@ -136,12 +136,14 @@ impl Semaphore {
     /// Takes `permits` permits, waiting as long as it takes. The wait
     /// sleeps on the semaphore's channel and tries again after every
     /// message, and at least every watchdog timeout without one, so it
-    /// never polls and never hangs on a lost message.
+    /// never polls and never hangs on a lost message. An outage is ridden
+    /// out as by [`Lock::lock`](crate::Lock::lock), within the client's
+    /// outage budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
     /// As [`try_acquire`](Semaphore::try_acquire); a connection failure
-    /// ends the wait.
+    /// that outlasts the outage budget ends the wait.
     pub fn acquire(&self, permits: u32) -> Result<SemaphorePermits> {
         self.acquire_with(permits, Patience::Forever)?
             .ok_or_else(|| Error::unexpected_reply("semaphore acquire", "an endless wait ended".to_owned()))
@@ -176,7 +178,10 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// for 0 permits; otherwise as [`try_acquire`](Semaphore::try_acquire).
+    /// for 0 permits;
+    /// [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow) when
+    /// the new count would pass `i64::MAX` (nothing is changed); otherwise
+    /// as [`try_acquire`](Semaphore::try_acquire).
     pub fn release(&self, permits: u32) -> Result<i64> {
         check_permits(permits, "release")?;
         scripts::release(self.client.inner(), &self.name, &self.channel, permits)
@@ -217,13 +222,17 @@ impl Semaphore {
     }
 
     /// Adds `delta` permits (negative: takes them away, possibly below 0, as
-    /// Java allows) and publishes the new count; returns it. Written with a
-    /// plain `SET`, as Redisson does: a TTL the key had is dropped.
+    /// Java allows) and publishes the new count; returns it. The sum is
+    /// exact (Redis's `INCRBY`), and a TTL the key had is dropped, as
+    /// Redisson's plain `SET` drops it.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// for a `delta` of 0; otherwise as [`try_acquire`](Semaphore::try_acquire).
+    /// for a `delta` of 0;
+    /// [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow) when
+    /// the new count would leave the `i64` range (nothing is changed);
+    /// otherwise as [`try_acquire`](Semaphore::try_acquire).
     pub fn add_permits(&self, delta: i64) -> Result<i64> {
         if delta == 0 {
             return Err(Error::invalid_argument("add_permits: a delta of 0 permits"));

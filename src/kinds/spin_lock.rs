@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, ErrorKind, Result};
+use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
@@ -136,7 +137,10 @@ impl SpinLock {
         Ok(SpinLock { back_off, ..self.clone() })
     }
 
-    /// Acquires the lock, waiting as long as it takes.
+    /// Acquires the lock, waiting as long as it takes; an outage is ridden
+    /// out as by [`Lock::lock`](crate::Lock::lock) (between tries, the
+    /// outage's back-off), within the client's outage budget
+    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
     ///
     /// # Errors
     ///
@@ -196,23 +200,33 @@ impl SpinLock {
     }
 
     /// True if the calling thread holds the lock, as Redis sees it (one
-    /// `HEXISTS`).
+    /// `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](SpinLock::is_locked).
+    /// As [`hold_count`](SpinLock::hold_count).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        self.query(redis::cmd("HEXISTS").arg(&*self.name).arg(self.current_owner()))
+        Ok(self.hold_count()? > 0)
     }
 
     /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HGET`).
+    /// not), as Redis counts it (one `HMGET`).
     ///
     /// # Errors
     ///
-    /// As [`is_locked`](SpinLock::is_locked).
+    /// As [`is_locked`](SpinLock::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
+    /// at the name is a read-write lock's (its read holders' fields look
+    /// like this thread's owner id).
     pub fn hold_count(&self) -> Result<u32> {
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(self.current_owner()))?;
+        let (count, mode): (Option<u32>, Option<String>) =
+            self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"))?;
+        if mode.is_some() {
+            return Err(Error::another_kinds_lock(
+                &self.name,
+                "a read-write lock (a hash with a \"mode\" field)",
+            ));
+        }
         Ok(count.unwrap_or(0))
     }
 
@@ -229,15 +243,19 @@ impl SpinLock {
 
     /// Deletes the lock whoever holds it; returns whether there was one.
     /// Publishes nothing (as Redisson's spin lock): waiters find it free at
-    /// their next try. The holder learns of it at its next renewal or
-    /// release. A key of another type is refused, not deleted.
+    /// their next try. A holder of this client is told at once
+    /// ([`LostReason::Gone`](crate::LostReason::Gone)); one of another
+    /// client learns of it at its next renewal or release. A key of
+    /// another type is refused, not deleted.
     ///
     /// # Errors
     ///
     /// A Redis failure, or [`ErrorKind::WrongType`].
     pub fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        inner.force_unlocking(&self.name, || {
+            inner.with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        })
     }
 
     fn current_owner(&self) -> String {
@@ -284,13 +302,19 @@ impl SpinLock {
         {
             return Ok(Some(hold));
         }
+        hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
         let mut sleeps = self.back_off.sleeps();
+        // Redis unreachable for a while is waited out (`wait/outage.rs`).
+        let mut outage = inner.outage(block);
         loop {
             inner.check_running()?;
             let sent = Instant::now();
             let attempt = inner.with_live_conn(&self.name, |conn| {
                 scripts::acquire(&inner.scripts, conn, &self.name, lease_ms, &owner, Mode::Fresh)
             });
+            if attempt.is_ok() {
+                outage.answered();
+            }
             let remaining = match attempt {
                 Ok(Acquire::Acquired { replicated }) => {
                     if replicated == Some(false) && inner.config.replica_acks_required {
@@ -310,34 +334,50 @@ impl SpinLock {
                     if self.lease == Lease::Watchdog {
                         inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
                     }
+                    // Nothing is published on a spin lock's force unlock:
+                    // nothing to listen on, but this client's finds it here.
+                    inner.foreign.add(&hold, None, None, HashRenewal::of(inner));
                     holds::set(client, &hold);
+                    hash_kinds::note(client, HashKind::SpinLock, &hold);
                     return Ok(Some(hold));
                 }
-                Ok(Acquire::Held { remaining }) => remaining,
-                Ok(Acquire::Free) => Some(Duration::ZERO),
-                Err(e) => {
-                    if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
-                        // The script may have run with its reply lost: give
-                        // back what it may have taken, in one attempt.
-                        self.give_back(inner, &owner, lease_ms);
+                Ok(Acquire::Held { remaining }) => Ok(remaining),
+                Ok(Acquire::Free) => Ok(Some(Duration::ZERO)),
+                // A fresh attempt is safe to repeat: one whose reply was
+                // lost found this owner's field and takes it. With nothing
+                // to wake it, the outage's back-off is the pause.
+                Err(e) => match outage.ride(e, deadline) {
+                    Ok(until) => Err(until),
+                    Err(e) => {
+                        if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
+                            // The script may have run with its reply lost:
+                            // give back what it may have taken, in one attempt.
+                            self.give_back(inner, &owner, lease_ms);
+                        }
+                        return Err(e);
                     }
-                    return Err(e);
-                }
+                },
             };
             let now = Instant::now();
-            if !block || deadline.is_some_and(|d| now >= d) {
-                return Ok(None);
-            }
-            obs.waiting();
-            // The back-off, but never past the holder's lease (it is free
-            // then at the latest) nor past the deadline.
-            let mut pause = sleeps.next_sleep();
-            if let Some(remaining) = remaining {
-                pause = pause.min(remaining.max(Duration::from_millis(1)));
-            }
-            if let Some(deadline) = deadline {
-                pause = pause.min(deadline.saturating_duration_since(now));
-            }
+            let pause = match remaining {
+                Err(until) => until.saturating_duration_since(now),
+                Ok(remaining) => {
+                    if !block || deadline.is_some_and(|d| now >= d) {
+                        return Ok(None);
+                    }
+                    obs.waiting();
+                    // The back-off, but never past the holder's lease (it is
+                    // free then at the latest) nor past the deadline.
+                    let mut pause = sleeps.next_sleep();
+                    if let Some(remaining) = remaining {
+                        pause = pause.min(remaining.max(Duration::from_millis(1)));
+                    }
+                    if let Some(deadline) = deadline {
+                        pause = pause.min(deadline.saturating_duration_since(now));
+                    }
+                    pause
+                }
+            };
             // The one sleep between tries in keyholder: a spin lock has
             // nothing to wait on (see the module docs).
             std::thread::sleep(pause);

@@ -15,15 +15,15 @@
 //! serves no slot any more is stopped once its channels are gone.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::pubsub::subscriber::{Interest, Subscriber, Subscription};
+use crate::pubsub::subscriber::{Holders, Interest, Subscriber, Subscription};
 use crate::pubsub::target::Target;
 
 /// The client's subscribers.
@@ -31,7 +31,7 @@ pub(crate) enum Subscribers {
     /// One server (or the primary Sentinel names): one subscriber.
     One(Arc<Subscriber>),
     /// A Redis Cluster: one subscriber per node.
-    PerNode(NodeSubscribers),
+    PerNode(Box<NodeSubscribers>),
 }
 
 /// Where a channel is served: the node's key (`host:port`) and how to reach
@@ -49,6 +49,8 @@ pub(crate) struct NodeSubscribers {
     nodes: Mutex<HashMap<String, Arc<Subscriber>>>,
     /// Set under `nodes`' lock: no subscriber starts after shutdown.
     shutdown: AtomicBool,
+    /// Given to every subscriber (see [`Subscribers::set_holders`]).
+    holders: OnceLock<Arc<dyn Holders>>,
 }
 
 /// How a cluster client's subscribers are made and started.
@@ -80,6 +82,7 @@ impl NodeSubscribers {
             settings,
             nodes: Mutex::new(HashMap::new()),
             shutdown: AtomicBool::new(false),
+            holders: OnceLock::new(),
         }
     }
 
@@ -115,6 +118,9 @@ impl NodeSubscribers {
         ));
         let unreachable = Arc::clone(&settings.unreachable);
         subscriber.on_unreachable(move || unreachable());
+        if let Some(holders) = self.holders.get() {
+            subscriber.set_holders(holders);
+        }
         let reader = Arc::clone(&subscriber);
         let stop = settings.stop.clone();
         std::thread::Builder::new()
@@ -123,6 +129,31 @@ impl NodeSubscribers {
             .map_err(|e| Error::spawn("pub/sub", e))?;
         nodes.insert(key, Arc::clone(&subscriber));
         Ok(subscriber)
+    }
+
+    /// `channels` grouped by the subscriber of the node that serves each,
+    /// and those no node serves right now.
+    #[allow(clippy::type_complexity)]
+    fn by_node(&self, channels: &[Arc<str>]) -> (Vec<(Arc<Subscriber>, Vec<Arc<str>>)>, Vec<Arc<str>>) {
+        let mut groups: HashMap<String, (Arc<Subscriber>, Vec<Arc<str>>)> = HashMap::new();
+        let mut unserved = Vec::new();
+        for channel in channels {
+            let Some((key, target)) = (self.locate)(channel) else {
+                unserved.push(Arc::clone(channel));
+                continue;
+            };
+            if let Some((_, group)) = groups.get_mut(&key) {
+                group.push(Arc::clone(channel));
+                continue;
+            }
+            match self.subscriber_at(key.clone(), target) {
+                Ok(subscriber) => {
+                    groups.insert(key, (subscriber, vec![Arc::clone(channel)]));
+                }
+                Err(_) => unserved.push(Arc::clone(channel)),
+            }
+        }
+        (groups.into_values().collect(), unserved)
     }
 
     /// Keeps a subscriber on each primary (and stops those of
@@ -219,6 +250,53 @@ impl Subscribers {
         match self {
             Subscribers::One(subscriber) => subscriber.channel_count(),
             Subscribers::PerNode(nodes) => nodes.nodes.lock().values().map(|s| s.channel_count()).sum(),
+        }
+    }
+
+    /// Sets whom every subscriber tells what happens on held locks'
+    /// channels (see [`Subscriber::set_holders`]). Set once.
+    pub(crate) fn set_holders(&self, holders: Arc<dyn Holders>) {
+        match self {
+            Subscribers::One(subscriber) => subscriber.set_holders(&holders),
+            Subscribers::PerNode(nodes) => {
+                let subscribers = nodes.nodes.lock();
+                if nodes.holders.set(Arc::clone(&holders)).is_ok() {
+                    for subscriber in subscribers.values() {
+                        subscriber.set_holders(&holders);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Listens on held locks' `channels`, each on the node that serves it
+    /// (see [`Subscriber::hold_channels`]). Returns the channels subscribed
+    /// and confirmed already, and those no node could be found for (to be
+    /// asked again later).
+    pub(crate) fn hold_channels(&self, channels: &[Arc<str>]) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+        match self {
+            Subscribers::One(subscriber) => (subscriber.hold_channels(channels), Vec::new()),
+            Subscribers::PerNode(nodes) => {
+                let (by_node, unserved) = nodes.by_node(channels);
+                let confirmed =
+                    by_node.into_iter().flat_map(|(s, channels)| s.hold_channels(&channels)).collect();
+                (confirmed, unserved)
+            }
+        }
+    }
+
+    /// Stops listening on held locks' `channels` (see
+    /// [`Subscriber::unhold_channels`]).
+    pub(crate) fn unhold_channels(&self, channels: &[Arc<str>]) {
+        match self {
+            Subscribers::One(subscriber) => subscriber.unhold_channels(channels),
+            Subscribers::PerNode(nodes) => {
+                // Wherever they were subscribed: a slot may have moved since.
+                let subscribers: Vec<Arc<Subscriber>> = nodes.nodes.lock().values().cloned().collect();
+                for subscriber in subscribers {
+                    subscriber.unhold_channels(channels);
+                }
+            }
         }
     }
 

@@ -18,8 +18,15 @@
 //! When the primary moves (a Sentinel failover), [`Subscriber::retarget`]
 //! points the subscriber at the new one and drops the old connection: the
 //! reader reconnects there at once, with the same consequences.
+//!
+//! The same connection listens, for the client's [`Holders`], on the
+//! unlock channels of locks the client holds ([`Subscriber::hold_channels`],
+//! many channels per SUBSCRIBE, no waiting for the confirmation): every
+//! message on such a channel, and every confirmation of its subscription
+//! (the first one, and each after a reconnect, when messages may have been
+//! missed), is told to them, so that they can check their holds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -42,6 +49,18 @@ pub(crate) trait Waiters: Send + Sync {
     fn notify(&self);
     /// This client's turn came with the lock handed over to `grant.owner`.
     fn grant(&self, grant: Grant);
+}
+
+/// What a held lock's channel tells: the client's holds of the lock may be
+/// gone, and are worth checking (see `holds/foreign.rs`). Called on the
+/// reader thread, without the subscriber's lock held: it must not block.
+pub(crate) trait Holders: Send + Sync {
+    /// A message arrived on `channel`, or its subscription was confirmed
+    /// (anything may have been published before).
+    fn heard(&self, channel: &str);
+    /// `channel` is no longer subscribed here (its cluster slot moved): ask
+    /// again with [`Subscriber::hold_channels`], through the router.
+    fn dropped(&self, channel: &str);
 }
 
 /// A lock handed to this client by another client's release (see
@@ -99,6 +118,9 @@ pub(crate) struct Subscriber {
     /// Called when connecting failed, before the back-off (see
     /// [`Subscriber::on_unreachable`]).
     unreachable: OnceLock<UnreachableHook>,
+    /// Told what happens on held locks' channels (see [`Holders`]); weak,
+    /// since what it keeps (the locks' local state) keeps subscriptions.
+    holders: OnceLock<Weak<dyn Holders>>,
 }
 
 /// What the client does when the target cannot be reached.
@@ -116,6 +138,8 @@ impl std::fmt::Debug for Subscriber {
 struct Channel {
     kind: Kind,
     listeners: Vec<Listener>,
+    /// The client holds the lock: its [`Holders`] listen too.
+    held: bool,
     /// When the last waiter left, for a lingering channel.
     idle_since: Option<Instant>,
     /// A `2` arrived: the `0` that follows it was published by a keyholder
@@ -132,6 +156,9 @@ enum Kind {
     Wake,
     /// Another kind's channel: every message wakes.
     Any,
+    /// Subscribed for a held lock alone, no waiter yet: the first waiter
+    /// sets the kind.
+    Held,
 }
 
 /// The waiters of one lock name on a channel.
@@ -145,6 +172,11 @@ struct Listener {
 impl Channel {
     fn refs(&self) -> u32 {
         self.listeners.iter().map(|l| l.refs).sum()
+    }
+
+    /// Waiters or holders listen on it: it stays subscribed.
+    fn in_use(&self) -> bool {
+        self.held || self.refs() > 0
     }
 
     fn waiters(&self) -> impl Iterator<Item = Arc<dyn Waiters>> + '_ {
@@ -162,8 +194,10 @@ impl Channel {
     /// not unlocks. An unlock channel does not say which of the names
     /// sharing it was unlocked: each name's waiter retries.
     fn wakes(&mut self, payload: &str) -> bool {
-        if self.kind != Kind::Unlock {
-            return true;
+        match self.kind {
+            Kind::Unlock => {}
+            Kind::Held => return false,
+            Kind::Wake | Kind::Any => return true,
         }
         match payload {
             "2" => {
@@ -190,6 +224,11 @@ struct State {
     /// Unsubscriptions sent and not yet confirmed, so that a confirmation
     /// is told apart from a sharded channel the server dropped.
     unsubscribes_pending: HashMap<String, u32>,
+    /// Channels that started to linger, oldest first, with when: expired
+    /// from the front, so that a message costs no walk over every channel
+    /// (thousands, when the client holds thousands of locks). An entry
+    /// whose channel was taken back meanwhile is dropped when reached.
+    lingering: VecDeque<(Instant, String)>,
     /// Shard channels (Redis Cluster, Redis 7+): `SSUBSCRIBE`.
     sharded: bool,
     /// The reader has tried to connect at least once (see
@@ -242,18 +281,21 @@ impl State {
     /// Drops the channels `moved` names (their slot moved to another node)
     /// and returns their waiters, to be woken: they subscribe again, where
     /// the slot is now.
-    fn evict(&mut self, moved: impl Fn(&str) -> bool) -> Vec<Arc<dyn Waiters>> {
+    fn evict(&mut self, moved: impl Fn(&str) -> bool) -> Evicted {
         let names: Vec<String> = self.channels.keys().filter(|name| moved(name)).cloned().collect();
-        let mut waiters = Vec::new();
-        for name in &names {
-            if let Some(channel) = self.channels.remove(name) {
-                waiters.extend(channel.waiters());
+        let mut evicted = Evicted::default();
+        for name in names {
+            if let Some(channel) = self.channels.remove(&name) {
+                evicted.waiters.extend(channel.waiters());
+                if channel.held {
+                    evicted.held.push(name.clone());
+                }
             }
-            self.acks_pending.remove(name);
+            self.acks_pending.remove(&name);
         }
         // Not unsubscribed: the node no longer serves the slot (it would
         // answer MOVED), and drops the channel itself when it loses it.
-        waiters
+        evicted
     }
 
     fn is_confirmed(&self, channel: &str) -> bool {
@@ -267,18 +309,40 @@ impl State {
     /// Unsubscribes channels that have lingered unused for [`LINGER`];
     /// returns whether any channel still lingers.
     fn expire_lingering(&mut self, now: Instant) -> bool {
-        let expired: Vec<String> = self
-            .channels
-            .iter()
-            .filter(|(_, c)| c.idle_since.is_some_and(|t| now.duration_since(t) >= LINGER))
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in &expired {
-            self.channels.remove(name);
+        let mut expired: Vec<String> = Vec::new();
+        while let Some((since, _)) = self.lingering.front() {
+            if now.saturating_duration_since(*since) < LINGER {
+                break;
+            }
+            let Some((_, name)) = self.lingering.pop_front() else { break };
+            let idle = self
+                .channels
+                .get(&name)
+                .is_some_and(|c| c.idle_since.is_some_and(|t| now.saturating_duration_since(t) >= LINGER));
+            if idle {
+                self.channels.remove(&name);
+                expired.push(name);
+            }
         }
         self.send_unsubscribe(&expired);
-        self.channels.values().any(|c| c.idle_since.is_some())
+        !self.lingering.is_empty()
     }
+
+    /// Marks `name` (no longer in use) as lingering from `now`.
+    fn start_lingering(&mut self, name: &str, now: Instant) {
+        if let Some(channel) = self.channels.get_mut(name) {
+            channel.idle_since = Some(now);
+            self.lingering.push_back((now, name.to_owned()));
+        }
+    }
+}
+
+/// What [`State::evict`] dropped: the waiters to wake, the held locks'
+/// channels to subscribe again where their slot went.
+#[derive(Default)]
+struct Evicted {
+    waiters: Vec<Arc<dyn Waiters>>,
+    held: Vec<String>,
 }
 
 /// A waiter's share of a lock's channel subscriptions (its unlock channel
@@ -317,8 +381,8 @@ impl Drop for Subscription {
                     channel.listeners.swap_remove(at);
                 }
             }
-            if channel.refs() == 0 {
-                channel.idle_since = Some(Instant::now());
+            if !channel.in_use() {
+                st.start_lingering(name, Instant::now());
                 lingering = true;
             }
         }
@@ -333,6 +397,9 @@ impl Drop for Subscription {
 
 /// How long an unused channel stays subscribed.
 pub(crate) const LINGER: Duration = Duration::from_millis(100);
+
+/// Channels per SUBSCRIBE sent for held locks.
+pub(crate) const HOLD_SUBSCRIBE_BATCH: usize = 500;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -361,6 +428,75 @@ impl Subscriber {
             confirmed: Condvar::new(),
             reconnected,
             unreachable: OnceLock::new(),
+            holders: OnceLock::new(),
+        }
+    }
+
+    /// Sets whom to tell what happens on held locks' channels. Set once.
+    pub(crate) fn set_holders(&self, holders: &Arc<dyn Holders>) {
+        let _ = self.holders.set(Arc::downgrade(holders));
+    }
+
+    fn holders(&self) -> Option<Arc<dyn Holders>> {
+        self.holders.get().and_then(Weak::upgrade)
+    }
+
+    /// Listens on `channels` for the client's holds: one SUBSCRIBE per
+    /// [`HOLD_SUBSCRIBE_BATCH`] channels not subscribed yet, sent without
+    /// waiting for the confirmation, which [`Holders::heard`] reports.
+    /// Returns the channels that were subscribed and confirmed already (a
+    /// waiter's, or still lingering): no confirmation will come for them.
+    pub(crate) fn hold_channels(&self, channels: &[Arc<str>]) -> Vec<Arc<str>> {
+        let mut st = self.state.lock();
+        let mut created = Vec::new();
+        let mut confirmed = Vec::new();
+        for name in channels {
+            match st.channels.get_mut(&**name) {
+                Some(channel) => {
+                    channel.held = true;
+                    channel.idle_since = None;
+                    if st.is_confirmed(name) {
+                        confirmed.push(Arc::clone(name));
+                    }
+                }
+                None => {
+                    let channel = Channel {
+                        kind: Kind::Held,
+                        listeners: Vec::new(),
+                        held: true,
+                        idle_since: None,
+                        paired: false,
+                    };
+                    st.channels.insert(name.to_string(), channel);
+                    created.push(name.to_string());
+                }
+            }
+        }
+        for batch in created.chunks(HOLD_SUBSCRIBE_BATCH) {
+            st.send_subscribe(batch);
+        }
+        confirmed
+    }
+
+    /// Stops listening on `channels` for the client's holds; those no
+    /// waiter uses linger (see [`LINGER`]) and are then unsubscribed, many
+    /// per UNSUBSCRIBE.
+    pub(crate) fn unhold_channels(&self, channels: &[Arc<str>]) {
+        let mut st = self.state.lock();
+        let mut lingering = false;
+        let now = Instant::now();
+        for name in channels {
+            if let Some(channel) = st.channels.get_mut(&**name) {
+                channel.held = false;
+                if !channel.in_use() {
+                    st.start_lingering(name, now);
+                    lingering = true;
+                }
+            }
+        }
+        drop(st);
+        if lingering {
+            self.linger_started();
         }
     }
 
@@ -425,10 +561,13 @@ impl Subscriber {
         for (name, kind) in channels.iter().zip(kinds) {
             let slot = st.channels.entry(name.clone()).or_insert_with(|| {
                 created.push(name.clone());
-                Channel { kind, listeners: Vec::new(), idle_since: None, paired: false }
+                Channel { kind, listeners: Vec::new(), held: false, idle_since: None, paired: false }
             });
             // A lingering channel is still subscribed: reuse it.
             slot.idle_since = None;
+            if slot.kind == Kind::Held {
+                slot.kind = kind;
+            }
             match slot.listeners.iter_mut().find(|l| l.name == *lock_name) {
                 Some(listener) => {
                     listener.refs += 1;
@@ -486,9 +625,18 @@ impl Subscriber {
     /// cluster node now) and wakes their waiters, which subscribe again
     /// where the slot went.
     pub(crate) fn evict(&self, moved: impl Fn(&str) -> bool) {
-        let waiters = self.state.lock().evict(moved);
-        for waiters in waiters {
+        let evicted = self.state.lock().evict(moved);
+        self.tell_evicted(evicted);
+    }
+
+    fn tell_evicted(&self, evicted: Evicted) {
+        for waiters in evicted.waiters {
             waiters.notify();
+        }
+        if let Some(holders) = self.holders() {
+            for channel in &evicted.held {
+                holders.dropped(channel);
+            }
         }
     }
 
@@ -615,7 +763,7 @@ impl Subscriber {
         st.acks_pending.clear();
         st.unsubscribes_pending.clear();
         // Lingering channels are not worth resubscribing.
-        st.channels.retain(|_, c| c.refs() > 0);
+        st.channels.retain(|_, c| c.in_use());
         for channel in st.channels.values_mut() {
             channel.paired = false;
         }
@@ -700,14 +848,16 @@ impl Subscriber {
                 else {
                     return;
                 };
-                let (kind, waiters): (Kind, Vec<Arc<dyn Waiters>>) = {
+                let (kind, waiters, held): (Kind, Vec<Arc<dyn Waiters>>, bool) = {
                     let mut st = self.state.lock();
-                    let Some(channel) = st.channels.get_mut(channel) else { return };
-                    if !channel.wakes(payload) {
-                        return;
-                    }
-                    (channel.kind, channel.waiters().collect())
+                    let Some(slot) = st.channels.get_mut(channel) else { return };
+                    let held = slot.held;
+                    let waiters = if slot.wakes(payload) { slot.waiters().collect() } else { Vec::new() };
+                    (slot.kind, waiters, held)
                 };
+                if held && let Some(holders) = self.holders() {
+                    holders.heard(channel);
+                }
                 let grant = (kind == Kind::Wake).then(|| parse_grant(payload)).flatten();
                 for waiters in waiters {
                     match &grant {
@@ -730,11 +880,9 @@ impl Subscriber {
                     // whose slot moved to another node (a resharding, a
                     // failover). Its waiters subscribe again there.
                     None => {
-                        let waiters = st.evict(|name| name == channel);
+                        let evicted = st.evict(|name| name == channel);
                         drop(st);
-                        for waiters in waiters {
-                            waiters.notify();
-                        }
+                        self.tell_evicted(evicted);
                     }
                 }
             }
@@ -747,7 +895,14 @@ impl Subscriber {
                         st.acks_pending.remove(channel);
                     }
                 }
+                let held = st.channels.get(channel).is_some_and(|c| c.held) && st.is_confirmed(channel);
                 self.confirmed.notify_all();
+                drop(st);
+                // Subscribed from now on: whatever was published before is
+                // unknown, so the holds are checked.
+                if held && let Some(holders) = self.holders() {
+                    holders.heard(channel);
+                }
             }
             _ => {}
         }
@@ -774,7 +929,7 @@ mod tests {
     use super::*;
 
     fn channel(kind: Kind) -> Channel {
-        Channel { kind, listeners: Vec::new(), idle_since: None, paired: false }
+        Channel { kind, listeners: Vec::new(), held: false, idle_since: None, paired: false }
     }
 
     #[test]

@@ -247,7 +247,7 @@ fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Releas
 pub(super) fn finish(inner: &Inner, hold: &Arc<Hold>) {
     if hold.finish() {
         observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.watchdog.deregister(hold.id);
+        inner.forget_hold(hold.id);
         held::remove(hold);
     }
 }

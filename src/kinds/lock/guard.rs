@@ -92,7 +92,9 @@ impl LockGuard {
     /// A channel that receives the [`LostReason`] once, the moment this
     /// client learns the hold is lost: a renewal refused, the lease deadline
     /// passed without renewal (noticed on time by the watchdog thread, for
-    /// fixed leases too), a release or re-entry that found it gone. If the
+    /// fixed leases too), a release or re-entry that found it gone, a force
+    /// unlock (heard on the lock's channel and checked, within about a round
+    /// trip; at once when this client did it). If the
     /// loss is already known the reason is waiting in the channel. Nothing is
     /// sent while the hold is intact, or after it was released normally.
     ///

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::holds::renew::Renew;
 use crate::kinds::latch::Latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
@@ -187,34 +188,47 @@ impl Inner {
                 listening: self.subscribers.listening_for(&entry.keys.channel),
             };
             let outcome = scripts::handoff(&self.scripts, conn, &args)?;
-            self.check_replicated(&entry.keys.name, conn.replicated()).map(|()| outcome)
+            Ok((outcome, conn.replicated()))
         });
         hold.drop_guard();
+        let name = &entry.keys.name;
         let result = match outcome {
-            Ok(Handoff::HandedOver) => {
+            Ok((Handoff::HandedOver, Some(false))) if self.config.replica_acks_required => {
+                // Not on the replicas, and the successor must not be handed
+                // a hold its client refuses. It takes the gate instead and
+                // acquires afresh (the script finds its owner's count and
+                // sets it to 1): that acquisition's own WAIT decides, and an
+                // unacknowledged one is given back, as any.
+                entry.finish_handoff(None);
+                Err(Error::replica_acks(name))
+            }
+            Ok((Handoff::HandedOver, replicated)) => {
                 let Successor { thread, owner, lease, lease_ms, .. } = successor;
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-                let handed =
-                    Arc::new(Hold::new(self.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
+                let handed = Arc::new(Hold::new(self.next_hold_id(), Arc::clone(name), acquisition));
+                if replicated == Some(false) {
+                    // The hand-off is the new hold's acquisition: its
+                    // acknowledgement is the hold's.
+                    log::warn!("keyholder: lock '{name}' handed over, but not acknowledged by the replicas");
+                    handed.mark_unreplicated();
+                }
+                let renewal = HashRenewal::of(self);
                 if lease == Lease::Watchdog {
                     self.watchdog.register(
                         Arc::clone(&handed),
                         Some(Arc::clone(entry) as _),
-                        HashRenewal::of(self),
+                        Arc::clone(&renewal),
                     );
                 }
+                self.listen_for_unlocks(&handed, entry, renewal);
                 entry.finish_handoff(Some(handed));
                 Ok(())
             }
-            Ok(Handoff::Released) => {
+            Ok((Handoff::Released | Handoff::StillHeld, replicated)) => {
                 entry.finish_handoff(None);
-                Ok(())
+                self.check_replicated(name, replicated)
             }
-            Ok(Handoff::StillHeld) => {
-                entry.finish_handoff(None);
-                Ok(())
-            }
-            Ok(Handoff::Declined) => {
+            Ok((Handoff::Declined, _)) => {
                 // Redisson waiters listen: the lock goes through release.lua,
                 // which gives them their turns, and then the successor
                 // contends in Redis. Not before: while this hold lives, the
@@ -229,7 +243,7 @@ impl Inner {
                 entry.finish_handoff(None);
                 released
             }
-            Ok(Handoff::NotOwner) => {
+            Ok((Handoff::NotOwner, _)) => {
                 entry.finish_handoff(None);
                 Err(Self::not_owner(hold))
             }
@@ -240,6 +254,14 @@ impl Inner {
         };
         self.finish(entry, hold);
         result
+    }
+
+    /// Listens for unlocks of `hold`, a new hold of `entry`'s lock, on its
+    /// unlock channel (see `holds/foreign.rs`), checked with `renewal` (the
+    /// hash layout's); a loss found there wakes the lock's local waiters.
+    pub(crate) fn listen_for_unlocks(&self, hold: &Arc<Hold>, entry: &Arc<Entry>, renewal: Arc<dyn Renew>) {
+        let channel = Some(Arc::clone(&entry.keys.channel));
+        self.foreign.add(hold, channel, Some(Arc::clone(entry) as _), renewal);
     }
 
     /// The error for a release that found `hold` gone; records the loss.
@@ -256,7 +278,7 @@ impl Inner {
     fn finish(&self, entry: &Entry, hold: &Arc<Hold>) {
         if hold.finish() {
             observe::hold_ended(&hold.name, hold.acquired_at());
-            self.watchdog.deregister(hold.id);
+            self.forget_hold(hold.id);
             entry.release_gate(hold.id);
         }
     }

@@ -6,11 +6,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
+use redis::Value;
+
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
 use crate::kinds::lock::scripts;
+use crate::store::batch::Request;
 use crate::store::lanes::Session;
 use crate::store::slots::key_slot;
 
@@ -38,6 +41,50 @@ impl Renew for HashRenewal {
         let inner = self.client.upgrade().ok_or_else(Error::shutdown)?;
         let pairs: Vec<(&str, &str)> = holds.iter().map(|h| (&*h.name, h.owner.as_str())).collect();
         renew_pairs(&inner, &pairs, lease_ms)
+    }
+
+    fn check(&self, holds: &[&Hold]) -> Result<Vec<bool>> {
+        let inner = self.client.upgrade().ok_or_else(Error::shutdown)?;
+        let pairs: Vec<(&str, &str)> = holds.iter().map(|h| (&*h.name, h.owner.as_str())).collect();
+        check_pairs(&inner, &pairs)
+    }
+}
+
+/// Whether each `(key, owner)` pair's owner field still exists: one
+/// `HSTRLEN` per pair, all in one round trip (on a cluster, to the node of
+/// the first key, which the caller groups by). `HSTRLEN` is 0 when the field
+/// is absent (a hold count is never empty), like `HEXISTS`, and no lock
+/// script uses it, so `INFO commandstats` counts these checks apart. A reply
+/// that is neither 0 nor `WRONGTYPE` (a redirection, say) cannot tell: held.
+fn check_pairs(inner: &Inner, pairs: &[(&str, &str)]) -> Result<Vec<bool>> {
+    let Some(&(first, _)) = pairs.first() else { return Ok(Vec::new()) };
+    let cmds: Vec<redis::Cmd> = pairs
+        .iter()
+        .map(|(key, owner)| {
+            let mut cmd = redis::cmd("HSTRLEN");
+            cmd.arg(*key).arg(*owner);
+            cmd
+        })
+        .collect();
+    let cmds: Vec<&redis::Cmd> = cmds.iter().collect();
+    let ask = |session: &mut Session<'_>| -> Result<Vec<bool>> {
+        let replies = session.send(Request::commands(&cmds))?;
+        Ok((0..pairs.len()).map(|at| still_there(replies.values.get(at))).collect())
+    };
+    match inner.routes.cluster() {
+        // Reading is safe to repeat: a dead connection costs no check.
+        None => inner.with_live_conn(first, ask),
+        Some(cluster) => ask(&mut cluster.shard_of_slot(key_slot(first.as_bytes()))?.session()?),
+    }
+}
+
+/// One `HSTRLEN` reply: false only when it says the field (or the hash) is
+/// gone; a key of another type at the name is no lock of this owner either.
+fn still_there(reply: Option<&Value>) -> bool {
+    match reply {
+        Some(Value::Int(0)) => false,
+        Some(Value::ServerError(e)) => e.code() != "WRONGTYPE",
+        _ => true,
     }
 }
 

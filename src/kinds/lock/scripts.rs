@@ -59,6 +59,17 @@ pub(crate) enum Handoff {
     Declined,
 }
 
+/// Outcome of `confirm.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// The owner holds the lock; `replicated`: whether the replicas asked
+    /// for acknowledged it and every earlier write of the lock (`None` when
+    /// none were asked for).
+    Held { replicated: Option<bool> },
+    /// The owner holds nothing there.
+    Gone,
+}
+
 /// Outcome of `job_finish.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JobFinish {
@@ -74,6 +85,7 @@ static ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/acqui
 static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/release.lua"));
 static HANDOFF: LuaScript = LuaScript::new(include_str!("../../../lua/lock/handoff.lua"));
 static RENEW: LuaScript = LuaScript::new(include_str!("../../../lua/lock/renew.lua"));
+static CONFIRM: LuaScript = LuaScript::new(include_str!("../../../lua/lock/confirm.lua"));
 static FORCE_UNLOCK: LuaScript = LuaScript::new(include_str!("../../../lua/lock/force_unlock.lua"));
 static DEQUEUE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/dequeue.lua"));
 static JOB_FINISH: LuaScript = LuaScript::new(include_str!("../../../lua/lock/job_finish.lua"));
@@ -334,6 +346,30 @@ pub(crate) fn renew(
             })
             .collect(),
         other => Err(unexpected("renew", &other)),
+    }
+}
+
+/// Confirms that `owner` holds `name`, a lock of the hash layout (the
+/// reentrant or the fair lock's), with a write the replicas receive after
+/// every earlier write of the lock, acknowledged when the client asks for
+/// acknowledgements: so a grant or hand-off made by another connection, or
+/// an acquisition that ran before a failover, is known to be on the
+/// replicas, or on the current primary at all.
+pub(crate) fn confirm(
+    scripts: &Scripts,
+    session: &mut Session<'_>,
+    name: &str,
+    owner: &str,
+) -> Result<Confirm> {
+    let mut invocation = CONFIRM.call();
+    invocation.key(name).arg(owner);
+    let (reply, acked) = invocation.invoke(session, scripts.acks())?;
+    let reply = reply.map_err(|e| Error::from_redis(name, e))?;
+    session.note_replicated(acked);
+    match reply {
+        Value::Int(1) => Ok(Confirm::Held { replicated: acked }),
+        Value::Int(0) => Ok(Confirm::Gone),
+        other => Err(unexpected("confirm", &other)),
     }
 }
 

@@ -135,7 +135,7 @@ pub(crate) fn release(inner: &Arc<Inner>, keys: &RwKeys, hold: &Arc<Hold>, write
 pub(crate) fn finish(inner: &Inner, hold: &Hold) {
     if hold.finish() {
         observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.watchdog.deregister(hold.id);
+        inner.forget_hold(hold.id);
         local::remove(hold.id);
     }
 }

@@ -29,6 +29,7 @@ pub(crate) enum Repeat {
 /// Runs `script` on the node of `name`'s keys, with the keys and arguments
 /// `fill` gives it; a Redis error reply becomes the crate's error
 /// (`WRONGTYPE` → [`ErrorKind::WrongType`](crate::ErrorKind::WrongType),
+/// `OVERFLOW` → [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow),
 /// anything else, `BADCOUNT` included, → `ErrorKind::Redis`). When the
 /// client requires the replicas' acknowledgement
 /// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks))
@@ -63,7 +64,7 @@ pub(crate) fn eval_replicated(
         fill(&mut call);
         let (reply, acked) = call.invoke(session, inner.scripts.acks())?;
         session.note_replicated(acked);
-        reply.map_err(|e| Error::from_redis(name, e)).map(|value| (value, acked != Some(false)))
+        reply.map_err(|e| count_error(name, e)).map(|value| (value, acked != Some(false)))
     };
     match repeat {
         Repeat::Safe => inner.with_live_conn(name, run),
@@ -71,10 +72,26 @@ pub(crate) fn eval_replicated(
     }
 }
 
-/// An integer reply, or the contract broken.
+/// Maps a script's error reply: `OVERFLOW` (a count would leave the 64-bit
+/// range; the script wrote nothing) is typed, the rest as for any lock.
+fn count_error(name: &str, e: redis::RedisError) -> Error {
+    let text = e.to_string();
+    if text.contains("OVERFLOW") {
+        return Error::count_overflow(name, e.detail().unwrap_or(&text).to_owned());
+    }
+    Error::from_redis(name, e)
+}
+
+/// An integer reply, or a count the script returned as a decimal string
+/// (exact over the 64-bit range, where a Lua number is not past 2^53); any
+/// other reply breaks the contract.
 pub(crate) fn int(script: &'static str, reply: &Value) -> Result<i64> {
     match reply {
         Value::Int(n) => Ok(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| unexpected(script, reply)),
         other => Err(unexpected(script, other)),
     }
 }

@@ -9,7 +9,10 @@
 //! calls wait for a message without limit; the re-check bound makes a
 //! message that never comes (a publisher that died between its write and
 //! its publish) cost latency, never a hang. A replaced pub/sub connection
-//! counts as a message, so a reconnect never loses a wake-up either.
+//! counts as a message, so a reconnect never loses a wake-up either. An
+//! attempt that fails because Redis is unreachable is tried again after a
+//! bounded sleep on the channel, within the deadline and the client's
+//! outage budget (`wait/outage.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,23 +100,42 @@ fn wait_for_observed<T>(
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let mut wait: Option<Arc<ChannelWait>> = None;
+    let (waits, deadline) = match patience {
+        Patience::Once => (false, None),
+        Patience::Until(deadline) => (true, Some(deadline)),
+        Patience::Forever => (true, None),
+    };
+    // Redis unreachable for a while is waited out (`wait/outage.rs`). An
+    // expirable permit's attempt is recognised when repeated (its ids);
+    // permits a plain semaphore's attempt took with its reply lost are
+    // lost whether the call returns the error or tries again.
+    let mut outage = inner.outage(waits);
     loop {
         inner.check_running()?;
         let seen = wait.as_ref().map(|w| w.seen());
-        let retry_in = match attempt()? {
-            Attempt::Won(won) => return Ok(Some(won)),
-            Attempt::Refused { retry_in } => retry_in,
+        let retry_in = match attempt() {
+            Ok(Attempt::Won(won)) => return Ok(Some(won)),
+            Ok(Attempt::Refused { retry_in }) => {
+                outage.answered();
+                retry_in
+            }
+            Err(e) => {
+                let until = outage.ride(e, deadline)?;
+                let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+                wait.wait_past(seen.unwrap_or_else(|| wait.seen()), until);
+                continue;
+            }
         };
         let now = Instant::now();
-        let deadline = match patience {
-            Patience::Once => return Ok(None),
-            Patience::Until(deadline) if now >= deadline => return Ok(None),
-            Patience::Until(deadline) => Some(deadline),
-            Patience::Forever => None,
-        };
+        if !waits || deadline.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
         let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
         if !wait.is_subscribed() {
-            wait.subscribe(&inner.subscribers, deadline)?;
+            if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
+                let until = outage.ride(e, deadline)?;
+                wait.wait_past(seen.unwrap_or_else(|| wait.seen()), until);
+            }
             continue;
         }
         // Subscribed by another thread before this one's attempt: the

@@ -214,7 +214,7 @@ fn release_last(inner: &Inner, hold: &Hold) -> (Result<Release>, bool) {
 fn finish(inner: &Inner, hold: &Arc<Hold>) {
     if hold.finish() {
         observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.watchdog.deregister(hold.id);
+        inner.forget_hold(hold.id);
         holds::forget(inner.uuid.as_u128(), hold);
     }
 }

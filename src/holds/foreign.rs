@@ -1,0 +1,473 @@
+//! Foreign unlocks: telling a holder, within about a round trip, that its
+//! lock was unlocked elsewhere.
+//!
+//! Another client, the operators' CLI or a Java service can force-unlock a
+//! lock this client holds; a waiter elsewhere then takes it at once. The
+//! watchdog would tell the holder only at its next renewal (up to a third
+//! of the watchdog timeout later), so for seconds two owners would each
+//! believe they hold the lock. Instead the client's pub/sub connection
+//! listens on the unlock channel of every lock it has held for a little
+//! while, and a message there (or the confirmation of the subscription,
+//! before which anything may have been published) has the holds of that
+//! lock checked in Redis at once (`Renew::check`: `HSTRLEN` of the owner
+//! field, many holds per round trip). A hold found gone is marked lost
+//! ([`LostReason::Gone`]) and its local waiters are told.
+//!
+//! What it costs, and how that is bounded:
+//!
+//! - Nothing on the acquire and release paths but a map insertion and
+//!   removal: no round trip is added. A hold is listened for only once it
+//!   is [`LISTEN_AFTER`] old, so the short holds of a busy lock never
+//!   subscribe; the channels of holds that come of age together go out in
+//!   one SUBSCRIBE per 500 (`subscriber::HOLD_SUBSCRIBE_BATCH`), and are
+//!   checked once when confirmed (a force unlock before the subscription
+//!   is caught there). The thread wakes about once per [`LISTEN_AFTER`]
+//!   while young holds come and go, never per acquisition.
+//! - While locks stay held, nothing at all: a subscription is passive.
+//! - A release that ends the last hold of a lock lets its channel linger
+//!   and be unsubscribed with the others ([`LINGER`], many per UNSUBSCRIBE).
+//!
+//! What it does not cover: a lock deleted without a message (a plain
+//! `DEL`, or an expiry: Redis keyspace notifications are off by default)
+//! is found at the next renewal, or at the lease deadline; a spin lock's
+//! force unlock publishes nothing, and a fair lock's only to the head
+//! waiter's own channel, so neither kind is listened for. A force unlock
+//! by this client itself needs no message: it marks the holds it deleted
+//! at once ([`ForeignUnlocks::mark_gone`]), for every kind.
+//!
+//! [`LINGER`]: crate::pubsub::subscriber::LINGER
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select};
+use parking_lot::Mutex;
+
+use crate::error::{LostReason, Result};
+use crate::holds::hold::Hold;
+use crate::holds::renew::{OnLost, Renew};
+use crate::pubsub::router::Subscribers;
+use crate::pubsub::subscriber::Holders;
+use crate::store::slots::Addr;
+
+/// How old a hold must be before its lock's channel is listened on: holds
+/// released sooner (an uncontended acquire and release, a busy lock's
+/// short holds, and most holds that a loaded scheduler keeps a few
+/// milliseconds longer) cost no subscription. A force unlock before that is
+/// found by the check that follows the subscription.
+pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(20);
+
+/// How long holds coming of age are gathered before their channels are
+/// subscribed together: a hold is listened for between [`LISTEN_AFTER`]
+/// and this much later.
+const GATHER: Duration = Duration::from_millis(10);
+
+/// Holds checked per round trip.
+const CHECK_BATCH: usize = 500;
+
+/// The first and the longest wait before a failed check is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// The holds a client listens for, by lock channel.
+pub(crate) struct ForeignUnlocks {
+    state: Mutex<State>,
+    /// Wakes the thread: a hold to check, or a first young hold.
+    kick: Sender<()>,
+}
+
+impl std::fmt::Debug for ForeignUnlocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForeignUnlocks").field("holds", &self.state.lock().holds.len()).finish()
+    }
+}
+
+/// A hold to mark lost or check, and whom to tell.
+struct Suspect {
+    hold: Arc<Hold>,
+    on_lost: Option<Arc<dyn OnLost>>,
+    check: Arc<dyn Renew>,
+}
+
+/// A hold listened for.
+struct Watched {
+    hold: Arc<Hold>,
+    /// The channel its lock's unlocks are published on, if one is listened
+    /// to for its kind.
+    channel: Option<Arc<str>>,
+    /// Told when the hold is found gone (the lock's local waiters).
+    on_lost: Option<Arc<dyn OnLost>>,
+    /// How to check it in Redis.
+    check: Arc<dyn Renew>,
+    /// Queued for a check.
+    suspect: bool,
+}
+
+/// One lock channel's holds.
+struct Channel {
+    holds: Vec<u64>,
+    /// Subscribed (or asked to be) for its holds.
+    listened: bool,
+    /// When something was last heard on it.
+    heard: Option<Instant>,
+}
+
+struct State {
+    holds: HashMap<u64, Watched>,
+    channels: HashMap<Arc<str>, Channel>,
+    /// Holds whose channel is not listened on yet, oldest first: (when
+    /// registered, hold id). Released holds are dropped from here lazily.
+    young: VecDeque<(Instant, u64)>,
+    /// Holds to check now.
+    suspects: Vec<u64>,
+    /// The thread sleeps without a deadline: a first young hold wakes it.
+    idle: bool,
+}
+
+/// What the thread needs of its client.
+pub(crate) trait HeldLocks: Send + Sync {
+    fn foreign(&self) -> &ForeignUnlocks;
+    fn subscribers(&self) -> &Subscribers;
+    /// The node `name`'s lock lives on, when the client talks to several:
+    /// holds are checked per node.
+    fn check_group(&self, name: &str) -> Option<Addr>;
+}
+
+impl ForeignUnlocks {
+    pub(crate) fn new(kick: Sender<()>) -> Self {
+        ForeignUnlocks {
+            state: Mutex::new(State {
+                holds: HashMap::new(),
+                channels: HashMap::new(),
+                young: VecDeque::new(),
+                suspects: Vec::new(),
+                idle: true,
+            }),
+            kick,
+        }
+    }
+
+    /// Listens for unlocks of `hold` on `channel` (if its kind has one)
+    /// once it is [`LISTEN_AFTER`] old, until [`remove`](Self::remove);
+    /// `check` checks it in Redis, `on_lost` is told when it is found gone.
+    /// No I/O.
+    pub(crate) fn add(
+        &self,
+        hold: &Arc<Hold>,
+        channel: Option<Arc<str>>,
+        on_lost: Option<Arc<dyn OnLost>>,
+        check: Arc<dyn Renew>,
+    ) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let id = hold.id;
+        let mut kick = false;
+        let mut suspect = false;
+        if let Some(channel) = &channel {
+            let slot = st.channels.entry(Arc::clone(channel)).or_insert_with(|| Channel {
+                holds: Vec::new(),
+                listened: false,
+                heard: None,
+            });
+            slot.holds.push(id);
+            if slot.listened {
+                // Listened on already (another hold of the lock): only what
+                // was heard since this hold was taken is worth a check.
+                suspect = slot.heard.is_some_and(|heard| heard >= hold.acquired_at());
+            } else {
+                kick = st.young.is_empty() && std::mem::take(&mut st.idle);
+                st.young.push_back((Instant::now(), id));
+            }
+        }
+        let watched = Watched { hold: Arc::clone(hold), channel, on_lost, check, suspect };
+        st.holds.insert(id, watched);
+        if suspect {
+            st.suspects.push(id);
+            kick = true;
+        }
+        drop(guard);
+        if kick {
+            let _ = self.kick.try_send(());
+        }
+    }
+
+    /// Stops listening for the hold `hold_id` (its last guard was
+    /// released); a channel no hold needs any more lingers and goes.
+    pub(crate) fn remove(&self, hold_id: u64, subscribers: &Subscribers) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let Some(watched) = st.holds.remove(&hold_id) else { return };
+        let Some(channel) = watched.channel else { return };
+        let Some(slot) = st.channels.get_mut(&channel) else { return };
+        slot.holds.retain(|id| *id != hold_id);
+        if slot.holds.is_empty() && st.channels.remove(&channel).is_some_and(|slot| slot.listened) {
+            // Under the lock: a new hold's subscription of the same channel
+            // (made by the thread after this) must not be undone.
+            subscribers.unhold_channels(&[channel]);
+        }
+    }
+
+    /// The holds of lock `name` this client has now (see
+    /// [`mark_gone`](Self::mark_gone)).
+    pub(crate) fn holds_of(&self, name: &str) -> Vec<u64> {
+        let st = self.state.lock();
+        st.holds.iter().filter(|(_, w)| &*w.hold.name == name).map(|(id, _)| *id).collect()
+    }
+
+    /// Marks the holds `ids` lost ([`LostReason::Gone`]) unless they are
+    /// being released: this client deleted their lock (a force unlock that
+    /// found it), and knows without a message.
+    pub(crate) fn mark_gone(&self, ids: &[u64]) {
+        let gone: Vec<Suspect> = {
+            let st = self.state.lock();
+            ids.iter().filter_map(|id| st.holds.get(id)).map(Watched::suspect).collect()
+        };
+        for Suspect { hold, on_lost, .. } in gone {
+            lose(&hold, on_lost.as_deref());
+        }
+    }
+
+    /// Something was heard on `channel`: its holds are checked.
+    fn suspect_channel(&self, st: &mut State, channel: &str, now: Instant) -> bool {
+        let Some(slot) = st.channels.get_mut(channel) else { return false };
+        slot.heard = Some(now);
+        let mut queued = false;
+        for id in &slot.holds {
+            if let Some(w) = st.holds.get_mut(id)
+                && !w.suspect
+                && !w.hold.is_releasing()
+                && !w.hold.is_lost()
+            {
+                w.suspect = true;
+                st.suspects.push(*id);
+                queued = true;
+            }
+        }
+        queued
+    }
+
+    /// When the thread must wake next (`None`: when kicked), and whether
+    /// holds wait to be checked.
+    fn next_wake(&self) -> (Option<Instant>, bool) {
+        let mut st = self.state.lock();
+        let young = st.young.front().map(|(at, _)| *at + LISTEN_AFTER + GATHER);
+        st.idle = young.is_none();
+        (young, !st.suspects.is_empty())
+    }
+
+    /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old.
+    fn listen_to_grown(&self, subscribers: &Subscribers, now: Instant) {
+        let due: Vec<Arc<str>> = {
+            let mut st = self.state.lock();
+            let mut seen = HashSet::new();
+            let mut due = Vec::new();
+            while let Some(&(at, id)) = st.young.front() {
+                if now.saturating_duration_since(at) < LISTEN_AFTER {
+                    break;
+                }
+                st.young.pop_front();
+                let Some(channel) = st.holds.get(&id).and_then(|w| w.channel.clone()) else { continue };
+                if st.channels.get(&channel).is_some_and(|c| !c.listened) && seen.insert(Arc::clone(&channel))
+                {
+                    due.push(channel);
+                }
+            }
+            due
+        };
+        if due.is_empty() {
+            return;
+        }
+        // Written outside the lock: acquisitions and releases go on.
+        let (confirmed, unserved) = subscribers.hold_channels(&due);
+        let unserved: HashSet<Arc<str>> = unserved.into_iter().collect();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let mut orphans = Vec::new();
+        for channel in &due {
+            let retry = unserved.contains(channel);
+            match st.channels.get_mut(channel) {
+                Some(slot) if retry => {
+                    // No node serves its slot right now: again later.
+                    let holds = slot.holds.clone();
+                    st.young.extend(holds.into_iter().map(|id| (now, id)));
+                }
+                Some(slot) => slot.listened = true,
+                // Every hold went while it was being subscribed.
+                None if !retry => orphans.push(Arc::clone(channel)),
+                None => {}
+            }
+        }
+        if !orphans.is_empty() {
+            subscribers.unhold_channels(&orphans);
+        }
+        // Subscribed before (by a waiter): no confirmation will come, and
+        // what was published before was not listened for.
+        let mut queued = false;
+        for channel in &confirmed {
+            queued |= self.suspect_channel(st, channel, now);
+        }
+        drop(guard);
+        if queued {
+            let _ = self.kick.try_send(());
+        }
+    }
+
+    /// Checks the suspect holds in Redis; marks those gone lost. Err when
+    /// Redis could not be asked (the unchecked holds stay suspect).
+    fn check_suspects(&self, held: &dyn HeldLocks) -> Result<()> {
+        let suspects: Vec<Suspect> = {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            let ids = std::mem::take(&mut st.suspects);
+            ids.into_iter()
+                .filter_map(|id| {
+                    let w = st.holds.get_mut(&id)?;
+                    // Heard again during the check: checked again.
+                    w.suspect = false;
+                    let worth = !w.hold.is_releasing() && !w.hold.is_lost();
+                    worth.then(|| w.suspect())
+                })
+                .collect()
+        };
+        // One round trip per batch of holds of one layout and node.
+        let mut groups: HashMap<(&'static str, Option<Addr>), Vec<usize>> = HashMap::new();
+        for (at, s) in suspects.iter().enumerate() {
+            groups.entry((s.check.batch_key(), held.check_group(&s.hold.name))).or_default().push(at);
+        }
+        let mut failed: Option<crate::error::Error> = None;
+        for positions in groups.values() {
+            for batch in positions.chunks(CHECK_BATCH) {
+                let holds: Vec<&Hold> = batch.iter().map(|&at| &*suspects[at].hold).collect();
+                let outcome =
+                    if failed.is_none() { suspects[batch[0]].check.check(&holds) } else { Ok(Vec::new()) };
+                match outcome {
+                    Ok(replies) if replies.len() == batch.len() => {
+                        for (&at, held) in batch.iter().zip(replies) {
+                            if !held {
+                                let Suspect { hold, on_lost, .. } = &suspects[at];
+                                lose(hold, on_lost.as_deref());
+                            }
+                        }
+                    }
+                    other => {
+                        if let Err(e) = other {
+                            failed.get_or_insert(e);
+                        }
+                        let mut guard = self.state.lock();
+                        let st = &mut *guard;
+                        for &at in batch {
+                            let id = suspects[at].hold.id;
+                            if let Some(w) = st.holds.get_mut(&id)
+                                && !w.suspect
+                            {
+                                w.suspect = true;
+                                st.suspects.push(id);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+impl Watched {
+    fn suspect(&self) -> Suspect {
+        Suspect {
+            hold: Arc::clone(&self.hold),
+            on_lost: self.on_lost.clone(),
+            check: Arc::clone(&self.check),
+        }
+    }
+}
+
+/// Marks `hold` lost as found gone, unless it is being released (its own
+/// unlock message), and tells its local waiters.
+fn lose(hold: &Hold, on_lost: Option<&dyn OnLost>) {
+    if hold.is_releasing() {
+        return;
+    }
+    hold.mark_lost(LostReason::Gone);
+    if let Some(on_lost) = on_lost {
+        on_lost.hold_lost(hold);
+    }
+}
+
+impl Holders for ForeignUnlocks {
+    fn heard(&self, channel: &str) {
+        let queued = {
+            let mut st = self.state.lock();
+            self.suspect_channel(&mut st, channel, Instant::now())
+        };
+        if queued {
+            let _ = self.kick.try_send(());
+        }
+    }
+
+    fn dropped(&self, channel: &str) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let Some(slot) = st.channels.get_mut(channel) else { return };
+        slot.listened = false;
+        // Due at once: subscribed again where the slot went, and checked
+        // when confirmed.
+        let holds = slot.holds.clone();
+        let due = Instant::now().checked_sub(LISTEN_AFTER).unwrap_or_else(Instant::now);
+        st.young.extend(holds.into_iter().map(|id| (due, id)));
+        drop(guard);
+        let _ = self.kick.try_send(());
+    }
+}
+
+/// The thread's body: subscribes grown holds' channels, checks suspect
+/// holds. Runs until `stop` disconnects or the client is gone.
+pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receiver<()>) {
+    // After a failed check: when to try again, and the delay after that.
+    let mut retry: Option<(Instant, Duration)> = None;
+    loop {
+        let (young, suspects) = match client.upgrade() {
+            Some(held) => held.foreign().next_wake(),
+            None => return,
+        };
+        let now = Instant::now();
+        let check_at = match retry {
+            Some((at, _)) if suspects => Some(at),
+            _ if suspects => Some(now),
+            _ => None,
+        };
+        let wake_at = match (young, check_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match wake_at {
+            Some(at) => select! {
+                recv(stop) -> _ => return,
+                recv(kick) -> _ => {}
+                default(at.saturating_duration_since(now)) => {}
+            },
+            None => select! {
+                recv(stop) -> _ => return,
+                recv(kick) -> _ => {}
+            },
+        }
+        let Some(held) = client.upgrade() else { return };
+        let now = Instant::now();
+        // Only when due: a wake-up to check holds must not cut the
+        // gathering short (one SUBSCRIBE per window).
+        if young.is_some_and(|at| now >= at) {
+            held.foreign().listen_to_grown(held.subscribers(), now);
+        }
+        if retry.is_none_or(|(at, _)| now >= at) {
+            retry = match held.foreign().check_suspects(&*held) {
+                Ok(()) => None,
+                Err(e) => {
+                    log::debug!("keyholder: checking holds after an unlock message failed: {e}");
+                    let delay = retry.map_or(FIRST_RETRY, |(_, d)| (d * 2).min(MAX_RETRY));
+                    Some((Instant::now() + delay, delay))
+                }
+            };
+        }
+    }
+}
