@@ -71,6 +71,8 @@
 --   KEYS[5] or the counter, or KEYS[1] is a read-write lock's hash (it has
 --   a "mode" field). BADCOUNTER when the counter holds anything but
 --   a decimal integer from 0 to 2^63 - 2.
+--
+-- Prepended: lua/common/fencing.lua, lua/common/kinds.lua
 local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish = ARGV[7] or 'publish'
@@ -85,19 +87,12 @@ end
 -- Another kind's lock at the name: a read-write lock's hash is never
 -- taken, released, handed on or deleted here.
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 if counter then
-    local kind = redis.call('type', counter).ok
-    if kind ~= 'none' then
-        if kind ~= 'string' then
-            return redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is a ' .. kind)
-        end
-        local value = redis.call('get', counter)
-        local digits = value == '0' or string.match(value, '^[1-9]%d*$') ~= nil
-        if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
-            return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
-        end
+    local bad = check_counter(counter)
+    if bad then
+        return bad
     end
 end
 

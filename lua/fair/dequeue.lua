@@ -28,6 +28,8 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
 --   or KEYS[5], or KEYS[1] is a read-write lock's hash (it has a "mode"
 --   field).
+--
+-- Prepended: lua/common/kinds.lua
 local key, queue, timeouts, prefix, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, slot = ARGV[1], tonumber(ARGV[2])
 local publish = ARGV[3] or 'publish'
@@ -42,7 +44,7 @@ end
 -- Another kind's lock at the name: a read-write lock's hash is never
 -- taken, released, handed on or deleted here.
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 
 local items = redis.call('lrange', queue, 0, -1)

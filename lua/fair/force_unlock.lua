@@ -20,6 +20,8 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3],
 --   or KEYS[1] is a read-write lock's hash (it has a "mode" field):
 --   keyholder never deletes what it did not create.
+--
+-- Prepended: lua/common/kinds.lua
 local key, queue, timeouts, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[2])
 
@@ -33,7 +35,7 @@ end
 -- Another kind's lock at the name: a read-write lock's hash is never
 -- taken, released, handed on or deleted here.
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 
 while true do

@@ -48,6 +48,8 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
 --   or KEYS[5], or KEYS[1] is a read-write lock's hash (it has a "mode"
 --   field).
+--
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua
 local key, queue, timeouts, prefix, grants, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, now = ARGV[3], tonumber(ARGV[4])
 local publish = ARGV[5] or 'publish'
@@ -62,20 +64,13 @@ end
 -- Another kind's lock at the name: a read-write lock's hash is never
 -- taken, released, handed on or deleted here.
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 
-if latch then
-    local kind = redis.call('type', latch).ok
-    local value = kind == 'string' and redis.call('get', latch)
-    if kind ~= 'none' and not (value and string.match(value, '^%d+:%d+$')) then
-        latch = nil
-    elseif value and ARGV[8] == '1' then
-        local id, outcome = string.match(value, '^(%d+):(%d+)$')
-        if id == ARGV[7] then
-            return tonumber(outcome)
-        end
-    end
+local replay
+latch, replay = latch_check(latch, ARGV[7], ARGV[8] == '1')
+if replay then
+    return replay
 end
 
 while true do
@@ -142,7 +137,4 @@ else
     redis.call('del', key)
     wake_head()
 end
-if latch then
-    redis.call('set', latch, ARGV[7] .. ':' .. outcome, 'px', ARGV[6])
-end
-return outcome
+return latch_done(latch, ARGV[7], ARGV[6], outcome)
