@@ -72,22 +72,14 @@
 --   a "mode" field). BADCOUNTER when the counter holds anything but
 --   a decimal integer from 0 to 2^63 - 2.
 --
--- Prepended: lua/common/fencing.lua, lua/common/kinds.lua
+-- Prepended: lua/common/fencing.lua, lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish = ARGV[7] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
-end
-
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}})
+if bad then
+    return bad
 end
 if counter then
     local bad = check_counter(counter)
@@ -124,21 +116,7 @@ if ARGV[6] == '0' then
 end
 
 -- Drops the dead heads; wakes the new head of a free lock.
-local purged = false
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-        break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('hdel', grants, head)
-    purged = true
-end
+local purged = prune(queue, timeouts, now, grants)
 local free = redis.call('exists', key) == 0
 local head = redis.call('lindex', queue, 0)
 if purged and free and head and head ~= owner then

@@ -49,22 +49,14 @@
 --   or KEYS[5], or KEYS[1] is a read-write lock's hash (it has a "mode"
 --   field).
 --
--- Prepended: lua/common/latch.lua, lua/common/kinds.lua
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix, grants, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, now = ARGV[3], tonumber(ARGV[4])
 local publish = ARGV[5] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
-end
-
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}})
+if bad then
+    return bad
 end
 
 local replay
@@ -73,19 +65,7 @@ if replay then
     return replay
 end
 
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-        break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('hdel', grants, head)
-end
+prune(queue, timeouts, now, grants)
 
 -- Hands the free lock to the head if it is a keyholder waiter that still
 -- listens; true if it did.

@@ -18,19 +18,23 @@ use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
 static ACQUIRE: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/fencing.lua"),
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
     include_str!("../../../lua/fair/acquire.lua")
 ));
 static RELEASE: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/latch.lua"),
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
     include_str!("../../../lua/fair/release.lua")
 ));
 static DEQUEUE: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
     include_str!("../../../lua/fair/dequeue.lua")
 ));
 static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
     include_str!("../../../lua/fair/force_unlock.lua")
 ));
 
