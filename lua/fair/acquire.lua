@@ -88,31 +88,15 @@ if counter then
     end
 end
 
-local function refuse(ms)
-    if counter then
-        return {ms, -1}
-    end
-    return ms
-end
-
--- Mints the next token (exact, as the counter's string) and replies.
-local function acquired()
-    if counter then
-        redis.call('incr', counter)
-        return {-1, redis.call('get', counter)}
-    end
-    return nil
-end
-
 if ARGV[6] == '0' then
     if redis.call('hexists', key, owner) == 1 then
         redis.call('hincrby', key, owner, 1)
         if redis.call('pttl', key) < lease then
             redis.call('pexpire', key, lease)
         end
-        return acquired()
+        return fenced_grant(counter)
     end
-    return refuse(-2)
+    return fenced_refusal(counter, -2)
 end
 
 -- Drops the dead heads; wakes the new head of a free lock.
@@ -135,7 +119,7 @@ if free and (not head or head == owner) then
     end
     redis.call('hset', key, owner, 1)
     redis.call('pexpire', key, lease)
-    return acquired()
+    return fenced_grant(counter)
 end
 if not free and redis.call('hexists', key, owner) == 1 then
     -- (A lock a release handed to a queued caller, among others.)
@@ -146,12 +130,12 @@ if not free and redis.call('hexists', key, owner) == 1 then
         redis.call('hincrby', key, owner, 1)
     end
     redis.call('pexpire', key, lease)
-    return acquired()
+    return fenced_grant(counter)
 end
 
 local pttl = redis.call('pttl', key)
 if ARGV[5] ~= '1' then
-    return refuse(math.max(pttl, 1))
+    return fenced_refusal(counter, math.max(pttl, 1))
 end
 
 -- Queues the caller, or keeps its place, and re-arms its deadline at its
@@ -187,4 +171,4 @@ elseif pttl >= 0 then
 else
     wait = slot
 end
-return refuse(math.max(1, math.min(wait, math.floor(slot / 2))))
+return fenced_refusal(counter, math.max(1, math.min(wait, math.floor(slot / 2))))

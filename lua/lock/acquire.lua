@@ -115,10 +115,12 @@ if not counter and ARGV[3] ~= '0' and ARGV[5] ~= '1' and ARGV[8] ~= '1'
 end
 
 local function refuse(ms)
+    -- <common:fenced_refusal> lua/common/fencing.lua's, inline (see the header)
     if counter then
         return {ms, -1}
     end
     return ms
+    -- </common:fenced_refusal>
 end
 
 -- The client the marker names, the milliseconds left of a foreign turn (0

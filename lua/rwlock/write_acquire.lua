@@ -52,13 +52,6 @@
 local key, writers, counter = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, reader = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
-local function refuse(ms)
-    if counter then
-        return {ms, -1}
-    end
-    return ms
-end
-
 local kind = redis.call('type', key).ok
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
@@ -80,11 +73,7 @@ local function acquired()
     if writers_ok then
         redis.call('zrem', writers, owner)
     end
-    if counter then
-        redis.call('incr', counter)
-        return {-1, redis.call('get', counter)}
-    end
-    return nil
+    return fenced_grant(counter)
 end
 
 local mode = kind == 'hash' and redis.call('hget', key, 'mode')
@@ -106,7 +95,7 @@ if mode == 'read' and reader and reader ~= '' and redis.call('hexists', key, rea
     if writers_ok then
         redis.call('zrem', writers, owner)
     end
-    return refuse(-3)
+    return fenced_refusal(counter, -3)
 end
 
 local ttl = redis.call('pttl', key)
@@ -123,4 +112,4 @@ if writers_ok and ARGV[4] == '1' then
         redis.call('pexpire', writers, stale - now_ms)
     end
 end
-return refuse(ttl)
+return fenced_refusal(counter, ttl)
