@@ -375,7 +375,7 @@ fn a_dead_waiter_is_skipped_once_its_slot_runs_out() {
     let dead = "8c1f0a4e-dead-4000-8000-000000000000:1";
     let now_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let reply: redis::Value = redis::Script::new(include_str!("../lua/fair/acquire.lua"))
+    let reply: redis::Value = redis::Script::new(&common::lua("fair/acquire.lua"))
         .key("dead")
         .key(queue_of("dead"))
         .key(timeouts_of("dead"))

@@ -294,7 +294,7 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     let idle: String = redis::cmd("HGET").arg(&k.grants).arg("~idle").query(&mut con).unwrap();
     assert_eq!(idle, "0");
     let handoff = |con: &mut redis::Connection| -> Option<i64> {
-        redis::Script::new(include_str!("../lua/lock/handoff.lua"))
+        redis::Script::new(&common::lua("lock/handoff.lua"))
             .key(k.name)
             .key(&k.channel)
             .key(&k.marker)

@@ -25,7 +25,7 @@ fn renew_script() -> redis::Script {
 }
 
 fn force_unlock_script() -> redis::Script {
-    redis::Script::new(include_str!("../lua/lock/force_unlock.lua"))
+    redis::Script::new(&common::lua("lock/force_unlock.lua"))
 }
 
 fn acquire(con: &mut redis::Connection, name: &str, lease_ms: u64, owner: &str) -> redis::RedisResult<Value> {
@@ -428,7 +428,7 @@ fn handoff(
     to: &str,
     latch: Option<(&str, u64, bool)>,
 ) -> redis::RedisResult<Value> {
-    let script = redis::Script::new(include_str!("../lua/lock/handoff.lua"));
+    let script = redis::Script::new(&common::lua("lock/handoff.lua"));
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name));
     if let Some((latch, _, _)) = latch {

@@ -9,8 +9,7 @@ use common::{Listener, RedisServer, exists};
 use redis::Value;
 
 fn script(path: &str) -> redis::Script {
-    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(path);
-    redis::Script::new(&std::fs::read_to_string(full).unwrap())
+    redis::Script::new(&common::lua(path))
 }
 
 fn channel(name: &str) -> String {

@@ -82,7 +82,7 @@ impl<'a> Try<'a> {
 }
 
 fn acquire(con: &mut redis::Connection, name: &str, t: Try<'_>) -> redis::RedisResult<Value> {
-    let s = script(include_str!("../lua/fair/acquire.lua"));
+    let s = script(&common::lua("fair/acquire.lua"));
     let mut call = s.prepare_invoke();
     call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if t.fenced {
@@ -104,7 +104,7 @@ fn release_with(
     now: i64,
     latch: Option<(&str, u64, bool)>,
 ) -> redis::RedisResult<Value> {
-    let s = script(include_str!("../lua/fair/release.lua"));
+    let s = script(&common::lua("fair/release.lua"));
     let mut call = s.prepare_invoke();
     call.key(name).key(queue_of(name)).key(timeouts_of(name)).key(channel_of(name)).key(grants_of(name));
     if let Some((key, _, _)) = latch {
@@ -121,7 +121,7 @@ fn release(con: &mut redis::Connection, name: &str, owner: &str, now: i64) -> re
 }
 
 fn dequeue(con: &mut redis::Connection, name: &str, owner: &str, slot: i64) -> redis::RedisResult<Value> {
-    script(include_str!("../lua/fair/dequeue.lua"))
+    script(&common::lua("fair/dequeue.lua"))
         .key(name)
         .key(queue_of(name))
         .key(timeouts_of(name))
@@ -134,7 +134,7 @@ fn dequeue(con: &mut redis::Connection, name: &str, owner: &str, slot: i64) -> r
 }
 
 fn force_unlock(con: &mut redis::Connection, name: &str, now: i64) -> redis::RedisResult<Value> {
-    script(include_str!("../lua/fair/force_unlock.lua"))
+    script(&common::lua("fair/force_unlock.lua"))
         .key(name)
         .key(queue_of(name))
         .key(timeouts_of(name))
@@ -585,7 +585,7 @@ fn a_name_with_braces_keeps_them_in_every_derived_key() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let name = "{user}:1";
-    let s = script(include_str!("../lua/fair/acquire.lua"));
+    let s = script(&common::lua("fair/acquire.lua"));
     let call = |con: &mut redis::Connection, owner: &str| -> Value {
         s.key(name)
             .key("redisson_lock_queue:{user}:1")

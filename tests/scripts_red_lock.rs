@@ -14,7 +14,7 @@ const OWNER_B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
 const COUNTER: &str = "redisson_lock_token:{rl}";
 
 fn raise(con: &mut redis::Connection, owner: &str, floor: &str) -> redis::RedisResult<Value> {
-    redis::Script::new(include_str!("../lua/red_lock/raise_token.lua"))
+    redis::Script::new(&common::lua("red_lock/raise_token.lua"))
         .key("rl")
         .key(COUNTER)
         .arg(owner)

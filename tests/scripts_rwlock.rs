@@ -17,8 +17,7 @@ const B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
 const C: &str = "8c1f0a4e-3333-4000-8000-000000000003:9";
 
 fn script(name: &str) -> redis::Script {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua/rwlock").join(name);
-    redis::Script::new(&std::fs::read_to_string(path).unwrap())
+    redis::Script::new(&common::lua(&format!("rwlock/{name}")))
 }
 
 /// Redisson's `suffixName(name, "")` base: `{name}`, or the name itself when

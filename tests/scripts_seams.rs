@@ -23,8 +23,7 @@ const OWNER: &str = "8c1f0a4e-1111-4000-8000-000000000001:1";
 const CLIENT: &str = "8c1f0a4e-1111-4000-8000-000000000001";
 
 fn script(path: &str) -> redis::Script {
-    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(path);
-    redis::Script::new(&std::fs::read_to_string(full).unwrap())
+    redis::Script::new(&common::lua(path))
 }
 
 fn braced(prefix: &str, name: &str) -> String {

@@ -13,8 +13,7 @@ use redis::Value;
 const NEVER: &str = "922337203685477";
 
 fn script(path: &str) -> redis::Script {
-    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lua").join(path);
-    redis::Script::new(&std::fs::read_to_string(full).unwrap())
+    redis::Script::new(&common::lua(path))
 }
 
 fn channel(name: &str) -> String {

@@ -19,7 +19,7 @@ fn acquire(
     owner: &str,
     mode: Option<&str>,
 ) -> redis::RedisResult<Value> {
-    let script = redis::Script::new(include_str!("../lua/spin_lock/acquire.lua"));
+    let script = redis::Script::new(&common::lua("spin_lock/acquire.lua"));
     let mut call = script.key(name);
     call.arg(lease).arg(owner);
     if let Some(mode) = mode {
@@ -35,7 +35,7 @@ fn release(
     owner: &str,
     latch: Option<(&str, u64, bool)>,
 ) -> redis::RedisResult<Value> {
-    let script = redis::Script::new(include_str!("../lua/spin_lock/release.lua"));
+    let script = redis::Script::new(&common::lua("spin_lock/release.lua"));
     let mut call = script.key(name);
     if let Some((latch, _, _)) = latch {
         call.key(latch);
@@ -48,7 +48,7 @@ fn release(
 }
 
 fn force_unlock(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {
-    redis::Script::new(include_str!("../lua/spin_lock/force_unlock.lua")).key(name).invoke(con)
+    redis::Script::new(&common::lua("spin_lock/force_unlock.lua")).key(name).invoke(con)
 }
 
 fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, String> {

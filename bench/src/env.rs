@@ -56,7 +56,11 @@ impl Redis {
 pub(crate) const ACQUIRE_LUA: &str = include_str!("../../lua/lock/acquire.lua");
 pub(crate) const RELEASE_LUA: &str = include_str!("../../lua/lock/release.lua");
 pub(crate) const RENEW_LUA: &str = include_str!("../../lua/lock/renew.lua");
-const HANDOFF_LUA: &str = include_str!("../../lua/lock/handoff.lua");
+const HANDOFF_LUA: &str = concat!(
+    include_str!("../../lua/common/latch.lua"),
+    include_str!("../../lua/common/kinds.lua"),
+    include_str!("../../lua/lock/handoff.lua")
+);
 const DEQUEUE_LUA: &str = include_str!("../../lua/lock/dequeue.lua");
 /// The hand-rolled release: Lua compare-and-delete.
 pub(crate) const COMPARE_AND_DELETE: &str =

@@ -71,50 +71,21 @@
 --   KEYS[5] or the counter, or KEYS[1] is a read-write lock's hash (it has
 --   a "mode" field). BADCOUNTER when the counter holds anything but
 --   a decimal integer from 0 to 2^63 - 2.
+--
+-- Prepended: lua/common/fencing.lua, lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease, owner, slot, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local publish = ARGV[7] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
-end
-
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}})
+if bad then
+    return bad
 end
 if counter then
-    local kind = redis.call('type', counter).ok
-    if kind ~= 'none' then
-        if kind ~= 'string' then
-            return redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is a ' .. kind)
-        end
-        local value = redis.call('get', counter)
-        local digits = value == '0' or string.match(value, '^[1-9]%d*$') ~= nil
-        if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
-            return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
-        end
+    local bad = check_counter(counter)
+    if bad then
+        return bad
     end
-end
-
-local function refuse(ms)
-    if counter then
-        return {ms, -1}
-    end
-    return ms
-end
-
--- Mints the next token (exact, as the counter's string) and replies.
-local function acquired()
-    if counter then
-        redis.call('incr', counter)
-        return {-1, redis.call('get', counter)}
-    end
-    return nil
 end
 
 if ARGV[6] == '0' then
@@ -123,27 +94,13 @@ if ARGV[6] == '0' then
         if redis.call('pttl', key) < lease then
             redis.call('pexpire', key, lease)
         end
-        return acquired()
+        return fenced_grant(counter)
     end
-    return refuse(-2)
+    return fenced_refusal(counter, -2)
 end
 
 -- Drops the dead heads; wakes the new head of a free lock.
-local purged = false
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-        break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('hdel', grants, head)
-    purged = true
-end
+local purged = prune(queue, timeouts, now, grants)
 local free = redis.call('exists', key) == 0
 local head = redis.call('lindex', queue, 0)
 if purged and free and head and head ~= owner then
@@ -162,7 +119,7 @@ if free and (not head or head == owner) then
     end
     redis.call('hset', key, owner, 1)
     redis.call('pexpire', key, lease)
-    return acquired()
+    return fenced_grant(counter)
 end
 if not free and redis.call('hexists', key, owner) == 1 then
     -- (A lock a release handed to a queued caller, among others.)
@@ -173,12 +130,12 @@ if not free and redis.call('hexists', key, owner) == 1 then
         redis.call('hincrby', key, owner, 1)
     end
     redis.call('pexpire', key, lease)
-    return acquired()
+    return fenced_grant(counter)
 end
 
 local pttl = redis.call('pttl', key)
 if ARGV[5] ~= '1' then
-    return refuse(math.max(pttl, 1))
+    return fenced_refusal(counter, math.max(pttl, 1))
 end
 
 -- Queues the caller, or keeps its place, and re-arms its deadline at its
@@ -214,4 +171,4 @@ elseif pttl >= 0 then
 else
     wait = slot
 end
-return refuse(math.max(1, math.min(wait, math.floor(slot / 2))))
+return fenced_refusal(counter, math.max(1, math.min(wait, math.floor(slot / 2))))

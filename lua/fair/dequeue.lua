@@ -28,21 +28,15 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
 --   or KEYS[5], or KEYS[1] is a read-write lock's hash (it has a "mode"
 --   field).
+--
+-- Prepended: lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, slot = ARGV[1], tonumber(ARGV[2])
 local publish = ARGV[3] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
-end
-
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}})
+if bad then
+    return bad
 end
 
 local items = redis.call('lrange', queue, 0, -1)

@@ -20,34 +20,17 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2] or KEYS[3],
 --   or KEYS[1] is a read-write lock's hash (it has a "mode" field):
 --   keyholder never deletes what it did not create.
+--
+-- Prepended: lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = tonumber(ARGV[2])
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}})
+if bad then
+    return bad
 end
 
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
-end
-
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-        break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-end
+prune(queue, timeouts, now)
 
 if redis.call('del', key) == 0 then
     return 0

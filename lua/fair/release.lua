@@ -48,49 +48,24 @@
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3]
 --   or KEYS[5], or KEYS[1] is a read-write lock's hash (it has a "mode"
 --   field).
+--
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua, lua/common/fair.lua
 local key, queue, timeouts, prefix, grants, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, now = ARGV[3], tonumber(ARGV[4])
 local publish = ARGV[5] or 'publish'
 
-for _, pair in ipairs({{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}}) do
-    local kind = redis.call('type', pair[1]).ok
-    if kind ~= 'none' and kind ~= pair[2] then
-        return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' is a ' .. kind .. ', not a ' .. pair[2])
-    end
+local bad = check_fair_keys(key, {{key, 'hash'}, {queue, 'list'}, {timeouts, 'zset'}, {grants, 'hash'}})
+if bad then
+    return bad
 end
 
--- Another kind's lock at the name: a read-write lock's hash is never
--- taken, released, handed on or deleted here.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+local replay
+latch, replay = latch_check(latch, ARGV[7], ARGV[8] == '1')
+if replay then
+    return replay
 end
 
-if latch then
-    local kind = redis.call('type', latch).ok
-    local value = kind == 'string' and redis.call('get', latch)
-    if kind ~= 'none' and not (value and string.match(value, '^%d+:%d+$')) then
-        latch = nil
-    elseif value and ARGV[8] == '1' then
-        local id, outcome = string.match(value, '^(%d+):(%d+)$')
-        if id == ARGV[7] then
-            return tonumber(outcome)
-        end
-    end
-end
-
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', timeouts, head)
-    if deadline and tonumber(deadline) > now then
-        break
-    end
-    redis.call('lpop', queue)
-    redis.call('zrem', timeouts, head)
-    redis.call('hdel', grants, head)
-end
+prune(queue, timeouts, now, grants)
 
 -- Hands the free lock to the head if it is a keyholder waiter that still
 -- listens; true if it did.
@@ -142,7 +117,4 @@ else
     redis.call('del', key)
     wake_head()
 end
-if latch then
-    redis.call('set', latch, ARGV[7] .. ':' .. outcome, 'px', ARGV[6])
-end
-return outcome
+return latch_done(latch, ARGV[7], ARGV[6], outcome)

@@ -91,6 +91,10 @@
 --   WRONGTYPE also when the hash at the lock's name is another kind's lock:
 --   a read-write lock's (it has a "mode" field, and its read holders'
 --   fields look like owner ids). Nothing is taken, counted or queued for.
+--
+-- Nothing prepended: the common case above builds no closure (ADR 39), so
+-- the parts it shares are inline copies, marked "<common:NAME>", of
+-- lua/common/fencing.lua and lua/common/kinds.lua.
 local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, client = ARGV[2], ARGV[4]
 local lease = tonumber(ARGV[1])
@@ -111,10 +115,12 @@ if not counter and ARGV[3] ~= '0' and ARGV[5] ~= '1' and ARGV[8] ~= '1'
 end
 
 local function refuse(ms)
+    -- <common:fenced_refusal> lua/common/fencing.lua's, inline (see the header)
     if counter then
         return {ms, -1}
     end
     return ms
+    -- </common:fenced_refusal>
 end
 
 -- The client the marker names, the milliseconds left of a foreign turn (0
@@ -139,6 +145,7 @@ local function read_marker()
 end
 
 if counter then
+    -- <common:check_counter> lua/common/fencing.lua's, inline (see the header)
     local kind = redis.call('type', counter).ok
     if kind ~= 'none' then
         if kind ~= 'string' then
@@ -150,6 +157,7 @@ if counter then
             return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
         end
     end
+    -- </common:check_counter>
 end
 
 -- Migration mode: a hand-rolled holder's STRING is read, never written.
@@ -165,7 +173,10 @@ end
 -- Another kind's lock at the name (the free lock of the fast path above
 -- needs no such check): a read-write lock's hash is never taken.
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    -- <common:rwlock_here> lua/common/kinds.lua's, inline (see the header)
+    local RWLOCK_HERE = ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)'
+    -- </common:rwlock_here>
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 
 -- Mints the next token: exact, as the counter's string.

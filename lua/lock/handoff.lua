@@ -52,31 +52,16 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name, or a
 --   read-write lock's hash (it has a "mode" field): untouched.
-local key, from, to, latch = KEYS[1], ARGV[3], ARGV[4], KEYS[4]
--- As in release.lua: the latch's value, "" when absent, nil when not a latch.
-local function read_latch()
-    local kind = redis.call('type', latch).ok
-    if kind == 'none' then
-        return ''
-    end
-    local value = kind == 'string' and redis.call('get', latch)
-    if value and string.match(value, '^%d+:%d+$') then
-        return value
-    end
-    return nil
-end
-local earlier = latch and read_latch()
-if earlier == nil then
-    latch = nil
-elseif earlier and ARGV[8] == '1' then
-    local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-    if id == ARGV[7] then
-        return tonumber(outcome)
-    end
+--
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua
+local key, from, to = KEYS[1], ARGV[3], ARGV[4]
+local latch, replay = latch_check(KEYS[4], ARGV[7], ARGV[8] == '1')
+if replay then
+    return replay
 end
 local held = redis.call('hmget', key, from, 'mode')
 if held[2] then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 if not held[1] then
     return nil
@@ -129,7 +114,4 @@ else
         outcome = 2
     end
 end
-if latch then
-    redis.call('set', latch, ARGV[7] .. ':' .. outcome, 'px', ARGV[6])
-end
-return outcome
+return latch_done(latch, ARGV[7], ARGV[6], outcome)

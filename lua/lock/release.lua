@@ -94,37 +94,53 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name, or a
 --   read-write lock's hash (it has a "mode" field): untouched.
+--
+-- Nothing prepended: the common case builds one closure only (ADR 39), so
+-- the parts it shares are inline copies, marked "<common:NAME>", of
+-- lua/common/latch.lua, lua/common/kinds.lua and lua/common/clock.lua.
 local key, channel, marker, queue, grants, recent, latch =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local publish = ARGV[4] or 'publish'
+local request, retry, latch_ttl = ARGV[6], ARGV[7] == '1', ARGV[5]
 
 if latch then
     -- The latch's value: "" when it is absent; a key that is not a latch
-    -- unlatches the release.
+    -- unlatches the release; a retry of a recorded release replays it.
+    local replay = nil
+    -- <common:latch_check> lua/common/latch.lua's, inline (see the header)
     local kind = redis.call('type', latch).ok
     local earlier = kind == 'none' and '' or (kind == 'string' and redis.call('get', latch))
     if not (earlier == '' or (earlier and string.match(earlier, '^%d+:%d+$'))) then
         latch = nil
-    elseif earlier ~= '' and ARGV[7] == '1' then
+    elseif earlier ~= '' and retry then
         local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-        if id == ARGV[6] then
-            return tonumber(outcome)
+        if id == request then
+            replay = tonumber(outcome)
         end
+    end
+    -- </common:latch_check>
+    if replay then
+        return replay
     end
 end
 
 -- Records the outcome in the latch, if any, and returns it.
 local function done(outcome)
+    -- <common:latch_done> lua/common/latch.lua's, inline (see the header)
     if latch then
-        redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])
+        redis.call('set', latch, request .. ':' .. outcome, 'px', latch_ttl)
     end
     return outcome
+    -- </common:latch_done>
 end
 
 -- The owner's field and a read-write lock's "mode", in one call.
 local held = redis.call('hmget', key, ARGV[3], 'mode')
 if held[2] then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    -- <common:rwlock_here> lua/common/kinds.lua's, inline (see the header)
+    local RWLOCK_HERE = ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)'
+    -- </common:rwlock_here>
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 if not held[1] then
     return nil
@@ -145,8 +161,10 @@ end
 
 -- The server's clock in milliseconds.
 local function now_ms()
+    -- <common:now_ms> lua/common/clock.lua's, inline (see the header)
     local now = redis.call('time')
     return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    -- </common:now_ms>
 end
 
 -- Keyholder clients that listen on the unlock channel without being queued:

@@ -40,77 +40,16 @@
 --   OVERFLOW when giving the expired permits back would take KEYS[1]
 --   past the signed 64-bit range.
 --   BADIDS when some but not all of the ids are held already.
+--
+-- Prepended: lua/common/integer.lua, lua/common/add.lua, lua/common/clock.lua, lua/common/permits.lua
 
--- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
--- within the signed 64-bit range (compared as strings: a Lua number is a
--- double, exact only to 2^53).
-local function integer(value)
-    if value == '0' then
-        return true
-    end
-    local digits = string.match(value, '^%-?([1-9]%d*)$')
-    if not digits or #digits > 19 then
-        return false
-    end
-    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
-    return #digits < 19 or digits <= limit
-end
-
--- INCRBY key by delta, exact; an OVERFLOW error reply (and nothing
--- written) when the sum would leave the 64-bit range, else nil.
-local function add(key, delta, what)
-    local reply = redis.pcall('incrby', key, delta)
-    if type(reply) == 'table' and reply.err then
-        if string.find(reply.err, 'overflow', 1, true) then
-            return redis.error_reply('OVERFLOW ' .. what .. ' ' .. key .. ': adding ' .. delta
-                .. ' would leave the 64-bit range')
-        end
-        return reply
-    end
-    return nil
-end
 local never = ARGV[3]
-local function check()
-    local kind = redis.call('type', KEYS[1]).ok
-    if kind ~= 'none' and kind ~= 'string' then
-        return redis.error_reply('WRONGTYPE semaphore ' .. KEYS[1] .. ' is a ' .. kind)
-    end
-    if kind == 'string' and not integer(redis.call('get', KEYS[1])) then
-        return redis.error_reply('BADCOUNT semaphore ' .. KEYS[1] .. ' does not hold a permit count')
-    end
-    kind = redis.call('type', KEYS[2]).ok
-    if kind ~= 'none' and kind ~= 'zset' then
-        return redis.error_reply('WRONGTYPE permit set ' .. KEYS[2] .. ' is a ' .. kind)
-    end
-end
-local bad = check()
+local bad = check_permits()
 if bad then
     return bad
 end
 
-local clock = redis.call('time')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
--- Gives the expired permits back (the count first, so that an overflow
--- writes nothing); an error reply when it cannot, else nil.
-local function reclaim()
-    local expired = redis.call('zrangebyscore', KEYS[2], 0, now)
-    if #expired == 0 then
-        return nil
-    end
-    local bad = add(KEYS[1], #expired, 'semaphore')
-    if bad then
-        return bad
-    end
-    for i = 1, #expired, 1000 do
-        redis.call('zrem', KEYS[2], unpack(expired, i, math.min(i + 999, #expired)))
-    end
-    local value = redis.call('get', KEYS[1])
-    if value ~= '0' and string.sub(value, 1, 1) ~= '-' then
-        redis.call(ARGV[4], KEYS[3], value)
-    end
-    return nil
-end
+local now = now_ms()
 
 local n = tonumber(ARGV[1])
 local expiry = never
@@ -135,7 +74,7 @@ if held > 0 then
     return redis.error_reply('BADIDS some of the new permit ids are held already')
 end
 
-local failed = reclaim()
+local failed = reclaim(now, ARGV[4], KEYS[3])
 if failed then
     return failed
 end

@@ -26,6 +26,8 @@
 --   ("WRONGTYPE fencing counter <key> ...").
 --   BADCOUNTER when the counter holds anything but a decimal integer from 0
 --   to 2^63 - 1, or ARGV[2] is not one.
+--
+-- Prepended: lua/common/kinds.lua
 local key, counter, owner, floor = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 
 -- True for a decimal integer from 0 to 2^63 - 1 without leading zeros;
@@ -64,7 +66,7 @@ if kind == 'none' then
 end
 local held = redis.call('hmget', key, owner, 'mode')
 if held[2] then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 if not held[1] then
     return 0

@@ -19,6 +19,8 @@
 --   WRONGTYPE when a key of another type sits at the lock's name, or a HASH
 --   without a "mode" field (another kind's lock, which its own force unlock
 --   deletes): untouched.
+--
+-- Prepended: lua/common/kinds.lua
 local key = KEYS[1]
 local kind = redis.call('type', key).ok
 if kind == 'none' then
@@ -29,7 +31,7 @@ if kind ~= 'hash' then
 end
 local mode = redis.call('hget', key, 'mode')
 if not mode then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+    return redis.error_reply('WRONGTYPE ' .. key .. PLAIN_LOCK_HERE)
 end
 if mode ~= ARGV[1] then
     return 0

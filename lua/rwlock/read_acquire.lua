@@ -40,6 +40,8 @@
 --   kind's lock (a Lock, SpinLock or FairLock, whose owner fields look like
 --   read holders'). Redisson's script would add "mode" to it; keyholder
 --   never writes into another kind's lock.
+--
+-- Prepended: lua/common/kinds.lua
 local key, prefix, writers = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, writer = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
@@ -49,7 +51,7 @@ if kind ~= 'none' and kind ~= 'hash' then
 end
 local mode = kind == 'hash' and redis.call('hget', key, 'mode')
 if kind == 'hash' and not mode then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+    return redis.error_reply('WRONGTYPE ' .. key .. PLAIN_LOCK_HERE)
 end
 
 -- Writer preference: how long a new read hold must wait for the waiting

@@ -47,31 +47,19 @@
 --   kind's lock (a Lock, SpinLock or FairLock, whose owner fields look like
 --   read holders'). Redisson's script would add "mode" to it; keyholder
 --   never writes into another kind's lock.
+--
+-- Prepended: lua/common/fencing.lua, lua/common/kinds.lua
 local key, writers, counter = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, reader = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-
-local function refuse(ms)
-    if counter then
-        return {ms, -1}
-    end
-    return ms
-end
 
 local kind = redis.call('type', key).ok
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
 if counter then
-    local ckind = redis.call('type', counter).ok
-    if ckind ~= 'none' then
-        if ckind ~= 'string' then
-            return redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is a ' .. ckind)
-        end
-        local value = redis.call('get', counter)
-        local digits = value == '0' or string.match(value, '^[1-9]%d*$') ~= nil
-        if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
-            return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
-        end
+    local bad = check_counter(counter)
+    if bad then
+        return bad
     end
 end
 
@@ -85,16 +73,12 @@ local function acquired()
     if writers_ok then
         redis.call('zrem', writers, owner)
     end
-    if counter then
-        redis.call('incr', counter)
-        return {-1, redis.call('get', counter)}
-    end
-    return nil
+    return fenced_grant(counter)
 end
 
 local mode = kind == 'hash' and redis.call('hget', key, 'mode')
 if kind == 'hash' and not mode then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+    return redis.error_reply('WRONGTYPE ' .. key .. PLAIN_LOCK_HERE)
 end
 if kind == 'none' then
     redis.call('hset', key, 'mode', 'write', owner, 1)
@@ -111,7 +95,7 @@ if mode == 'read' and reader and reader ~= '' and redis.call('hexists', key, rea
     if writers_ok then
         redis.call('zrem', writers, owner)
     end
-    return refuse(-3)
+    return fenced_refusal(counter, -3)
 end
 
 local ttl = redis.call('pttl', key)
@@ -128,4 +112,4 @@ if writers_ok and ARGV[4] == '1' then
         redis.call('pexpire', writers, stale - now_ms)
     end
 end
-return refuse(ttl)
+return fenced_refusal(counter, ttl)

@@ -32,31 +32,15 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name, or a HASH
 --   without a "mode" field (another kind's lock): untouched.
-local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
+--
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua
+local key, channel = KEYS[1], KEYS[2]
 local message, owner = ARGV[1], ARGV[3]
 local publish = ARGV[4] or 'publish'
 
--- The latch's value, "" when it is absent, or nil when a key that is not a
--- latch sits at its name.
-local function read_latch()
-    local kind = redis.call('type', latch).ok
-    if kind == 'none' then
-        return ''
-    end
-    local value = kind == 'string' and redis.call('get', latch)
-    if value and string.match(value, '^%d+:%d+$') then
-        return value
-    end
-    return nil
-end
-local earlier = latch and read_latch()
-if earlier == nil then
-    latch = nil
-elseif earlier and ARGV[7] == '1' then
-    local id, outcome = string.match(earlier, '^(%d+):(%d+)$')
-    if id == ARGV[6] then
-        return tonumber(outcome)
-    end
+local latch, replay = latch_check(KEYS[3], ARGV[6], ARGV[7] == '1')
+if replay then
+    return replay
 end
 
 local kind = redis.call('type', key).ok
@@ -69,17 +53,14 @@ if kind ~= 'hash' then
 end
 local mode = redis.call('hget', key, 'mode')
 if not mode then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a lock hash without a "mode" field (a Lock, SpinLock or FairLock)')
+    return redis.error_reply('WRONGTYPE ' .. key .. PLAIN_LOCK_HERE)
 end
 if mode ~= 'write' or redis.call('hexists', key, owner) == 0 then
     return nil
 end
 
 local function finish(outcome)
-    if latch then
-        redis.call('set', latch, ARGV[6] .. ':' .. outcome, 'px', ARGV[5])
-    end
-    return outcome
+    return latch_done(latch, ARGV[6], ARGV[5], outcome)
 end
 
 if redis.call('hincrby', key, owner, -1) > 0 then

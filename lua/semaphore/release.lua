@@ -21,35 +21,8 @@
 --   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
 --   signed 64-bit range (without leading zeros).
 --   OVERFLOW when the sum would leave the signed 64-bit range.
-
--- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
--- within the signed 64-bit range (compared as strings: a Lua number is a
--- double, exact only to 2^53).
-local function integer(value)
-    if value == '0' then
-        return true
-    end
-    local digits = string.match(value, '^%-?([1-9]%d*)$')
-    if not digits or #digits > 19 then
-        return false
-    end
-    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
-    return #digits < 19 or digits <= limit
-end
-
--- INCRBY key by delta, exact; an OVERFLOW error reply (and nothing
--- written) when the sum would leave the 64-bit range, else nil.
-local function add(key, delta, what)
-    local reply = redis.pcall('incrby', key, delta)
-    if type(reply) == 'table' and reply.err then
-        if string.find(reply.err, 'overflow', 1, true) then
-            return redis.error_reply('OVERFLOW ' .. what .. ' ' .. key .. ': adding ' .. delta
-                .. ' would leave the 64-bit range')
-        end
-        return reply
-    end
-    return nil
-end
+--
+-- Prepended: lua/common/integer.lua, lua/common/add.lua
 
 local value = redis.call('get', KEYS[1])
 if value and not integer(value) then

@@ -20,21 +20,8 @@
 --   WRONGTYPE when KEYS[1] holds another type.
 --   BADCOUNT when KEYS[1] is a string but not a decimal integer in the
 --   signed 64-bit range (without leading zeros).
-
--- True for a decimal integer as INCRBY takes it: "0", or no leading zero,
--- within the signed 64-bit range (compared as strings: a Lua number is a
--- double, exact only to 2^53).
-local function integer(value)
-    if value == '0' then
-        return true
-    end
-    local digits = string.match(value, '^%-?([1-9]%d*)$')
-    if not digits or #digits > 19 then
-        return false
-    end
-    local limit = string.sub(value, 1, 1) == '-' and '9223372036854775808' or '9223372036854775807'
-    return #digits < 19 or digits <= limit
-end
+--
+-- Prepended: lua/common/integer.lua
 
 local value = redis.call('get', KEYS[1])
 if value == false then

@@ -27,6 +27,8 @@
 --   WRONGTYPE when a key of another type sits at the lock's name, or a
 --   read-write lock's hash (it has a "mode" field, and its read holders'
 --   fields look like owner ids).
+--
+-- Prepended: lua/common/kinds.lua
 local key, owner, mode = KEYS[1], ARGV[2], ARGV[3]
 local lease = tonumber(ARGV[1])
 local kind = redis.call('type', key).ok
@@ -37,7 +39,7 @@ local held = false
 if kind == 'hash' then
     local got = redis.call('hmget', key, owner, 'mode')
     if got[2] then
-        return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+        return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
     end
     held = got[1] ~= false
 end

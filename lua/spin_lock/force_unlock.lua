@@ -13,6 +13,8 @@
 --   WRONGTYPE when a key of another type sits at the lock's name, or a
 --   read-write lock's hash (it has a "mode" field): keyholder never deletes
 --   what it did not create.
+--
+-- Prepended: lua/common/kinds.lua
 local key = KEYS[1]
 local kind = redis.call('type', key).ok
 if kind == 'none' then
@@ -22,7 +24,7 @@ if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
 end
 if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 redis.call('del', key)
 return 1

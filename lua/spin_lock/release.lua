@@ -29,19 +29,12 @@
 -- Errors
 --   WRONGTYPE when a key of another type sits at the lock's name, or a
 --   read-write lock's hash (it has a "mode" field): untouched.
-local key, latch, owner = KEYS[1], KEYS[2], ARGV[2]
-if latch then
-    local kind = redis.call('type', latch).ok
-    local value = kind == 'string' and redis.call('get', latch)
-    if kind ~= 'none' and not (value and string.match(value, '^%d+:%d+$')) then
-        -- Not a latch: leave it alone and run unlatched.
-        latch = nil
-    elseif value and ARGV[5] == '1' then
-        local id, outcome = string.match(value, '^(%d+):(%d+)$')
-        if id == ARGV[4] then
-            return tonumber(outcome)
-        end
-    end
+--
+-- Prepended: lua/common/latch.lua, lua/common/kinds.lua
+local key, owner = KEYS[1], ARGV[2]
+local latch, replay = latch_check(KEYS[2], ARGV[4], ARGV[5] == '1')
+if replay then
+    return replay
 end
 local kind = redis.call('type', key).ok
 if kind ~= 'none' and kind ~= 'hash' then
@@ -52,7 +45,7 @@ if kind == 'none' then
 end
 local held = redis.call('hmget', key, owner, 'mode')
 if held[2] then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)')
+    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 if not held[1] then
     return nil
@@ -64,7 +57,4 @@ if redis.call('hincrby', key, owner, -1) > 0 then
 else
     redis.call('del', key)
 end
-if latch then
-    redis.call('set', latch, ARGV[4] .. ':' .. outcome, 'px', ARGV[3])
-end
-return outcome
+return latch_done(latch, ARGV[4], ARGV[3], outcome)

@@ -24,7 +24,10 @@ use crate::names::hash_tag;
 use crate::store::eval::LuaScript;
 use crate::store::scripts::unexpected;
 
-static COUNT_DOWN: LuaScript = LuaScript::new(include_str!("../../lua/count_down_latch/count_down.lua"));
+static COUNT_DOWN: LuaScript = LuaScript::new(concat!(
+    include_str!("../../lua/common/integer.lua"),
+    include_str!("../../lua/count_down_latch/count_down.lua")
+));
 static TRY_SET_COUNT: LuaScript =
     LuaScript::new(include_str!("../../lua/count_down_latch/try_set_count.lua"));
 static DELETE: LuaScript = LuaScript::new(include_str!("../../lua/count_down_latch/delete.lua"));

@@ -33,6 +33,32 @@ impl ServerExt for RedisServer {
     }
 }
 
+/// The text keyholder sends to Redis for script `lua/<path>`: the
+/// `lua/common/` files its header lists on its `-- Prepended:` line, in
+/// that order, then the script itself (as the kinds' `LuaScript` statics
+/// assemble it with `concat!`; `tests/script_headers.rs` checks they agree).
+pub fn lua(path: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = std::fs::read_to_string(root.join("lua").join(path)).unwrap();
+    let mut text = String::new();
+    for common in lua_prelude(&script) {
+        text.push_str(&std::fs::read_to_string(root.join(common)).unwrap());
+    }
+    text.push_str(&script);
+    text
+}
+
+/// The `lua/common/` files a script's header lists on its `-- Prepended:`
+/// line (paths from the crate root), none when it has no such line.
+pub fn lua_prelude(script: &str) -> Vec<String> {
+    script
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- Prepended: "))
+        .map(|list| list.split(", ").map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// Reads `INFO` field `field` of section `section` as an integer.
 pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
     let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();

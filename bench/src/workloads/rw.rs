@@ -275,8 +275,15 @@ fn with_writer(
     Ok(Mixed { read_rate: read_rate?, waits, late_max_ms, starved })
 }
 
-static READ_ACQUIRE: &str = include_str!("../../../lua/rwlock/read_acquire.lua");
-static READ_RELEASE: &str = include_str!("../../../lua/rwlock/read_release.lua");
+static READ_ACQUIRE: &str = concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/read_acquire.lua")
+);
+static READ_RELEASE: &str = concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/read_release.lua")
+);
 
 /// A reader body that follows Redisson's rule, as a Java service's reader
 /// does: the read scripts with Redisson's keys only (no waiting-writers

@@ -15,10 +15,28 @@ use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
 
-static ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/fair/acquire.lua"));
-static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/fair/release.lua"));
-static DEQUEUE: LuaScript = LuaScript::new(include_str!("../../../lua/fair/dequeue.lua"));
-static FORCE_UNLOCK: LuaScript = LuaScript::new(include_str!("../../../lua/fair/force_unlock.lua"));
+static ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/fencing.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
+    include_str!("../../../lua/fair/acquire.lua")
+));
+static RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
+    include_str!("../../../lua/fair/release.lua")
+));
+static DEQUEUE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
+    include_str!("../../../lua/fair/dequeue.lua")
+));
+static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/fair.lua"),
+    include_str!("../../../lua/fair/force_unlock.lua")
+));
 
 /// A fair lock's keys and channel prefix (Redisson's `RedissonFairLock`
 /// names, all in the lock key's cluster slot).

@@ -83,10 +83,17 @@ pub(crate) enum JobFinish {
 
 static ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/acquire.lua"));
 static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/release.lua"));
-static HANDOFF: LuaScript = LuaScript::new(include_str!("../../../lua/lock/handoff.lua"));
+static HANDOFF: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/lock/handoff.lua")
+));
 static RENEW: LuaScript = LuaScript::new(include_str!("../../../lua/lock/renew.lua"));
 static CONFIRM: LuaScript = LuaScript::new(include_str!("../../../lua/lock/confirm.lua"));
-static FORCE_UNLOCK: LuaScript = LuaScript::new(include_str!("../../../lua/lock/force_unlock.lua"));
+static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/lock/force_unlock.lua")
+));
 static DEQUEUE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/dequeue.lua"));
 static JOB_FINISH: LuaScript = LuaScript::new(include_str!("../../../lua/lock/job_finish.lua"));
 

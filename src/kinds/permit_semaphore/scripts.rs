@@ -12,11 +12,39 @@ use crate::kinds::semaphore::scripts::{Repeat, eval, eval_replicated, int};
 use crate::store::lanes::Session;
 use crate::store::scripts::unexpected;
 
-static ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/permit_semaphore/acquire.lua"));
-static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/permit_semaphore/release.lua"));
-static RENEW: LuaScript = LuaScript::new(include_str!("../../../lua/permit_semaphore/renew.lua"));
-static STATUS: LuaScript = LuaScript::new(include_str!("../../../lua/permit_semaphore/status.lua"));
-static ADD_PERMITS: LuaScript = LuaScript::new(include_str!("../../../lua/permit_semaphore/add_permits.lua"));
+static ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/common/clock.lua"),
+    include_str!("../../../lua/common/permits.lua"),
+    include_str!("../../../lua/permit_semaphore/acquire.lua")
+));
+static RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/common/clock.lua"),
+    include_str!("../../../lua/common/permits.lua"),
+    include_str!("../../../lua/permit_semaphore/release.lua")
+));
+static RENEW: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/common/clock.lua"),
+    include_str!("../../../lua/common/permits.lua"),
+    include_str!("../../../lua/permit_semaphore/renew.lua")
+));
+static STATUS: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/common/clock.lua"),
+    include_str!("../../../lua/common/permits.lua"),
+    include_str!("../../../lua/permit_semaphore/status.lua")
+));
+static ADD_PERMITS: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/permit_semaphore/add_permits.lua")
+));
 
 use crate::store::eval::LuaScript;
 

@@ -25,7 +25,10 @@ use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, unexpected};
 
-static RAISE_TOKEN: LuaScript = LuaScript::new(include_str!("../../../lua/red_lock/raise_token.lua"));
+static RAISE_TOKEN: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/red_lock/raise_token.lua")
+));
 
 /// Raises `name`'s counter on one master to at least `combined` while
 /// `owner` holds the lock there; false when it no longer does.

@@ -16,14 +16,32 @@ use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
 
-static READ_ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/read_acquire.lua"));
-static READ_RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/read_release.lua"));
+static READ_ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/read_acquire.lua")
+));
+static READ_RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/read_release.lua")
+));
 static READ_RENEW: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/read_renew.lua"));
 static READ_IS_LOCKED: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/read_is_locked.lua"));
-static WRITE_ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/write_acquire.lua"));
-static WRITE_RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/write_release.lua"));
+static WRITE_ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/fencing.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/write_acquire.lua")
+));
+static WRITE_RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/write_release.lua")
+));
 static WRITE_WITHDRAW: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/write_withdraw.lua"));
-static FORCE_UNLOCK: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/force_unlock.lua"));
+static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/rwlock/force_unlock.lua")
+));
 
 /// Redisson's `READ_UNLOCK_MESSAGE`: wakes every waiter.
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";

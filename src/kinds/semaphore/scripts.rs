@@ -9,12 +9,26 @@ use crate::store::eval::{Call, LuaScript};
 use crate::store::lanes::Session;
 use crate::store::scripts::unexpected;
 
-static TRY_ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/semaphore/try_acquire.lua"));
-static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/semaphore/release.lua"));
+static TRY_ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/semaphore/try_acquire.lua")
+));
+static RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/semaphore/release.lua")
+));
 pub(crate) static TRY_SET_PERMITS: LuaScript =
     LuaScript::new(include_str!("../../../lua/semaphore/try_set_permits.lua"));
-static ADD_PERMITS: LuaScript = LuaScript::new(include_str!("../../../lua/semaphore/add_permits.lua"));
-static DRAIN: LuaScript = LuaScript::new(include_str!("../../../lua/semaphore/drain.lua"));
+static ADD_PERMITS: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/common/add.lua"),
+    include_str!("../../../lua/semaphore/add_permits.lua")
+));
+static DRAIN: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/integer.lua"),
+    include_str!("../../../lua/semaphore/drain.lua")
+));
 
 /// Whether a call may be sent again on a new connection when the first
 /// one died under it (see `Inner::with_live_conn`).

@@ -14,9 +14,19 @@ use crate::store::eval::LuaScript;
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, unexpected};
 
-static ACQUIRE: LuaScript = LuaScript::new(include_str!("../../../lua/spin_lock/acquire.lua"));
-static RELEASE: LuaScript = LuaScript::new(include_str!("../../../lua/spin_lock/release.lua"));
-static FORCE_UNLOCK: LuaScript = LuaScript::new(include_str!("../../../lua/spin_lock/force_unlock.lua"));
+static ACQUIRE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/spin_lock/acquire.lua")
+));
+static RELEASE: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/latch.lua"),
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/spin_lock/release.lua")
+));
+static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
+    include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/spin_lock/force_unlock.lua")
+));
 
 /// Which acquire: `ARGV[3]` of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
