@@ -258,6 +258,7 @@ pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{
     DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
 };
+pub use kinds::family::{Fenced, Guard, Handle, Kind};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi_lock::{Lost, LostSignals, MultiLock, MultiLockGuard};
@@ -273,3 +274,13 @@ pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
 #[cfg(feature = "metrics")]
 pub use observe::{describe_metrics, label_metrics_by_lock};
+
+/// The kinds of lock, the parameter of [`Handle`], [`Guard`] and
+/// [`MultiLock`]: `Handle<kind::Fair>` is a [`FairLock`]. Code that names
+/// the aliases never needs these.
+pub mod kind {
+    pub use crate::kinds::fair::Fair;
+    pub use crate::kinds::lock::Reentrant;
+    pub use crate::kinds::rwlock::{Read, Write};
+    pub use crate::kinds::spin_lock::Spin;
+}

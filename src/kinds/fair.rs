@@ -36,12 +36,8 @@
 //! lease), and a lost wake-up costs at most the holder's lease or half a
 //! slot (Redisson's #3730), never a stalled queue.
 
-mod guard;
-mod held;
 pub(crate) mod scripts;
 mod wait;
-
-pub use guard::FairLockGuard;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,13 +47,18 @@ use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::family::fresh::{self, Keeping, Won};
+use crate::kinds::family::reentry::{self, Reenter, Reentry};
+use crate::kinds::family::release::{self as released, Releasing};
+use crate::kinds::family::sealed::{Core, Fences};
+use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
 use crate::observe;
 use crate::owner;
 
-use scripts::{Acquire, AcquireArgs, Attempt, FairKeys};
+use scripts::{Acquire, AcquireArgs, Attempt, FairKeys, Release};
 use wait::FairWait;
 
 /// The default wait slot of a fair lock's waiters (Redisson's
@@ -90,13 +91,13 @@ impl Client {
     /// make no hash tag.
     pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
         self.inner().validate_name(name)?;
-        Ok(FairLock {
+        let fair = Fair {
             client: self.clone(),
             keys: Arc::new(FairKeys::new(name)),
-            lease: Lease::Watchdog,
             wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             fenced: false,
-        })
+        };
+        Ok(Handle::of(fair, Lease::Watchdog))
     }
 }
 
@@ -104,12 +105,13 @@ impl Client {
 /// threads, Redisson's `RFairLock` on the wire.
 ///
 /// Cheap to clone and shareable across threads; no I/O until asked. The
-/// methods mirror [`Lock`](crate::Lock)'s: [`lock`](FairLock::lock) blocks,
-/// [`try_lock`](FairLock::try_lock) never waits (nor queues: it takes the
-/// lock only when it is free and nobody is queued),
+/// methods are [`Lock`](crate::Lock)'s ([`Handle`]'s): [`lock`](FairLock::lock)
+/// blocks, [`try_lock`](FairLock::try_lock) never waits (nor queues: it takes
+/// the lock only when it is free and nobody is queued),
 /// [`try_lock_for`](FairLock::try_lock_for) and
 /// [`try_lock_until`](FairLock::try_lock_until) wait in the queue at most so
-/// long and then leave it. Not getting the lock in time is `Ok(None)`.
+/// long and then leave it. Not getting the lock in time is `Ok(None)`. A
+/// release wakes (or hands the lock to) the queue's head, and no one else.
 ///
 /// The lock is reentrant, as Redisson's fair lock is: a thread that holds it
 /// may acquire it again without queueing.
@@ -128,63 +130,30 @@ impl Client {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct FairLock {
+pub type FairLock = Handle<Fair>;
+
+/// An RAII guard for one acquisition of a [`FairLock`]; see [`Guard`].
+pub type FairLockGuard = Guard<Fair>;
+
+/// The fair lock's core (Redisson's `RFairLock`): the kind of a
+/// [`FairLock`].
+#[derive(Clone, Debug)]
+pub struct Fair {
     client: Client,
     keys: Arc<FairKeys>,
-    lease: Lease,
     wait_timeout: Duration,
     fenced: bool,
-}
-
-impl std::fmt::Debug for FairLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FairLock")
-            .field("name", &self.keys.name)
-            .field("lease", &self.lease)
-            .field("wait_timeout", &self.wait_timeout)
-            .field("fenced", &self.fenced)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A successful fresh acquisition.
-struct Won {
-    sent: Instant,
-    token: Option<u64>,
-    replicated: Option<bool>,
 }
 
 /// Numbers of waiting calls, so that a grant meant for an earlier call of
 /// the same thread (heard late) is never taken for this one's.
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
 
-impl FairLock {
-    /// The lock name (also its Redis key).
-    pub fn name(&self) -> &str {
-        &self.keys.name
-    }
-
-    /// The lease policy of this handle's acquisitions.
-    pub fn lease(&self) -> Lease {
-        self.lease
-    }
-
-    /// A handle to the same lock whose acquisitions use `lease`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a
-    /// fixed lease outside 1 ms to 30 days.
-    pub fn with_lease(&self, lease: Lease) -> Result<FairLock> {
-        lease.validate()?;
-        Ok(FairLock { lease, ..self.clone() })
-    }
-
+impl Handle<Fair> {
     /// The wait slot of this handle's waiters (Redisson's
     /// `fairLockWaitTimeout`).
     pub fn wait_timeout(&self) -> Duration {
-        self.wait_timeout
+        self.kind().wait_timeout
     }
 
     /// A handle to the same lock whose waiters use the wait slot `slot`:
@@ -211,132 +180,7 @@ impl FairLock {
                 "fair lock wait timeout {slot:?} is outside {MIN_FAIR_WAIT_TIMEOUT:?} ..= 30 days"
             )));
         }
-        Ok(FairLock { wait_timeout: slot, ..self.clone() })
-    }
-
-    /// A handle to the same lock whose fresh acquisitions also mint a
-    /// fencing token, in the same script call, from the counter
-    /// `redisson_lock_token:{<name>}`: the counter [`Lock::fenced`](crate::Lock::fenced)
-    /// and Java's `RFencedLock` use, so all of them share one strictly
-    /// increasing sequence. Re-entries keep their hold's token. Read it
-    /// with [`FairLockGuard::fencing_token`].
-    pub fn fenced(&self) -> FairLock {
-        FairLock { fenced: true, ..self.clone() }
-    }
-
-    /// True for handles made by [`fenced`](FairLock::fenced).
-    pub fn is_fenced(&self) -> bool {
-        self.fenced
-    }
-
-    /// The last fencing token minted for this lock by any client (one
-    /// `GET`); `None` before the first fenced acquisition.
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
-    pub fn last_fencing_token(&self) -> Result<Option<u64>> {
-        self.query(redis::cmd("GET").arg(&self.keys.token))
-    }
-
-    /// Acquires the lock in its turn, waiting as long as it takes; an
-    /// outage is ridden out as by [`Lock::lock`](crate::Lock::lock), within
-    /// the client's outage budget
-    /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
-    ///
-    /// # Errors
-    ///
-    /// A Redis or connection failure, [`ErrorKind::WrongType`] when a key of
-    /// another type sits at the lock's name, queue, deadlines or fencing
-    /// counter (nothing is changed), [`ErrorKind::BadFencingCounter`], or
-    /// [`ErrorKind::Shutdown`].
-    ///
-    /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
-    /// [`ErrorKind::BadFencingCounter`]: crate::ErrorKind::BadFencingCounter
-    /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
-    pub fn lock(&self) -> Result<FairLockGuard> {
-        self.acquire(None, true)?.ok_or_else(Error::shutdown)
-    }
-
-    /// Makes one attempt, never waiting and never queueing: `Ok(None)` if
-    /// the lock is held, or free but with waiters queued (their turn comes
-    /// first).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairLock::lock).
-    pub fn try_lock(&self) -> Result<Option<FairLockGuard>> {
-        self.acquire(Some(Instant::now()), false)
-    }
-
-    /// Acquires the lock in its turn, waiting at most `wait`; `Ok(None)`
-    /// (and out of the queue) if the turn did not come in time.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairLock::lock).
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<FairLockGuard>> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.try_lock_until(deadline),
-            None => self.lock().map(Some),
-        }
-    }
-
-    /// Acquires the lock in its turn, waiting until `deadline` at the
-    /// latest; `Ok(None)` (and out of the queue) if the turn did not come
-    /// by then. At least one attempt is made.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](FairLock::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<FairLockGuard>> {
-        self.acquire(Some(deadline), true)
-    }
-
-    /// True if any owner holds the lock (one `TYPE`).
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-    /// when a key of another type sits at the lock name.
-    pub fn is_locked(&self) -> Result<bool> {
-        let kind: String = self.query(redis::cmd("TYPE").arg(&*self.keys.name))?;
-        match kind.as_str() {
-            "none" => Ok(false),
-            "hash" => Ok(true),
-            _ => Err(Error::wrong_type(&self.keys.name, &self.keys.name)),
-        }
-    }
-
-    /// True if the calling thread holds the lock, as Redis sees it (one
-    /// `HMGET`).
-    ///
-    /// # Errors
-    ///
-    /// As [`hold_count`](FairLock::hold_count).
-    pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        Ok(self.hold_count()? > 0)
-    }
-
-    /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HMGET`).
-    ///
-    /// # Errors
-    ///
-    /// As [`is_locked`](FairLock::is_locked), and
-    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
-    /// at the name is a read-write lock's (its read holders' fields look
-    /// like this thread's owner id).
-    pub fn hold_count(&self) -> Result<u32> {
-        let (count, mode): (Option<u32>, Option<String>) =
-            self.query(redis::cmd("HMGET").arg(&*self.keys.name).arg(self.current_owner()).arg("mode"))?;
-        if mode.is_some() {
-            return Err(Error::another_kinds_lock(
-                &self.keys.name,
-                "a read-write lock (a hash with a \"mode\" field)",
-            ));
-        }
-        Ok(count.unwrap_or(0))
+        Ok(self.with_kind(Fair { wait_timeout: slot, ..self.kind().clone() }))
     }
 
     /// How many waiters (of any client, Java's included) are queued for the
@@ -346,114 +190,113 @@ impl FairLock {
     ///
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn queue_len(&self) -> Result<usize> {
-        self.query(redis::cmd("LLEN").arg(&self.keys.queue))
+        let keys = &self.kind().keys;
+        family::query(&self.kind().client, &keys.name, redis::cmd("LLEN").arg(&keys.queue))
+    }
+}
+
+impl Kind for Fair {}
+
+impl Fenced for Fair {}
+
+impl Fences for Fair {
+    fn fence(&self) -> Self {
+        Fair { fenced: true, ..self.clone() }
     }
 
-    /// Deletes the lock whoever holds it, and wakes the queue's head.
-    /// Returns whether there was a lock.
-    ///
-    /// An administrative escape hatch for a holder known dead. A holder of
-    /// this client is told at once ([`LostReason::Gone`]); one of another
-    /// client learns of the loss at its next renewal or release (a fair
-    /// lock's force unlock publishes only on the head waiter's channel,
-    /// which holders do not listen on).
-    ///
-    /// [`LostReason::Gone`]: crate::LostReason::Gone
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-    /// (nothing is deleted).
-    pub fn force_unlock(&self) -> Result<bool> {
+    fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+}
+
+impl Core for Fair {
+    const NOUN: &'static str = "fair lock";
+    const HANDLE: &'static str = "FairLock";
+    const GUARD: &'static str = "FairLockGuard";
+    type Keep = Arc<FairKeys>;
+
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn name(&self) -> &Arc<str> {
+        &self.keys.name
+    }
+
+    fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<FairKeys>)>> {
+        Ok(self.acquire_in(call)?.map(|hold| (hold, Arc::clone(&self.keys))))
+    }
+
+    /// Every release runs `fair/release.lua` with the owner's unlock latch
+    /// (the key RLock's releases use), retried once on a fresh connection
+    /// if its reply was lost: the latch makes the retry return the first
+    /// outcome instead of releasing a second hold. The last release wakes
+    /// the queue's head, and only the head.
+    fn release(inner: &Arc<Inner>, keys: &Arc<FairKeys>, hold: &Arc<Hold>) -> Result<()> {
+        let client = inner.uuid.as_u128();
+        released::release(
+            hold,
+            Releasing {
+                superseded: || reentry::superseded(client, Self::NOUN, hold),
+                renews: true,
+                send: |_| (release_latched(inner, keys, hold), false),
+                finish: || finish(inner, hold),
+            },
+        )
+    }
+
+    fn is_locked(&self) -> Result<bool> {
+        family::hash_is_locked(&self.client, &self.keys.name, false)
+    }
+
+    fn hold_count(&self) -> Result<u32> {
+        family::hash_hold_count(&self.client, &self.keys.name, false)
+    }
+
+    fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.force_unlocking(&self.keys.name, || {
-            inner.with_live_conn(&self.keys.name, |conn| {
-                scripts::force_unlock(&inner.scripts, conn, &self.keys)
-            })
-        })
+        inner.with_live_conn(&self.keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, &self.keys))
     }
 
-    fn current_owner(&self) -> String {
-        owner::owner_id(self.client.id(), owner::current_thread_id())
+    fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        f.field("wait_timeout", &self.wait_timeout).field("fenced", &self.fenced);
     }
+}
 
-    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
-        let name = &self.keys.name;
-        self.client
-            .inner()
-            .with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
-    }
-
-    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<FairLockGuard>> {
-        let mode = observe::Mode::of(deadline, block);
-        let obs = observe::Acquire::start(&self.keys.name, mode);
-        let acquired = obs.in_scope(|| self.acquire_in(deadline, block, &obs));
-        obs.finish(|| match &acquired {
-            Ok(Some((_, reentrant))) => observe::AcquireOutcome::Acquired { reentrant: *reentrant },
-            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
-            Ok(None) => observe::AcquireOutcome::TimedOut,
-            Err(_) => observe::AcquireOutcome::Error,
-        });
-        acquired.map(|guard| guard.map(|(guard, _)| guard))
-    }
-
-    /// Acquires; the guard, and whether it re-entered a hold.
-    fn acquire_in(
-        &self,
-        deadline: Option<Instant>,
-        block: bool,
-        obs: &observe::Acquire<'_>,
-    ) -> Result<Option<(FairLockGuard, bool)>> {
-        let inner = self.client.inner();
-        inner.check_running()?;
-        let thread = owner::current_thread_id();
-        let owner = owner::owner_id(&inner.id, thread);
-        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
-
-        if let Some(hold) = held::of(&owner, &self.keys.name)
-            && !hold.is_releasing()
+impl Fair {
+    /// Re-enters the thread's live hold, or takes a new one in its turn.
+    fn acquire_in(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
+        let Call { inner, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let client = inner.uuid.as_u128();
+        if let Some(hold) = reentry::current(client, Self::NOUN, &self.keys.name)
             && self.reenter(&hold, &owner, lease_ms)?
         {
-            let guard = FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold);
-            return Ok(Some((guard, true)));
+            return Ok(Some(hold));
         }
-        hash_kinds::check(inner.uuid.as_u128(), &self.keys.name, HashKind::FairLock)?;
+        hash_kinds::check(client, &self.keys.name, HashKind::FairLock)?;
 
         let Some(Won { sent, token, replicated }) = self.contend(&owner, lease_ms, deadline, block, obs)?
         else {
             return Ok(None);
         };
-        if replicated == Some(false) && inner.config.replica_acks_required {
-            // A failover could lose it: give it back rather than hand out a
-            // hold the caller refused.
+        fresh::refuse_unreplicated(inner, &self.keys.name, replicated, || {
             self.give_back(inner, &owner, lease_ms);
-            return Err(Error::replica_acks(&self.keys.name));
-        }
-        let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
-        let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&self.keys.name), acquisition));
-        if replicated == Some(false) {
-            log::warn!(
-                "keyholder: fair lock '{}' acquired, but not acknowledged by the replicas",
-                self.keys.name
-            );
-            hold.mark_unreplicated();
-        }
-        if self.lease == Lease::Watchdog {
-            // The fair lock's hash is RLock's: the same renewer keeps it.
-            inner.watchdog.register(Arc::clone(&hold), None, HashRenewal::of(inner));
-        }
-        // A fair lock's unlocks are published on its head waiter's channel
-        // only: nothing to listen on, but this client's force unlock finds
-        // the hold here.
-        inner.foreign.add(&hold, None, None, HashRenewal::of(inner));
-        held::insert(Arc::clone(&hold));
-        hash_kinds::note(inner.uuid.as_u128(), HashKind::FairLock, &hold);
-        Ok(Some((FairLockGuard::new(Arc::clone(inner), Arc::clone(&self.keys), hold), false)))
+        })?;
+        let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
+        let hold = fresh::hold(inner, Self::NOUN, &self.keys.name, acquisition, replicated);
+        // The fair lock's hash is RLock's: the same renewer keeps it. Its
+        // unlocks are published on its head waiter's channel only: nothing
+        // to listen on, but this client's force unlock finds the hold.
+        let renew = HashRenewal::of(inner);
+        fresh::keep(inner, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
+        reentry::set(client, Self::NOUN, &hold);
+        hash_kinds::note(client, HashKind::FairLock, &hold);
+        Ok(Some(hold))
     }
 
-    /// Re-enters `hold`, this thread's live hold: true with one more guard,
-    /// false when the hold vanished unnoticed (it is marked lost, and the
-    /// caller takes a new hold in its turn like anyone else).
+    /// Re-enters `hold`, this thread's live hold (see
+    /// `kinds/family/reentry.rs`), without touching the queue: true with one
+    /// more guard, false when the hold vanished unnoticed.
     fn reenter(&self, hold: &Arc<Hold>, owner: &str, lease_ms: u64) -> Result<bool> {
         let inner = self.client.inner();
         // A fenced handle re-entering a hold taken without a token mints one.
@@ -466,26 +309,13 @@ impl FairLock {
             attempt: Attempt::Reentry,
             mint,
         };
-        let sent = Instant::now();
         // A re-entry increments a count: not repeated on a fresh connection.
-        match inner.with_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))? {
-            Acquire::Acquired { token, replicated } => {
-                if let Some(token) = token {
-                    hold.set_token(token);
-                }
-                if replicated == Some(false) {
-                    hold.mark_unreplicated();
-                }
-                hold.add_guard();
-                // The script never shortens the key's TTL on a re-entry.
-                hold.extend_deadline(sent + Duration::from_millis(lease_ms));
-                Ok(true)
-            }
-            Acquire::Gone | Acquire::Refused { .. } => {
-                hold.mark_lost(crate::error::LostReason::Gone);
-                Ok(false)
-            }
-        }
+        let attempt = || match inner.with_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))? {
+            Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+            Acquire::Gone | Acquire::Refused { .. } => Ok(Reentry::Gone),
+        };
+        let count = || family::query(&self.client, &self.keys.name, redis::cmd("HGET").arg(&*self.keys.name).arg(owner));
+        reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints: mint })
     }
 
     /// One fresh attempt; `queue` with a grant `ticket`, or `None` for an
@@ -647,5 +477,30 @@ impl FairLock {
         let _ = inner.with_live_conn(&self.keys.name, |conn| {
             scripts::release(&inner.scripts, conn, &self.keys, owner, lease_ms, latch)
         });
+    }
+}
+
+/// Runs the release script with the owner's latch; once more, as a retry,
+/// on a fresh connection if the first reply was lost.
+fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Release> {
+    inner.run_latched(&keys.name, hold.thread, true, |conn, latch| {
+        let outcome = scripts::release(&inner.scripts, conn, keys, &hold.owner, hold.lease_ms, latch)?;
+        if conn.replicated() == Some(false) {
+            if inner.config.replica_acks_required {
+                return Err(Error::replica_acks(&keys.name));
+            }
+            log::warn!("keyholder: fair lock '{}' released, but not acknowledged by the replicas", keys.name);
+        }
+        Ok(outcome)
+    })
+}
+
+/// Ends a hold locally: no more renewal, and the thread's next lock is a
+/// fresh one.
+fn finish(inner: &Inner, hold: &Arc<Hold>) {
+    if hold.finish() {
+        observe::hold_ended(&hold.name, hold.acquired_at());
+        inner.forget_hold(hold.id);
+        reentry::forget(hold.id);
     }
 }

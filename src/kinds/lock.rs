@@ -14,26 +14,26 @@
 //!    held while sleeping.
 
 mod confirm;
-mod guard;
 mod release;
 pub(crate) mod renewal;
 pub(crate) mod scripts;
 
-pub use guard::LockGuard;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::client::{Client, Inner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::kinds::lock::renewal::HashRenewal;
+use crate::holds::renew::OnLost;
+use crate::kinds::family::fresh::{self, Won};
+use crate::kinds::family::reentry::{self, Reenter, Reentry};
+use crate::kinds::family::sealed::{Core, Fences};
+use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
-use crate::owner;
 use crate::pubsub::subscriber::{Grant, Subscription};
 use crate::wait::entry::{Entered, Entry, GateRedis, Successor};
 
@@ -62,18 +62,20 @@ impl Client {
     pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
         self.inner().validate_name(name)?;
         lease.validate()?;
-        Ok(Lock::new(self.clone(), name, lease))
+        Ok(Handle::of(Reentrant::new(self.clone(), name), lease))
     }
 }
 
-/// A handle to one named distributed lock.
+/// A handle to one named distributed lock: Redisson's `RLock`.
 ///
 /// Cheap to clone (`Arc`s inside) and shareable across threads; it does no
 /// I/O until asked. The guard-returning methods follow parking_lot's
 /// vocabulary: [`lock`](Lock::lock) blocks, [`try_lock`](Lock::try_lock)
 /// never waits, [`try_lock_for`](Lock::try_lock_for) and
 /// [`try_lock_until`](Lock::try_lock_until) wait at most so long. Not getting
-/// the lock in time is `Ok(None)`, not an error.
+/// the lock in time is `Ok(None)`, not an error. The shared API is
+/// [`Handle`]'s; what only this kind does (migration mode, its unlock
+/// channel) is below, on `Handle<Reentrant>`.
 ///
 /// The lock is reentrant: a thread that holds it may acquire it again, and
 /// each acquisition is released by its own guard.
@@ -95,12 +97,17 @@ impl Client {
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct Lock {
+pub type Lock = Handle<Reentrant>;
+
+/// An RAII guard for one acquisition of a [`Lock`]; see [`Guard`].
+pub type LockGuard = Guard<Reentrant>;
+
+/// The reentrant lock's core (Redisson's `RLock`): the kind of a [`Lock`].
+#[derive(Clone, Debug)]
+pub struct Reentrant {
     client: Client,
     name: Arc<str>,
     channel: Arc<str>,
-    lease: Lease,
     /// The fencing-token counter, for fenced handles.
     token_key: Option<Arc<str>>,
     /// Migration mode: a string key at the name is a legacy holder.
@@ -109,79 +116,31 @@ pub struct Lock {
     rides_outages: bool,
 }
 
-impl std::fmt::Debug for Lock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("name", &self.name)
-            .field("lease", &self.lease)
-            .field("migration", &self.migration)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Lock {
-    pub(crate) fn new(client: Client, name: &str, lease: Lease) -> Self {
+impl Reentrant {
+    fn new(client: Client, name: &str) -> Self {
         let migration = client.inner().config.migration_mode;
-        Lock {
+        Reentrant {
             migration,
             client,
             name: Arc::from(name),
             channel: Arc::from(names::unlock_channel(name)),
-            lease,
             token_key: None,
             rides_outages: true,
         }
     }
+}
 
+impl Handle<Reentrant> {
     /// A handle to the same lock whose waiting calls return an outage's
     /// error at once instead of riding it out: a RedLock asks the next
     /// master rather than wait for a dead one.
     pub(crate) fn failing_fast(&self) -> Lock {
-        Lock { rides_outages: false, ..self.clone() }
-    }
-
-    /// The client this handle acquires through.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// The lock name (also its Redis key).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The lease policy of this handle's acquisitions.
-    pub fn lease(&self) -> Lease {
-        self.lease
+        self.with_kind(Reentrant { rides_outages: false, ..self.kind().clone() })
     }
 
     /// The unlock channel waiters listen on: `redisson_lock__channel:{<name>}`.
     pub fn channel(&self) -> &str {
-        &self.channel
-    }
-
-    /// A handle to the same lock whose acquisitions use `lease`: the per-call
-    /// form, as in `lock.with_lease(Lease::Fixed(d)).try_lock()`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed lease outside 1 ms to 30 days.
-    pub fn with_lease(&self, lease: Lease) -> Result<Lock> {
-        lease.validate()?;
-        Ok(Lock { lease, ..self.clone() })
-    }
-
-    /// A handle to the same lock whose fresh acquisitions also mint a
-    /// fencing token: a 64-bit number, strictly larger for each fresh
-    /// acquisition, taken in the same script call from the counter
-    /// `redisson_lock_token:{<name>}` (Redisson's `RFencedLock` counter, so
-    /// Java and Rust holders share one sequence). Re-entries keep the token
-    /// of the hold. Read it with [`LockGuard::fencing_token`]; have the
-    /// protected resource refuse writes carrying a token lower than the
-    /// highest it has seen. `docs/guarantees.md` explains what a Redis restart
-    /// without persistence does to the sequence.
-    pub fn fenced(&self) -> Lock {
-        Lock { token_key: Some(Arc::from(names::token_key(&self.name))), ..self.clone() }
+        &self.kind().channel
     }
 
     /// A handle to the same lock with migration mode on or off, whatever
@@ -192,263 +151,94 @@ impl Lock {
     /// [`ClientBuilder::migration_mode`](crate::ClientBuilder::migration_mode)
     /// and `docs/migrating.md`. No I/O.
     pub fn with_migration_mode(&self, on: bool) -> Lock {
-        Lock { migration: on, ..self.clone() }
+        self.with_kind(Reentrant { migration: on, ..self.kind().clone() })
     }
 
     /// True when this handle treats a string key at its name as a legacy
     /// holder (see [`with_migration_mode`](Lock::with_migration_mode)).
     pub fn is_migration_mode(&self) -> bool {
-        self.migration
+        self.kind().migration
+    }
+}
+
+impl Kind for Reentrant {}
+
+impl Fenced for Reentrant {}
+
+impl Fences for Reentrant {
+    fn fence(&self) -> Self {
+        Reentrant { token_key: Some(Arc::from(names::token_key(&self.name))), ..self.clone() }
     }
 
-    /// True for handles made by [`fenced`](Lock::fenced).
-    pub fn is_fenced(&self) -> bool {
+    fn is_fenced(&self) -> bool {
         self.token_key.is_some()
     }
+}
 
-    /// The last fencing token minted for this lock by any client (one `GET`
-    /// of the counter); `None` before the first fenced acquisition.
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the counter key holds
-    /// something else.
-    pub fn last_fencing_token(&self) -> Result<Option<u64>> {
-        self.query(redis::cmd("GET").arg(names::token_key(&self.name)))
+impl Core for Reentrant {
+    const NOUN: &'static str = "lock";
+    const HANDLE: &'static str = "Lock";
+    const GUARD: &'static str = "LockGuard";
+    /// The lock's local state in the client, which the release passes on.
+    type Keep = Arc<Entry>;
+
+    fn client(&self) -> &Client {
+        &self.client
     }
 
-    /// Acquires the lock, waiting as long as it takes.
-    ///
-    /// The wait rides out an outage (Redis restarting, a failover): while
-    /// Redis is unreachable the thread keeps waiting, tries again when the
-    /// client's pub/sub connection is back (or after a back-off of at most
-    /// 1 s), and acquires once Redis serves again. It returns the
-    /// connection error only once the outage has lasted the client's outage
-    /// budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget), 4.5 s by default); [`try_lock_for`](Lock::try_lock_for)
-    /// and [`try_lock_until`](Lock::try_lock_until) ride it out until their
-    /// deadline at most, [`try_lock`](Lock::try_lock) not at all.
-    ///
-    /// # Errors
-    ///
-    /// A Redis or connection failure ([`ErrorKind::Connection`],
-    /// [`ErrorKind::Redis`]), [`ErrorKind::WrongType`] when a foreign key sits
-    /// at the lock name (or the fencing counter),
-    /// [`ErrorKind::LegacyLockWithoutTtl`] in migration mode when a string
-    /// key at the lock name has no TTL and still has none 1 s later (an old
-    /// `SETNX` + `EXPIRE` holder sets it one round trip after the key; a
-    /// timed wait whose deadline comes first returns `Ok(None)`;
-    /// [`try_lock`](Lock::try_lock), which cannot wait, reports it at once),
-    /// [`ErrorKind::BadFencingCounter`], or [`ErrorKind::Shutdown`].
-    ///
-    /// In migration mode (see [`with_migration_mode`](Lock::with_migration_mode))
-    /// a legacy holder's string key is waited on like any holder, but it
-    /// publishes no unlock message: the wait re-checks at the key's PTTL
-    /// (each time again if the legacy holder renews it).
-    ///
-    /// [`ErrorKind::LegacyLockWithoutTtl`]: crate::ErrorKind::LegacyLockWithoutTtl
-    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
-    /// [`ErrorKind::Redis`]: crate::ErrorKind::Redis
-    /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
-    /// [`ErrorKind::BadFencingCounter`]: crate::ErrorKind::BadFencingCounter
-    /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
-    pub fn lock(&self) -> Result<LockGuard> {
-        // Without a deadline, acquire returns only once the lock is held.
-        self.acquire(None, true)?.ok_or_else(Error::shutdown)
+    fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
-    /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
-    /// elsewhere (or another thread of this client is acquiring it).
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Lock::lock).
-    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Some(Instant::now()), false)
+    fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<Entry>)>> {
+        let entry = call.inner.entry(&self.name);
+        let acquired = self.acquire_in(&entry, call)?;
+        Ok(acquired.map(|hold| (hold, entry)))
     }
 
-    /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it was not
-    /// acquired in time. At least one attempt is made, even for a zero wait.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Lock::lock).
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.try_lock_until(deadline),
-            None => self.lock().map(Some),
-        }
+    fn release(inner: &Arc<Inner>, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
+        release::release(inner, entry, hold)
     }
 
-    /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
-    /// if it was not acquired by then. At least one attempt is made. An
-    /// outage is ridden out until the deadline at most (and the outage
-    /// budget, see [`lock`](Lock::lock)); a deadline that passes with Redis
-    /// unreachable returns the connection error, not `Ok(None)`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Lock::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.acquire(Some(deadline), true)
+    fn on_lost(entry: &Arc<Entry>) -> Option<Arc<dyn OnLost>> {
+        Some(Arc::clone(entry) as _)
     }
 
-    /// True if any owner holds the lock (one `TYPE` command); in migration
-    /// mode, a legacy holder's string key counts.
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when a key of another type
-    /// sits at the lock name.
-    pub fn is_locked(&self) -> Result<bool> {
-        let kind: String = self.query(redis::cmd("TYPE").arg(&*self.name))?;
-        match kind.as_str() {
-            "none" => Ok(false),
-            "hash" => Ok(true),
-            "string" if self.migration => Ok(true),
-            _ => Err(Error::wrong_type(&self.name, &self.name)),
-        }
+    fn is_locked(&self) -> Result<bool> {
+        family::hash_is_locked(&self.client, &self.name, self.migration)
     }
 
-    /// True if the calling thread holds the lock, as Redis sees it
-    /// (one `HMGET`).
-    ///
-    /// # Errors
-    ///
-    /// As [`hold_count`](Lock::hold_count).
-    pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        Ok(self.hold_count()? > 0)
+    fn hold_count(&self) -> Result<u32> {
+        family::hash_hold_count(&self.client, &self.name, self.migration)
     }
 
-    /// How many times the calling thread holds the lock (0 when it does
-    /// not), as Redis counts it (one `HMGET`).
-    ///
-    /// # Errors
-    ///
-    /// As [`is_locked`](Lock::is_locked), and
-    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash
-    /// at the name is a read-write lock's (its read holders' fields look
-    /// like this thread's owner id).
-    pub fn hold_count(&self) -> Result<u32> {
-        let reply = self.query(redis::cmd("HMGET").arg(&*self.name).arg(self.current_owner()).arg("mode"));
-        let (count, mode): (Option<u32>, Option<String>) = self.legacy_holds_none(reply, (None, None))?;
-        if mode.is_some() {
-            return Err(Error::another_kinds_lock(
-                &self.name,
-                "a read-write lock (a hash with a \"mode\" field)",
-            ));
-        }
-        Ok(count.unwrap_or(0))
-    }
-
-    /// In migration mode, `WRONGTYPE` from a hash command on a legacy
-    /// holder's string key means this thread holds nothing: `none`.
-    fn legacy_holds_none<T>(&self, reply: Result<T>, none: T) -> Result<T> {
-        match reply {
-            Err(e) if self.migration && e.is_wrong_type() => {
-                let kind: String = self.query(redis::cmd("TYPE").arg(&*self.name))?;
-                if kind == "string" { Ok(none) } else { Err(e) }
-            }
-            other => other,
-        }
-    }
-
-    /// The lock's remaining lease (its key's PTTL), whoever holds it; `None`
-    /// when it is not locked or its key has no expiry. One round trip.
-    ///
-    /// # Errors
-    ///
-    /// As [`is_locked`](Lock::is_locked).
-    pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let (kind, pttl): (String, i64) = self.client.inner().with_live_conn(&self.name, |conn| {
-            let reply =
-                conn.query_all(&[redis::cmd("TYPE").arg(&*self.name), redis::cmd("PTTL").arg(&*self.name)])?;
-            reply.map_err(|e| Error::from_redis(&self.name, e))
-        })?;
-        match kind.as_str() {
-            "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
-            "string" if self.migration => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
-            _ => Err(Error::wrong_type(&self.name, &self.name)),
-        }
-    }
-
-    /// Deletes the lock whoever holds it, and wakes a waiter. Returns whether
-    /// there was a lock.
-    ///
-    /// This is an administrative escape hatch for a lock whose holder is
-    /// known dead: anything the holder still does is unprotected. A
-    /// keyholder holder is told ([`LostReason::Gone`]): at once when it is
-    /// a thread of this client, and otherwise within about a round trip of
-    /// the unlock message this publishes, since its client listens on the
-    /// channels of the locks it holds (a hold younger than 20 ms is checked
-    /// when that listening starts, 20 to 30 ms after its acquisition; a
-    /// client cut off from Redis learns at its next renewal or release). A key of another
-    /// type at the name is refused, not deleted.
-    ///
-    /// [`LostReason::Gone`]: crate::LostReason::Gone
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
-    pub fn force_unlock(&self) -> Result<bool> {
+    fn force_unlock(&self) -> Result<bool> {
         let inner = self.client.inner();
-        inner.force_unlocking(&self.name, || {
-            inner.with_live_conn(&self.name, |conn| {
-                scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
-            })
+        inner.with_live_conn(&self.name, |conn| {
+            scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
         })
     }
 
-    fn current_owner(&self) -> String {
-        owner::owner_id(self.client.id(), owner::current_thread_id())
+    fn legacy(&self) -> bool {
+        self.migration
     }
 
-    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
-        self.client
-            .inner()
-            .with_live_conn(&self.name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(&self.name, e)))
+    fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        f.field("migration", &self.migration);
     }
+}
 
-    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<LockGuard>> {
-        let mode = observe::Mode::of(deadline, block);
-        let obs = observe::Acquire::start(&self.name, mode);
-        let acquired = obs.in_scope(|| {
-            let inner = self.client.inner();
-            inner.check_running()?;
-            let entry = inner.entry(&self.name);
-            let acquired = self.acquire_in(&entry, deadline, block, &obs)?;
-            Ok(acquired.map(|hold| LockGuard::new(Arc::clone(inner), entry, hold)))
-        });
-        obs.finish(|| match &acquired {
-            // A re-entry adds a guard to the thread's hold.
-            Ok(Some(guard)) => observe::AcquireOutcome::Acquired { reentrant: guard.hold_guards() > 1 },
-            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
-            Ok(None) => observe::AcquireOutcome::TimedOut,
-            Err(_) => observe::AcquireOutcome::Error,
-        });
-        acquired
-    }
-
-    fn acquire_in(
-        &self,
-        entry: &Arc<Entry>,
-        deadline: Option<Instant>,
-        block: bool,
-        obs: &observe::Acquire<'_>,
-    ) -> Result<Option<Arc<Hold>>> {
-        let inner = self.client.inner();
-        let thread = owner::current_thread_id();
-        let owner = owner::owner_id(&inner.id, thread);
-        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
-
+impl Reentrant {
+    fn acquire_in(&self, entry: &Arc<Entry>, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
+        let Call { inner, deadline, block, obs, lease, lease_ms, thread, owner } = call;
         if let Some(hold) = entry.hold_of(thread)
-            && let Some(hold) = self.reenter(entry, hold, &owner, lease_ms)?
+            && self.reenter(entry, &hold, &owner, lease_ms)?
         {
             return Ok(Some(hold));
         }
 
         hash_kinds::check(inner.uuid.as_u128(), &entry.keys.name, HashKind::Lock)?;
-        let successor =
-            Successor { thread, owner, lease: self.lease, lease_ms, fenced: self.token_key.is_some() };
+        let successor = Successor { thread, owner, lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => {
@@ -458,36 +248,17 @@ impl Lock {
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block, obs) {
-            Ok(Some(Won { replicated: Some(false), .. })) if inner.config.replica_acks_required => {
-                // Not on the replicas: a failover could lose it. Give it
-                // back rather than hand out a hold the caller refused.
-                let _ = inner.release_orphan(entry, &successor.owner, lease_ms);
-                entry.leave_gate(thread);
-                Err(Error::replica_acks(&self.name))
-            }
             Ok(Some(Won { sent, token, replicated })) => {
+                fresh::refuse_unreplicated(inner, &self.name, replicated, || {
+                    let _ = release::release_orphan(inner, entry, &successor.owner, lease_ms);
+                    entry.leave_gate(thread);
+                })?;
                 let owner = successor.owner;
-                let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
-                let hold =
-                    Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&entry.keys.name), acquisition));
-                if replicated == Some(false) {
-                    log::warn!(
-                        "keyholder: lock '{}' acquired, but not acknowledged by the replicas",
-                        self.name
-                    );
-                    hold.mark_unreplicated();
-                }
+                let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
+                let hold = fresh::hold(inner, Self::NOUN, &entry.keys.name, acquisition, replicated);
                 entry.set_held(Arc::clone(&hold));
                 hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
-                let renewal = HashRenewal::of(inner);
-                if self.lease == Lease::Watchdog {
-                    inner.watchdog.register(
-                        Arc::clone(&hold),
-                        Some(Arc::clone(entry) as _),
-                        Arc::clone(&renewal),
-                    );
-                }
-                inner.listen_for_unlocks(&hold, entry, renewal);
+                fresh::keep(inner, &hold, release::keeping(inner, entry));
                 Ok(Some(hold))
             }
             other => {
@@ -499,7 +270,7 @@ impl Lock {
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
-                    let _ = inner.release_orphan(entry, &successor.owner, lease_ms);
+                    let _ = release::release_orphan(inner, entry, &successor.owner, lease_ms);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)
@@ -507,64 +278,27 @@ impl Lock {
         }
     }
 
-    /// Re-enters `hold`, this thread's live hold: `Some` with one more guard,
-    /// or `None` when the hold vanished unnoticed (it is marked lost and the
-    /// gate let go, so the caller takes a new hold like anyone else).
-    ///
-    /// A re-entry increments a count, so a call lost in transit is not simply
-    /// repeated: the owner's count in Redis says whether it ran (the hold's
-    /// guards plus one) or not (the guards), and only then is it sent again,
-    /// on a new connection. So connections that all died at once (a
-    /// restart, a proxy) do not fail the re-entry either.
-    fn reenter(
-        &self,
-        entry: &Arc<Entry>,
-        hold: Arc<Hold>,
-        owner: &str,
-        lease_ms: u64,
-    ) -> Result<Option<Arc<Hold>>> {
+    /// Re-enters `hold`, this thread's live hold (see
+    /// `kinds/family/reentry.rs`): true with one more guard, false when the
+    /// hold vanished unnoticed (it is marked lost and the gate let go, so
+    /// the caller takes a new hold like anyone else). The owner's count
+    /// tells whether a re-entry whose reply was lost ran, so connections
+    /// that all died at once (a restart, a proxy) do not fail it either.
+    fn reenter(&self, entry: &Arc<Entry>, hold: &Arc<Hold>, owner: &str, lease_ms: u64) -> Result<bool> {
         // A fenced handle re-entering a hold taken without a token mints one.
-        let mint = self.token_key.is_some() && hold.token().is_none();
-        let mut sent = Instant::now();
-        let mut outcome = self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint });
-        if let Err(e) = &outcome
-            && e.is_transport()
-            && !mint
-        {
-            let count: Option<u32> = self.query(redis::cmd("HGET").arg(&*self.name).arg(owner))?;
-            let guards = hold.guards();
-            outcome = match count {
-                Some(c) if c == guards + 1 => Ok(Acquire::Acquired { token: None, replicated: None }),
-                Some(c) if c == guards => {
-                    sent = Instant::now();
-                    self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint })
-                }
-                None => Ok(Acquire::Free),
-                Some(_) => outcome,
-            };
+        let mints = self.token_key.is_some() && hold.token().is_none();
+        let attempt = || match self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint: mints })? {
+            Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+            // Another owner has the lock, or nobody has.
+            Acquire::Held { .. } | Acquire::Free => Ok(Reentry::Gone),
+        };
+        let count = || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(owner));
+        let reentered = reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints })?;
+        if !reentered {
+            // Its guards must not touch whatever hold comes next.
+            entry.release_gate(hold.id);
         }
-        match outcome? {
-            Acquire::Acquired { token, replicated } => {
-                if let Some(token) = token {
-                    hold.set_token(token);
-                }
-                if replicated == Some(false) {
-                    hold.mark_unreplicated();
-                }
-                hold.add_guard();
-                // The script never shortens the key's TTL on a re-entry.
-                hold.extend_deadline(sent + Duration::from_millis(lease_ms));
-                Ok(Some(hold))
-            }
-            // The hold vanished unnoticed (another owner has the lock, or
-            // nobody has): it is lost, and its guards must not touch whatever
-            // hold comes next.
-            Acquire::Held { .. } | Acquire::Free => {
-                hold.mark_lost(crate::error::LostReason::Gone);
-                entry.release_gate(hold.id);
-                Ok(None)
-            }
-        }
+        Ok(reentered)
     }
 
     /// Contends in Redis from the gate, until the acquire script succeeds or
@@ -603,7 +337,7 @@ impl Lock {
             // The lock was handed to a thread of this client that has since
             // given up (without leaving the queue, since this thread took
             // over its place): give it back, which passes it on.
-            let _ = inner.release_orphan(entry, &stale.owner, lease_ms);
+            let _ = release::release_orphan(inner, entry, &stale.owner, lease_ms);
         }
         // Redis unreachable for a while is waited out (`wait/outage.rs`).
         let mut outage = inner.outage(block && self.rides_outages);
@@ -699,7 +433,7 @@ impl Lock {
                     // Handed to a thread of this client that gave up since:
                     // give it back, which passes it on.
                     None => {
-                        let _ = inner.release_orphan(entry, &grant.owner, lease_ms);
+                        let _ = release::release_orphan(inner, entry, &grant.owner, lease_ms);
                     }
                 }
             }
@@ -761,13 +495,14 @@ impl Lock {
     }
 }
 
-impl GateRedis for Lock {
+impl GateRedis for Reentrant {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
         self.client.inner().subscribers.subscribe(entry.interest(), None)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {
-        self.query(redis::cmd("HEXISTS").arg(&*hold.name).arg(&hold.owner)).unwrap_or(true)
+        family::query(&self.client, &self.name, redis::cmd("HEXISTS").arg(&*hold.name).arg(&hold.owner))
+            .unwrap_or(true)
     }
 }
 
@@ -775,18 +510,6 @@ impl GateRedis for Lock {
 /// without a TTL to get one (`SETNX` + `EXPIRE` sets it one round trip after
 /// the key) before failing with `LegacyLockWithoutTtl`.
 pub(crate) const LEGACY_NO_TTL_GRACE: Duration = Duration::from_secs(1);
-
-/// A successful fresh acquisition.
-#[derive(Debug, Clone, Copy)]
-struct Won {
-    /// When the successful acquire script was sent.
-    sent: Instant,
-    /// The fencing token, for a fenced handle.
-    token: Option<u64>,
-    /// Whether the replicas asked for acknowledged it (for a grant, the
-    /// grantee's confirmation; `None`: none asked).
-    replicated: Option<bool>,
-}
 
 /// Where a granted hold's lease runs from, on this client's clock: the grant
 /// happened `grant.elapsed` (server time) after the grantee's last refused

@@ -1,9 +1,10 @@
 //! MultiLock: all of several locks, or none (Redisson's `RedissonMultiLock`).
 //!
-//! A MultiLock has no Redis data of its own: it composes [`Lock`] handles,
-//! which may belong to different clients (servers, Sentinel deployments,
-//! cluster shards), and takes each with its own protocol, so a Java
-//! `RedissonMultiLock` over the same names contends correctly with it.
+//! A MultiLock has no Redis data of its own: it composes handles of one
+//! lock kind (by default [`Lock`](crate::Lock)s; any [`Handle`], as Redisson's takes any
+//! `RLock`), which may belong to different clients (servers, Sentinel
+//! deployments, cluster shards), and takes each with its own protocol, so a
+//! Java `RedissonMultiLock` over the same names contends correctly with it.
 //!
 //! Why it is built this way:
 //! - **Order.** The locks are taken in one order every process agrees on,
@@ -20,8 +21,8 @@
 //!   (Redisson's `waitTime`), each ending with everything released when it
 //!   fails, so even processes that name a server two ways (and so order
 //!   differently) cannot deadlock for longer than a round.
-//! - **No polling.** Each component waits as a [`Lock`] does, on its own
-//!   unlock channel.
+//! - **No polling.** Each component waits as its kind does (a [`Lock`](crate::Lock) on
+//!   its own unlock channel).
 
 mod guard;
 pub(crate) mod lost_signals;
@@ -33,7 +34,8 @@ pub use lost_signals::{Lost, LostSignals};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::kinds::lock::{Lock, LockGuard};
+use crate::kinds::family::{Guard, Handle, Kind};
+use crate::kinds::lock::{Lock, Reentrant};
 
 /// A round of [`MultiLock::lock`] lasts this long per lock (Redisson's
 /// `RedissonMultiLock.lock()` waits `locks × 1500 ms` per try).
@@ -41,7 +43,9 @@ const ROUND_PER_LOCK: Duration = Duration::from_millis(1_500);
 
 /// All of several locks, or none.
 ///
-/// Made of [`Lock`] handles, of one client or of several (other servers,
+/// Made of handles of one kind ([`Lock`](crate::Lock)s by default; [`FairLock`]s,
+/// [`SpinLock`]s, [`ReadLock`]s or [`WriteLock`]s as well), of one client
+/// or of several (other servers,
 /// other shards of a cluster); acquired in a consistent order, all of them
 /// or none, and released together when the [`MultiLockGuard`] is dropped.
 /// Reentrant as its components are: a thread that holds the MultiLock (or
@@ -59,14 +63,50 @@ const ROUND_PER_LOCK: Duration = Duration::from_millis(1_500);
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
-pub struct MultiLock {
+///
+/// [`FairLock`]: crate::FairLock
+/// [`SpinLock`]: crate::SpinLock
+/// [`ReadLock`]: crate::ReadLock
+/// [`WriteLock`]: crate::WriteLock
+#[derive(Clone)]
+pub struct MultiLock<K: Kind = Reentrant> {
     /// In acquisition order.
-    locks: Vec<Lock>,
+    locks: Vec<Handle<K>>,
+}
+
+impl<K: Kind> std::fmt::Debug for MultiLock<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock").field("locks", &self.locks).finish()
+    }
 }
 
 impl MultiLock {
-    /// A MultiLock over `locks`. No I/O.
+    /// A MultiLock over `locks`, reentrant [`Lock`](crate::Lock)s. No I/O.
+    /// [`of`](MultiLock::of) takes handles of any kind.
+    ///
+    /// # Errors
+    ///
+    /// As [`of`](MultiLock::of).
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock> {
+        MultiLock::of(locks)
+    }
+}
+
+impl<K: Kind> MultiLock<K> {
+    /// A MultiLock over `locks`, handles of one kind (fair locks, spin
+    /// locks, read or write sides of read-write locks, or reentrant locks as
+    /// with [`new`](MultiLock::new)). No I/O.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// let client = keyholder::Client::open("redis://127.0.0.1:6379/")?;
+    /// let readers = keyholder::MultiLock::of([
+    ///     client.read_write_lock("catalog")?.read(),
+    ///     client.read_write_lock("prices")?.read(),
+    /// ])?;
+    /// let _both = readers.lock()?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// The locks may come from several clients. They are acquired sorted by
     /// (deployment, name), whatever the order given: see
@@ -78,8 +118,8 @@ impl MultiLock {
     /// no locks at all, or for the same lock twice: the same name on the
     /// same deployment, through one client or two (two clients are two
     /// owners, so the second could never be taken while the first is held).
-    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<MultiLock> {
-        let mut keyed: Vec<(String, Lock)> =
+    pub fn of(locks: impl IntoIterator<Item = Handle<K>>) -> Result<Self> {
+        let mut keyed: Vec<(String, Handle<K>)> =
             locks.into_iter().map(|lock| (node::identity(lock.client()), lock)).collect();
         if keyed.is_empty() {
             return Err(Error::invalid_argument("a MultiLock needs at least one lock"));
@@ -97,7 +137,7 @@ impl MultiLock {
 
     /// The locks, in the order they are acquired (sorted by deployment,
     /// then name).
-    pub fn locks(&self) -> &[Lock] {
+    pub fn locks(&self) -> &[Handle<K>] {
         &self.locks
     }
 
@@ -106,14 +146,14 @@ impl MultiLock {
     /// Runs rounds of `1.5 s` per lock: a round that does not get them all
     /// releases what it took and the next begins at once (no sleep: each
     /// component waits for its unlock message). An outage is ridden out as
-    /// by [`Lock::lock`], across rounds, within the longest outage budget of
+    /// by [`Lock::lock`](crate::Lock::lock), across rounds, within the longest outage budget of
     /// the components' clients.
     ///
     /// # Errors
     ///
     /// The first error a component's acquisition returns (see
-    /// [`Lock::lock`]); what was taken is released first.
-    pub fn lock(&self) -> Result<MultiLockGuard> {
+    /// [`Lock::lock`](crate::Lock::lock)); what was taken is released first.
+    pub fn lock(&self) -> Result<MultiLockGuard<K>> {
         let round = ROUND_PER_LOCK.saturating_mul(u32::try_from(self.locks.len()).unwrap_or(u32::MAX));
         // A component rides out an outage until the round's end at most
         // (`wait/outage.rs`). One still riding it then goes on in the next
@@ -145,7 +185,7 @@ impl MultiLock {
     /// # Errors
     ///
     /// As [`lock`](MultiLock::lock).
-    pub fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+    pub fn try_lock(&self) -> Result<Option<MultiLockGuard<K>>> {
         self.try_lock_until(Instant::now())
     }
 
@@ -155,7 +195,7 @@ impl MultiLock {
     /// # Errors
     ///
     /// As [`lock`](MultiLock::lock).
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard>> {
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard<K>>> {
         match Instant::now().checked_add(wait) {
             Some(deadline) => self.try_lock_until(deadline),
             None => self.lock().map(Some),
@@ -170,7 +210,7 @@ impl MultiLock {
     /// # Errors
     ///
     /// As [`lock`](MultiLock::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard>> {
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard<K>>> {
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             match lock.try_lock_until(deadline) {
@@ -190,11 +230,11 @@ impl MultiLock {
     }
 
     /// True if this thread holds every lock, as Redis sees it (one
-    /// `HEXISTS` per lock).
+    /// `HMGET` per lock).
     ///
     /// # Errors
     ///
-    /// As [`Lock::is_held_by_current_thread`].
+    /// As [`Handle::is_held_by_current_thread`].
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
         for lock in &self.locks {
             if !lock.is_held_by_current_thread()? {
@@ -208,7 +248,7 @@ impl MultiLock {
 /// Releases guards last-taken first, logging (not returning) failures: the
 /// caller reports why it gave up, and a lock whose release failed expires
 /// with its lease.
-fn release_all(guards: Vec<LockGuard>) {
+fn release_all<K: Kind>(guards: Vec<Guard<K>>) {
     for guard in guards.into_iter().rev() {
         let name = guard.name().to_owned();
         if let Err(e) = guard.unlock() {

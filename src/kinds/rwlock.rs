@@ -32,26 +32,25 @@
 //!   their timeout keys (`renewal.rs`, Redisson's `ReadLockTask`), write
 //!   holds renewed like the reentrant lock's, lost-hold signals.
 
-mod guard;
-mod local;
+mod release;
 pub(crate) mod renewal;
 pub(crate) mod scripts;
 
-pub use guard::{ReadGuard, WriteGuard};
-
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::family::fresh::{self, Keeping};
+use crate::kinds::family::reentry::{self, Reenter, Reentry};
+use crate::kinds::family::sealed::{Core, Fences};
+use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
 use crate::kinds::lock::renewal::HashRenewal;
-use crate::kinds::rwlock::guard::Held;
 use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
 use crate::observe;
-use crate::owner;
 
 impl Client {
     /// A read-write lock handle for `name`, with the default
@@ -75,6 +74,7 @@ impl Client {
 }
 
 /// What the handles of one read-write lock share.
+#[derive(Debug)]
 struct Shared {
     client: Client,
     keys: Arc<RwKeys>,
@@ -143,366 +143,227 @@ impl ReadWriteLock {
 
     /// The read side, with the default [`Lease::Watchdog`].
     pub fn read(&self) -> ReadLock {
-        ReadLock { side: Side { shared: Arc::clone(&self.shared), lease: Lease::Watchdog, write: false } }
+        Handle::of(Read { shared: Arc::clone(&self.shared) }, Lease::Watchdog)
     }
 
     /// The write side, with the default [`Lease::Watchdog`], unfenced.
     pub fn write(&self) -> WriteLock {
-        WriteLock {
-            side: Side { shared: Arc::clone(&self.shared), lease: Lease::Watchdog, write: true },
-            fenced: false,
-        }
+        Handle::of(Write { shared: Arc::clone(&self.shared), fenced: false }, Lease::Watchdog)
     }
-}
-
-/// One side of the lock with its lease.
-#[derive(Clone)]
-struct Side {
-    shared: Arc<Shared>,
-    lease: Lease,
-    write: bool,
 }
 
 /// The read side of a [`ReadWriteLock`]: shared holds.
 ///
-/// The methods mirror [`Lock`](crate::Lock)'s: [`lock`](ReadLock::lock)
-/// blocks, [`try_lock`](ReadLock::try_lock) never waits,
-/// [`try_lock_for`](ReadLock::try_lock_for) and
+/// The methods are [`Lock`](crate::Lock)'s ([`Handle`]'s):
+/// [`lock`](ReadLock::lock) blocks, [`try_lock`](ReadLock::try_lock) never
+/// waits, [`try_lock_for`](ReadLock::try_lock_for) and
 /// [`try_lock_until`](ReadLock::try_lock_until) wait at most so long; not
-/// getting the lock in time is `Ok(None)`.
-#[derive(Clone)]
-pub struct ReadLock {
-    side: Side,
-}
+/// getting the lock in time is `Ok(None)`. A new read hold waits while a
+/// keyholder writer waits.
+pub type ReadLock = Handle<Read>;
 
 /// The write side of a [`ReadWriteLock`]: one holder at a time, and no
-/// reader meanwhile (but its own read holds).
+/// reader meanwhile (but its own read holds). Write holds can carry fencing
+/// tokens ([`fenced`](WriteLock::fenced)).
 ///
-/// The methods mirror [`Lock`](crate::Lock)'s (see [`ReadLock`]).
-#[derive(Clone)]
-pub struct WriteLock {
-    side: Side,
+/// The methods are [`Lock`](crate::Lock)'s (see [`ReadLock`]).
+pub type WriteLock = Handle<Write>;
+
+/// An RAII guard for one read acquisition of a [`ReadWriteLock`] (through
+/// its [`read`](ReadWriteLock::read) handle); see [`Guard`].
+pub type ReadGuard = Guard<Read>;
+
+/// An RAII guard for one write acquisition of a [`ReadWriteLock`] (through
+/// its [`write`](ReadWriteLock::write) handle), with the hold's fencing
+/// token when the handle was [`fenced`](WriteLock::fenced); see [`Guard`].
+pub type WriteGuard = Guard<Write>;
+
+/// The read side's core (Redisson's `RedissonReadLock`): the kind of a
+/// [`ReadLock`].
+#[derive(Clone, Debug)]
+pub struct Read {
+    shared: Arc<Shared>,
+}
+
+/// The write side's core (Redisson's `RedissonWriteLock`): the kind of a
+/// [`WriteLock`].
+#[derive(Clone, Debug)]
+pub struct Write {
+    shared: Arc<Shared>,
     fenced: bool,
 }
 
-impl std::fmt::Debug for ReadLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadLock").field("name", &self.name()).field("lease", &self.side.lease).finish()
+impl Kind for Read {}
+
+impl Kind for Write {}
+
+impl Fenced for Write {}
+
+impl Fences for Write {
+    fn fence(&self) -> Self {
+        Write { fenced: true, ..self.clone() }
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.fenced
     }
 }
 
-impl std::fmt::Debug for WriteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteLock")
-            .field("name", &self.name())
-            .field("lease", &self.side.lease)
-            .field("fenced", &self.fenced)
-            .finish()
+impl Core for Read {
+    const NOUN: &'static str = "read lock";
+    const HANDLE: &'static str = "ReadLock";
+    const GUARD: &'static str = "ReadGuard";
+    type Keep = Arc<RwKeys>;
+
+    fn client(&self) -> &Client {
+        &self.shared.client
     }
-}
 
-macro_rules! side_common {
-    ($side:ident, $guard:ident) => {
-        impl $side {
-            /// The lock name (also its Redis key).
-            pub fn name(&self) -> &str {
-                &self.side.shared.keys.name
-            }
+    fn name(&self) -> &Arc<str> {
+        &self.shared.keys.name
+    }
 
-            /// The lease policy of this handle's acquisitions.
-            pub fn lease(&self) -> Lease {
-                self.side.lease
-            }
+    fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<RwKeys>)>> {
+        let side = Side { shared: &self.shared, lease: call.lease, write: false };
+        Ok(side.acquire(call, false)?.map(|hold| (hold, Arc::clone(&self.shared.keys))))
+    }
 
-            /// A handle to the same side whose acquisitions use `lease`.
-            ///
-            /// # Errors
-            ///
-            /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-            /// for a fixed lease outside 1 ms to 30 days.
-            pub fn with_lease(&self, lease: Lease) -> Result<$side> {
-                lease.validate()?;
-                let mut handle = self.clone();
-                handle.side.lease = lease;
-                Ok(handle)
-            }
+    fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
+        release::release(inner, keys, hold, false)
+    }
 
-            /// Acquires, waiting as long as it takes; an outage is ridden
-            /// out as by [`Lock::lock`](crate::Lock::lock), within the
-            /// client's outage budget
-            /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget)).
-            ///
-            /// # Errors
-            ///
-            /// A Redis or connection failure, [`ErrorKind::WrongType`] when a
-            /// foreign key sits at the lock name, [`ErrorKind::Shutdown`], and
-            /// for the write side [`ErrorKind::InvalidArgument`] when the
-            /// calling thread holds a read hold of this lock (an upgrade) and
-            /// [`ErrorKind::BadFencingCounter`] for a fenced handle.
-            ///
-            /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
-            /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
-            /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
-            /// [`ErrorKind::BadFencingCounter`]: crate::ErrorKind::BadFencingCounter
-            pub fn lock(&self) -> Result<$guard> {
-                self.acquire(None, true)?.ok_or_else(Error::shutdown)
-            }
-
-            /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
-            /// in the other mode (or a writer waits, for a new read hold).
-            ///
-            /// # Errors
-            ///
-            /// As `lock`.
-            pub fn try_lock(&self) -> Result<Option<$guard>> {
-                self.acquire(Some(Instant::now()), false)
-            }
-
-            /// Acquires, waiting at most `wait`; `Ok(None)` if not acquired in
-            /// time. At least one attempt is made, even for a zero wait.
-            ///
-            /// # Errors
-            ///
-            /// As `lock`.
-            pub fn try_lock_for(&self, wait: Duration) -> Result<Option<$guard>> {
-                match Instant::now().checked_add(wait) {
-                    Some(deadline) => self.try_lock_until(deadline),
-                    None => self.lock().map(Some),
-                }
-            }
-
-            /// Acquires, waiting until `deadline` at the latest; `Ok(None)` if
-            /// not acquired by then. At least one attempt is made.
-            ///
-            /// # Errors
-            ///
-            /// As `lock`.
-            pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<$guard>> {
-                self.acquire(Some(deadline), true)
-            }
-
-            /// True if the calling thread holds this side, as Redis sees it
-            /// (one `HEXISTS`).
-            ///
-            /// # Errors
-            ///
-            /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-            /// when a key of another type sits at the lock name, or a hash
-            /// without a `mode` field (another kind's lock, whose owner
-            /// fields look like this thread's).
-            pub fn is_held_by_current_thread(&self) -> Result<bool> {
-                Ok(self.hold_count()? > 0)
-            }
-
-            /// How many times the calling thread holds this side (0 when it does
-            /// not), as Redis counts it (one `HMGET`).
-            ///
-            /// # Errors
-            ///
-            /// As [`is_held_by_current_thread`](Self::is_held_by_current_thread).
-            pub fn hold_count(&self) -> Result<u32> {
-                let owner = self.side.current_owner();
-                let (count, mode): (Option<u32>, Option<String>) =
-                    self.side.query(redis::cmd("HMGET").arg(self.name()).arg(owner).arg("mode"))?;
-                if count.is_some() && mode.is_none() {
-                    return Err(Error::another_kinds_lock(
-                        self.name(),
-                        "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
-                    ));
-                }
-                Ok(count.unwrap_or(0))
-            }
-
-            /// Deletes the lock if it is held in this side's mode, whoever
-            /// holds it, and wakes the waiters (Redisson's per-mode
-            /// `forceUnlock`: the read side publishes `0`, the write side
-            /// `1`). Returns whether it did. An administrative escape hatch.
-            /// The holders are told ([`LostReason::Gone`](crate::LostReason::Gone)):
-            /// this client's at once, another client's within about a round
-            /// trip of the message (see [`Lock::force_unlock`](crate::Lock::force_unlock)).
-            ///
-            /// # Errors
-            ///
-            /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
-            pub fn force_unlock(&self) -> Result<bool> {
-                let inner = self.side.shared.client.inner();
-                let keys = &self.side.shared.keys;
-                let write = self.side.write;
-                inner.force_unlocking(&keys.name, || {
-                    inner.with_live_conn(&keys.name, |conn| {
-                        scripts::force_unlock(&inner.scripts, conn, keys, write)
-                    })
-                })
-            }
-        }
-    };
-}
-
-side_common!(ReadLock, ReadGuard);
-side_common!(WriteLock, WriteGuard);
-
-impl ReadLock {
-    /// True if any reader holds the lock, or the writer holds read holds too
-    /// (Redisson's read `isLocked`; one script call).
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure.
-    pub fn is_locked(&self) -> Result<bool> {
-        let inner = self.side.shared.client.inner();
-        let keys = &self.side.shared.keys;
+    /// Redisson's read `isLocked`: any reader, or the writer holding read
+    /// holds too (one script call).
+    fn is_locked(&self) -> Result<bool> {
+        let inner = self.shared.client.inner();
+        let keys = &self.shared.keys;
         inner.with_live_conn(&keys.name, |conn| scripts::read_is_locked(conn, keys))
     }
 
-    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<ReadGuard>> {
-        let held =
-            self.side.observed(deadline, block, |obs| self.side.acquire(deadline, block, false, obs))?;
-        Ok(held.map(|held| ReadGuard { held }))
+    fn hold_count(&self) -> Result<u32> {
+        hold_count(&self.shared, false)
+    }
+
+    fn force_unlock(&self) -> Result<bool> {
+        force_unlock(&self.shared, false)
     }
 }
 
-impl WriteLock {
-    /// A handle to the same write side whose fresh acquisitions also mint a
-    /// fencing token from `redisson_lock_token:{<name>}` (shared with
-    /// Redisson's `RFencedLock` and keyholder's fenced
-    /// [`Lock`](crate::Lock)), in the acquire script. Re-entries keep the
-    /// hold's token. Read it with [`WriteGuard::fencing_token`].
-    pub fn fenced(&self) -> WriteLock {
-        WriteLock { fenced: true, ..self.clone() }
+impl Core for Write {
+    const NOUN: &'static str = "write lock";
+    const HANDLE: &'static str = "WriteLock";
+    const GUARD: &'static str = "WriteGuard";
+    type Keep = Arc<RwKeys>;
+
+    fn client(&self) -> &Client {
+        &self.shared.client
     }
 
-    /// True for handles made by [`fenced`](WriteLock::fenced).
-    pub fn is_fenced(&self) -> bool {
-        self.fenced
+    fn name(&self) -> &Arc<str> {
+        &self.shared.keys.name
     }
 
-    /// The last fencing token minted for this lock name by any client (one
-    /// `GET`); `None` before the first.
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
-    /// when the counter key holds something else.
-    pub fn last_fencing_token(&self) -> Result<Option<u64>> {
-        self.side.query(redis::cmd("GET").arg(&self.side.shared.keys.token))
+    fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<RwKeys>)>> {
+        let client = call.inner.uuid.as_u128();
+        let name = &self.shared.keys.name;
+        // A read hold known lost does not count: Redis has the last word
+        // (`write_acquire.lua` refuses an upgrade too).
+        if reentry::unfinished(client, Self::NOUN, name).is_none()
+            && reentry::unfinished(client, Read::NOUN, name).is_some_and(|h| !h.is_lost())
+        {
+            return Err(upgrade_refused(name));
+        }
+        let side = Side { shared: &self.shared, lease: call.lease, write: true };
+        Ok(side.acquire(call, self.fenced)?.map(|hold| (hold, Arc::clone(&self.shared.keys))))
     }
 
-    /// True if a writer holds the lock (Redisson's write `isLocked`: the
-    /// `mode` field is `write`; one `HGET`).
-    ///
-    /// # Errors
-    ///
-    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
-    pub fn is_locked(&self) -> Result<bool> {
-        let mode: Option<String> = self.side.query(redis::cmd("HGET").arg(self.name()).arg("mode"))?;
+    fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
+        release::release(inner, keys, hold, true)
+    }
+
+    /// Redisson's write `isLocked`: the `mode` field is `write` (one `HGET`).
+    fn is_locked(&self) -> Result<bool> {
+        let name = &self.shared.keys.name;
+        let mode: Option<String> =
+            family::query(&self.shared.client, name, redis::cmd("HGET").arg(&**name).arg("mode"))?;
         Ok(mode.as_deref() == Some("write"))
     }
 
-    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<WriteGuard>> {
-        let held = self
-            .side
-            .observed(deadline, block, |obs| self.side.acquire_write(deadline, block, self.fenced, obs))?;
-        Ok(held.map(|held| WriteGuard { held }))
+    fn hold_count(&self) -> Result<u32> {
+        hold_count(&self.shared, true)
+    }
+
+    fn force_unlock(&self) -> Result<bool> {
+        force_unlock(&self.shared, true)
+    }
+
+    fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
+        f.field("fenced", &self.fenced);
     }
 }
 
-impl Side {
+/// How many times the calling thread holds the side (`write`), as Redis
+/// counts it (one `HMGET`); a hash without a `mode` field is another
+/// kind's lock, whose owner fields look like this thread's.
+fn hold_count(shared: &Shared, write: bool) -> Result<u32> {
+    let owner = family::current_owner(&shared.client);
+    let owner = if write { scripts::write_owner(&owner) } else { owner };
+    let name = &shared.keys.name;
+    let (count, mode): (Option<u32>, Option<String>) =
+        family::query(&shared.client, name, redis::cmd("HMGET").arg(&**name).arg(owner).arg("mode"))?;
+    if count.is_some() && mode.is_none() {
+        return Err(Error::another_kinds_lock(
+            name,
+            "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
+        ));
+    }
+    Ok(count.unwrap_or(0))
+}
+
+/// Redisson's per-mode `forceUnlock`: deletes the lock if it is held in the
+/// side's mode, and wakes the waiters (the read side publishes `0`, the
+/// write side `1`).
+fn force_unlock(shared: &Shared, write: bool) -> Result<bool> {
+    let inner = shared.client.inner();
+    let keys = &shared.keys;
+    inner.with_live_conn(&keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, keys, write))
+}
+
+/// One side of the lock, for one acquire call.
+struct Side<'a> {
+    shared: &'a Shared,
+    lease: Lease,
+    write: bool,
+}
+
+impl Side<'_> {
     fn inner(&self) -> &Arc<Inner> {
         self.shared.client.inner()
     }
 
-    /// This side's owner id for the calling thread.
-    fn current_owner(&self) -> String {
-        let owner = owner::owner_id(&self.inner().id, owner::current_thread_id());
-        if self.write { scripts::write_owner(&owner) } else { owner }
-    }
-
-    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T> {
-        let name = &self.shared.keys.name;
-        self.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
-    }
-
-    /// Runs one acquire call in a `keyholder.acquire` span, with its metrics.
-    fn observed(
-        &self,
-        deadline: Option<Instant>,
-        block: bool,
-        f: impl FnOnce(&observe::Acquire<'_>) -> Result<Option<Held>>,
-    ) -> Result<Option<Held>> {
-        let mode = observe::Mode::of(deadline, block);
-        let obs = observe::Acquire::start(&self.shared.keys.name, mode);
-        let acquired = obs.in_scope(|| f(&obs));
-        obs.finish(|| match &acquired {
-            Ok(Some(held)) => observe::AcquireOutcome::Acquired { reentrant: held.hold.guards() > 1 },
-            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
-            Ok(None) => observe::AcquireOutcome::TimedOut,
-            Err(_) => observe::AcquireOutcome::Error,
-        });
-        acquired
-    }
-
-    fn acquire_write(
-        &self,
-        deadline: Option<Instant>,
-        block: bool,
-        fenced: bool,
-        obs: &observe::Acquire<'_>,
-    ) -> Result<Option<Held>> {
-        let inner = self.inner();
-        let name = &self.shared.keys.name;
-        // A read hold known lost does not count: Redis has the last word
-        // (`write_acquire.lua` refuses an upgrade too).
-        if local::current(inner.uuid.as_u128(), name, true).is_none()
-            && local::current(inner.uuid.as_u128(), name, false).is_some_and(|h| !h.is_lost())
-        {
-            return Err(upgrade_refused(name));
-        }
-        self.acquire(deadline, block, fenced, obs)
+    fn noun(&self) -> &'static str {
+        if self.write { Write::NOUN } else { Read::NOUN }
     }
 
     /// Re-enters the thread's live hold of this mode, or takes a new one.
-    fn acquire(
-        &self,
-        deadline: Option<Instant>,
-        block: bool,
-        fenced: bool,
-        obs: &observe::Acquire<'_>,
-    ) -> Result<Option<Held>> {
-        let inner = self.inner();
-        inner.check_running()?;
+    fn acquire(&self, call: Call<'_>, fenced: bool) -> Result<Option<Arc<Hold>>> {
+        let Call { inner, deadline, block, obs, lease_ms, thread, owner, .. } = call;
         let keys = &self.shared.keys;
-        let thread = owner::current_thread_id();
-        let owner = owner::owner_id(&inner.id, thread);
-        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
-        if let Some(hold) = local::current(inner.uuid.as_u128(), &keys.name, self.write)
-            && !hold.is_lost()
-        {
+        if let Some(hold) = reentry::current(inner.uuid.as_u128(), self.noun(), &keys.name) {
             let mint = fenced && hold.token().is_none();
-            let sent = Instant::now();
             // A re-entry increments a count: sent once, never repeated.
-            let outcome =
-                inner.with_conn(&keys.name, |conn| self.attempt(conn, &owner, lease_ms, mint, None))?;
-            match outcome {
-                Acquire::Acquired { token, replicated } => {
-                    if let Some(token) = token {
-                        hold.set_token(token);
-                    }
-                    if replicated == Some(false) {
-                        hold.mark_unreplicated();
-                    }
-                    hold.add_guard();
-                    if self.write {
-                        // The write script adds the lease to the key's TTL.
-                        hold.extend_deadline(sent + Duration::from_millis(lease_ms));
-                    }
-                    return Ok(Some(Held::new(Arc::clone(inner), Arc::clone(keys), hold, self.write)));
-                }
-                Acquire::Refused { .. } | Acquire::Upgrade => {
-                    // The hold vanished unnoticed: it is lost; take a new one.
-                    hold.mark_lost(crate::error::LostReason::Gone);
-                    guard::finish(inner, &hold);
-                }
+            let attempt = || match inner.with_conn(&keys.name, |conn| self.attempt(conn, &owner, lease_ms, mint, None))? {
+                Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+                Acquire::Refused { .. } | Acquire::Upgrade => Ok(Reentry::Gone),
+            };
+            let count: Option<fn() -> Result<Option<u32>>> = None;
+            // The write script adds the lease to the key's TTL.
+            let how = Reenter { attempt, count, extends: self.write, mints: mint };
+            if reentry::reenter(&hold, lease_ms, how)? {
+                return Ok(Some(hold));
             }
+            // The hold vanished unnoticed: it is lost; take a new one.
+            release::finish(inner, &hold);
         }
         self.contend(Want { deadline, block, fenced }, &owner, thread, lease_ms, obs)
     }
@@ -534,7 +395,7 @@ impl Side {
         thread: u64,
         lease_ms: u64,
         obs: &observe::Acquire<'_>,
-    ) -> Result<Option<Held>> {
+    ) -> Result<Option<Arc<Hold>>> {
         let Want { deadline, block, fenced } = want;
         let inner = self.inner();
         let keys = &self.shared.keys;
@@ -627,27 +488,16 @@ impl Side {
             });
         }
         let Some((acquisition, replicated)) = outcome? else { return Ok(None) };
-        if replicated == Some(false) && inner.config.replica_acks_required {
-            // Not on the replicas: a failover could lose it. Give it back
-            // rather than hand out a hold the caller refused.
-            self.release_orphan(owner);
-            return Err(Error::replica_acks(&keys.name));
-        }
-        let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&keys.name), acquisition));
-        if replicated == Some(false) {
-            log::warn!("keyholder: lock '{}' acquired, but not acknowledged by the replicas", keys.name);
-            hold.mark_unreplicated();
-        }
-        local::set(inner.uuid.as_u128(), self.write, &hold);
-        if self.lease == Lease::Watchdog {
-            let renew = if self.write { HashRenewal::of(inner) } else { ReadRenewal::of(inner) };
-            inner.watchdog.register(Arc::clone(&hold), None, renew);
-        }
+        fresh::refuse_unreplicated(inner, &keys.name, replicated, || self.release_orphan(owner))?;
+        let hold = fresh::hold(inner, self.noun(), &keys.name, acquisition, replicated);
+        reentry::set(inner.uuid.as_u128(), self.noun(), &hold);
         // Both sides' force unlocks publish on the lock's channel; every
-        // hold's owner field is in the lock's hash.
+        // hold's owner field is in the lock's hash. Read holds renew their
+        // timeout keys too.
+        let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(inner)) };
         let channel = Some(Arc::from(keys.channel.as_str()));
-        inner.foreign.add(&hold, channel, None, HashRenewal::of(inner));
-        Ok(Some(Held::new(Arc::clone(inner), Arc::clone(keys), hold, self.write)))
+        fresh::keep(inner, &hold, Keeping { renew: HashRenewal::of(inner), renew_watchdog, channel, on_lost: None });
+        Ok(Some(hold))
     }
 
     /// One best-effort release of a hold an acquire may have taken with its
@@ -657,7 +507,7 @@ impl Side {
         let keys = &self.shared.keys;
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
         // One attempt: whether it ran or not, what is left expires.
-        let _ = inner.run_latched(&keys.name, owner::current_thread_id(), false, |conn, latch| {
+        let _ = inner.run_latched(&keys.name, crate::owner::current_thread_id(), false, |conn, latch| {
             if self.write {
                 scripts::write_release(&inner.scripts, conn, keys, owner, lease_ms, latch)
             } else {

@@ -175,27 +175,12 @@ pub(crate) fn acquire(
     outcome.ok_or_else(|| unexpected("fair acquire", &reply))
 }
 
-/// Outcome of `fair/release.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The lock is held by another owner; nothing changed.
-    NotOwner,
-    /// One hold released; others remain.
-    StillHeld,
-    /// The last hold released; the head waiter woken.
-    Released,
-    /// There was no lock (the hold expired or was force-unlocked).
-    Gone,
-}
+/// Outcome of the release script (shared by the lock-like kinds).
+pub(crate) use crate::kinds::family::release::Release;
 
-/// An unlock latch: the outcome of a release request, kept for its retry.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
-}
+/// An unlock latch: the outcome of a release request, kept for its retry
+/// (`kinds/latch.rs`).
+pub(crate) use crate::kinds::latch::Latch;
 
 /// Releases one hold of `owner`, latched.
 pub(crate) fn release(

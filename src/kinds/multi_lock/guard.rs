@@ -1,38 +1,45 @@
-//! The MultiLock guard: one [`LockGuard`] per component, released together.
+//! The MultiLock guard: one guard per component, released together.
 
 use crate::error::{Error, LostReason, Result};
-use crate::kinds::lock::LockGuard;
+use crate::kinds::family::{Guard, Kind};
+use crate::kinds::lock::Reentrant;
 use crate::kinds::multi_lock::lost_signals::LostSignals;
 
-/// Proof that a [`MultiLock`](crate::MultiLock) is held: one
-/// [`LockGuard`] per component, in acquisition order.
+/// Proof that a [`MultiLock`](crate::MultiLock) is held: one [`Guard`]
+/// per component ([`LockGuard`](crate::LockGuard)s by default), in
+/// acquisition order.
 ///
 /// Dropping it releases every component, last-acquired first (best effort,
 /// errors logged); [`unlock`](MultiLockGuard::unlock) does the same and
-/// returns the first error. Like a [`LockGuard`], it stays on the thread
+/// returns the first error. Like its components' guards, it stays on the thread
 /// that acquired it.
 #[must_use = "if unused the locks will immediately unlock"]
 #[clippy::has_significant_drop]
-#[derive(Debug)]
-pub struct MultiLockGuard {
-    guards: Vec<LockGuard>,
+pub struct MultiLockGuard<K: Kind = Reentrant> {
+    guards: Vec<Guard<K>>,
 }
 
-impl MultiLockGuard {
-    pub(crate) fn new(guards: Vec<LockGuard>) -> Self {
+impl<K: Kind> std::fmt::Debug for MultiLockGuard<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLockGuard").field("guards", &self.guards).finish()
+    }
+}
+
+impl<K: Kind> MultiLockGuard<K> {
+    pub(crate) fn new(guards: Vec<Guard<K>>) -> Self {
         MultiLockGuard { guards }
     }
 
     /// The components' guards, in acquisition order (that of
     /// [`MultiLock::locks`](crate::MultiLock::locks)).
-    pub fn guards(&self) -> &[LockGuard] {
+    pub fn guards(&self) -> &[Guard<K>] {
         &self.guards
     }
 
     /// True if any component's hold is known lost (see
-    /// [`LockGuard::is_lost`]). No I/O.
+    /// [`Guard::is_lost`]). No I/O.
     pub fn is_lost(&self) -> bool {
-        self.guards.iter().any(LockGuard::is_lost)
+        self.guards.iter().any(Guard::is_lost)
     }
 
     /// The first component known lost and why, if any. No I/O.
@@ -45,7 +52,7 @@ impl MultiLockGuard {
     /// [`guards`](MultiLockGuard::guards)) and why; the MultiLock is no
     /// longer held as a whole from then on.
     pub fn lost_signal(&self) -> LostSignals {
-        LostSignals::of(&self.guards)
+        LostSignals::of(self.guards.iter().map(Guard::lost_signal))
     }
 
     /// Releases every component, last-acquired first, like dropping the
@@ -54,7 +61,7 @@ impl MultiLockGuard {
     ///
     /// # Errors
     ///
-    /// The first error of a component's [`LockGuard::unlock`]
+    /// The first error of a component's [`Guard::unlock`]
     /// ([`ErrorKind::LockLost`](crate::ErrorKind::LockLost) for a component
     /// whose hold was lost, a Redis failure, ...).
     pub fn unlock(mut self) -> Result<()> {
@@ -68,7 +75,7 @@ impl MultiLockGuard {
     }
 }
 
-impl Drop for MultiLockGuard {
+impl<K: Kind> Drop for MultiLockGuard<K> {
     fn drop(&mut self) {
         // Last-acquired first; each guard logs its own failure.
         while let Some(guard) = self.guards.pop() {

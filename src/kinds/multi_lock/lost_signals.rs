@@ -1,6 +1,6 @@
 //! The lost-hold signals of a hold made of several locks, read as one.
 //!
-//! A MultiLock or RedLock guard owns one [`LockGuard`] per component, each
+//! A MultiLock or RedLock guard owns one guard per component, each
 //! with its own lost signal. Merging them into one channel would need a
 //! thread per guard; instead this selects over the components' channels
 //! when asked, which costs nothing while nobody asks. A MultiLock is lost
@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select};
 
 use crate::error::LostReason;
-use crate::kinds::lock::LockGuard;
 
 const YEAR: Duration = Duration::from_secs(86_400 * 365);
 
@@ -45,18 +44,18 @@ pub struct LostSignals {
 
 impl LostSignals {
     /// The whole is lost with its first component.
-    pub(crate) fn of<'a>(guards: impl IntoIterator<Item = &'a LockGuard>) -> LostSignals {
-        LostSignals::tolerating(guards, 0, None)
+    pub(crate) fn of(signals: impl IntoIterator<Item = Receiver<LostReason>>) -> LostSignals {
+        LostSignals::tolerating(signals, 0, None)
     }
 
     /// The whole is lost at the `tolerate + 1`-th component lost, or at
     /// `expires`.
-    pub(crate) fn tolerating<'a>(
-        guards: impl IntoIterator<Item = &'a LockGuard>,
+    pub(crate) fn tolerating(
+        signals: impl IntoIterator<Item = Receiver<LostReason>>,
         tolerate: usize,
         expires: Option<Instant>,
     ) -> LostSignals {
-        let receivers = guards.into_iter().map(LockGuard::lost_signal).enumerate().collect();
+        let receivers = signals.into_iter().enumerate().collect();
         LostSignals { receivers, tolerate, expires, reported: false }
     }
 

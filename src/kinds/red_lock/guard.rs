@@ -98,7 +98,7 @@ impl RedLockGuard {
     pub fn lost_signal(&self) -> LostSignals {
         let spare = self.held.len().saturating_sub(self.quorum);
         let expires = self.is_fixed().then_some(self.valid_until);
-        LostSignals::tolerating(self.held.iter().map(|(_, g)| g), spare, expires)
+        LostSignals::tolerating(self.held.iter().map(|(_, g)| g.lost_signal()), spare, expires)
     }
 
     /// Releases the lock on every master it holds, like dropping the guard,

@@ -108,17 +108,8 @@ pub(crate) enum Acquire {
     Upgrade,
 }
 
-/// Outcome of a release script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The owner held nothing of this mode; nothing changed.
-    NotOwner,
-    /// One hold released; the lock is still held.
-    StillHeld,
-    /// The last hold of this mode released (the lock freed, or a downgraded
-    /// writer's read holds left).
-    Released,
-}
+/// Outcome of the release script (shared by the lock-like kinds).
+pub(crate) use crate::kinds::family::release::Release;
 
 fn refused(ms: i64) -> Option<Acquire> {
     match ms {

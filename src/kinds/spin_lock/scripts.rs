@@ -49,16 +49,8 @@ pub(crate) enum Acquire {
     Free,
 }
 
-/// Outcome of `release.lua`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The owner held nothing; nothing changed.
-    NotOwner,
-    /// One hold released; others remain.
-    StillHeld,
-    /// The last hold released: the key deleted (nothing published).
-    Released,
-}
+/// Outcome of the release script (shared by the lock-like kinds).
+pub(crate) use crate::kinds::family::release::Release;
 
 /// One attempt to take (or re-enter) `name` for `owner`.
 pub(crate) fn acquire(

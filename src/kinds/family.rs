@@ -1,0 +1,480 @@
+//! One shape for the lock-like kinds, in the manner of `lock_api`: a small
+//! per-kind core under one generic handle and one generic guard.
+//!
+//! Why: the reentrant, fair and spin locks and the two sides of the
+//! read-write lock are the same thing to a caller (a name, a lease, a hold
+//! per thread, `lock` / `try_lock` / `try_lock_for` / `try_lock_until`, a
+//! guard that releases on drop and says when its hold is lost), and differ
+//! only in how they acquire and release in Redis. So each kind writes only
+//! its core, the sealed [`sealed::Core`] (acquire, release, and the few
+//! queries whose scripts differ), and [`Handle`] and [`Guard`] carry the
+//! shared API once. What only one kind can do is an inherent method of the
+//! specialised handle (`impl Handle<Fair> { fn queue_len .. }`), as
+//! `lock_api` unlocks `try_lock_for` for a `RawMutexTimed`; fencing, which
+//! three kinds share, is unlocked by [`Fenced`]. The public names are type
+//! aliases (`Lock = Handle<Reentrant>`, `LockGuard = Guard<Reentrant>`, ...),
+//! so code written against them reads as before.
+//!
+//! The steps every kind shares are written here too: the re-entry of a
+//! thread's live hold (`reentry.rs`), making and registering a new hold
+//! (`fresh.rs`), and settling one guard's release (`release.rs`).
+//! Semaphores and the count-down latch keep their own vocabulary (permits,
+//! counts), as `tokio` keeps `Semaphore` apart from `Mutex`.
+
+pub(crate) mod fresh;
+mod guard;
+pub(crate) mod reentry;
+pub(crate) mod release;
+
+pub use guard::Guard;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, Inner};
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::names;
+use crate::observe;
+use crate::owner;
+
+pub(crate) mod sealed {
+    //! The per-kind core: what a kind writes, and nobody outside the crate
+    //! can implement.
+
+    use std::sync::Arc;
+
+    use super::Call;
+    use crate::client::{Client, Inner};
+    use crate::error::Result;
+    use crate::holds::hold::Hold;
+    use crate::holds::renew::OnLost;
+
+    /// What one kind of lock is: how it acquires and releases in Redis.
+    pub(crate) trait Core: Clone + Send + Sync + 'static {
+        /// The kind in words, for logs and errors ("fair lock").
+        const NOUN: &'static str;
+        /// The public names of the handle and the guard, for `Debug`.
+        const HANDLE: &'static str;
+        const GUARD: &'static str;
+        /// What a guard keeps besides its hold to release it (the lock's
+        /// entry, the keys its release script needs).
+        type Keep;
+
+        /// The client the handle acquires through.
+        fn client(&self) -> &Client;
+        /// The lock name (also its Redis key).
+        fn name(&self) -> &Arc<str>;
+        /// Re-enters the calling thread's live hold or takes a new one:
+        /// `None` when the deadline passed first.
+        fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Self::Keep)>>;
+        /// Releases one guard's share of `hold`.
+        fn release(inner: &Arc<Inner>, keep: &Self::Keep, hold: &Arc<Hold>) -> Result<()>;
+        /// Whom to tell locally when a hold is lost (the lock's gate).
+        fn on_lost(_keep: &Self::Keep) -> Option<Arc<dyn OnLost>> {
+            None
+        }
+        /// True if any owner holds the lock (in this kind's sense).
+        fn is_locked(&self) -> Result<bool>;
+        /// How many times the calling thread holds the lock, in Redis.
+        fn hold_count(&self) -> Result<u32>;
+        /// Deletes the lock whoever holds it; whether there was one.
+        fn force_unlock(&self) -> Result<bool>;
+        /// A string key at the name counts as a legacy holder.
+        fn legacy(&self) -> bool {
+            false
+        }
+        /// The kind's own fields, for the handle's `Debug`.
+        fn debug_fields(&self, _f: &mut std::fmt::DebugStruct<'_, '_>) {}
+    }
+
+    /// A kind whose fresh acquisitions can mint fencing tokens.
+    pub(crate) trait Fences: Core {
+        /// The same handle, minting tokens.
+        fn fence(&self) -> Self;
+        fn is_fenced(&self) -> bool;
+    }
+}
+
+/// A kind of lock: the parameter of [`Handle`] and [`Guard`].
+///
+/// Sealed: the kinds are keyholder's ([`Lock`](crate::Lock),
+/// [`FairLock`](crate::FairLock), [`SpinLock`](crate::SpinLock),
+/// [`ReadLock`](crate::ReadLock), [`WriteLock`](crate::WriteLock)), named
+/// in [`kind`](crate::kind).
+#[allow(private_bounds)]
+pub trait Kind: sealed::Core {}
+
+/// A kind whose handles can mint fencing tokens
+/// ([`Handle::fenced`]): the reentrant and fair locks and the write side
+/// of a read-write lock, which share Redisson's counter
+/// `redisson_lock_token:{<name>}`.
+#[allow(private_bounds)]
+pub trait Fenced: Kind + sealed::Fences {}
+
+/// What one acquire call asked for, as a kind's core receives it.
+pub(crate) struct Call<'a> {
+    pub(crate) inner: &'a Arc<Inner>,
+    /// Wait at most until then (`None`: as long as it takes).
+    pub(crate) deadline: Option<Instant>,
+    /// Wait at all (`false`: one attempt).
+    pub(crate) block: bool,
+    pub(crate) obs: &'a observe::Acquire<'a>,
+    pub(crate) lease: Lease,
+    /// The lease in milliseconds (the watchdog timeout for a watchdog lease).
+    pub(crate) lease_ms: u64,
+    pub(crate) thread: u64,
+    /// `<client-uuid>:<thread-id>`.
+    pub(crate) owner: String,
+}
+
+/// A handle to one named lock of kind `K`; the public names are its
+/// aliases ([`Lock`](crate::Lock), [`FairLock`](crate::FairLock),
+/// [`SpinLock`](crate::SpinLock), [`ReadLock`](crate::ReadLock),
+/// [`WriteLock`](crate::WriteLock)).
+///
+/// Cheap to clone (`Arc`s inside) and shareable across threads; it does no
+/// I/O until asked. The guard-returning methods follow parking_lot's
+/// vocabulary: [`lock`](Handle::lock) blocks,
+/// [`try_lock`](Handle::try_lock) never waits,
+/// [`try_lock_for`](Handle::try_lock_for) and
+/// [`try_lock_until`](Handle::try_lock_until) wait at most so long. Not
+/// getting the lock in time is `Ok(None)`, not an error. Every kind is
+/// reentrant per thread: a thread that holds the lock may acquire it again,
+/// and each acquisition is released by its own [`Guard`].
+#[derive(Clone)]
+pub struct Handle<K: Kind> {
+    kind: K,
+    lease: Lease,
+}
+
+impl<K: Kind> std::fmt::Debug for Handle<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct(K::HANDLE);
+        debug.field("name", self.kind.name()).field("lease", &self.lease);
+        self.kind.debug_fields(&mut debug);
+        debug.finish_non_exhaustive()
+    }
+}
+
+impl<K: Kind> Handle<K> {
+    pub(crate) fn of(kind: K, lease: Lease) -> Self {
+        Handle { kind, lease }
+    }
+
+    /// The kind's own state.
+    pub(crate) fn kind(&self) -> &K {
+        &self.kind
+    }
+
+    /// The same handle with the kind's state replaced.
+    pub(crate) fn with_kind(&self, kind: K) -> Self {
+        Handle { kind, lease: self.lease }
+    }
+
+    /// The client this handle acquires through.
+    pub(crate) fn client(&self) -> &Client {
+        self.kind.client()
+    }
+
+    /// The lock name (also its Redis key).
+    pub fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    /// The lease policy of this handle's acquisitions.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// A handle to the same lock whose acquisitions use `lease`: the per-call
+    /// form, as in `lock.with_lease(Lease::Fixed(d)).try_lock()`. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
+    /// a fixed lease outside 1 ms to 30 days.
+    pub fn with_lease(&self, lease: Lease) -> Result<Self> {
+        lease.validate()?;
+        Ok(Handle { kind: self.kind.clone(), lease })
+    }
+
+    /// Acquires the lock, waiting as long as it takes.
+    ///
+    /// The wait rides out an outage (Redis restarting, a failover): while
+    /// Redis is unreachable the thread keeps waiting, tries again when the
+    /// client's pub/sub connection is back (or after a back-off of at most
+    /// 1 s), and acquires once Redis serves again. It returns the
+    /// connection error only once the outage has lasted the client's outage
+    /// budget ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget),
+    /// 4.5 s by default); [`try_lock_for`](Handle::try_lock_for) and
+    /// [`try_lock_until`](Handle::try_lock_until) ride it out until their
+    /// deadline at most, [`try_lock`](Handle::try_lock) not at all.
+    ///
+    /// A [`FairLock`](crate::FairLock) waits its turn in Redisson's queue; a
+    /// [`SpinLock`](crate::SpinLock) sleeps its [`BackOff`](crate::BackOff)
+    /// between tries; the others sleep until an unlock message, the
+    /// holder's lease, or the deadline.
+    ///
+    /// # Errors
+    ///
+    /// A Redis or connection failure ([`ErrorKind::Connection`],
+    /// [`ErrorKind::Redis`]), [`ErrorKind::WrongType`] when a foreign key sits
+    /// at the lock name (or its queue, or the fencing counter), or another
+    /// kind of lock of this thread holds the name,
+    /// [`ErrorKind::BadFencingCounter`] for a fenced handle,
+    /// [`ErrorKind::ReplicaAcks`] when the client requires replica
+    /// acknowledgements that did not come, or [`ErrorKind::Shutdown`]. A
+    /// [`Lock`](crate::Lock) in migration mode (see
+    /// [`with_migration_mode`](crate::Lock::with_migration_mode)) waits on a
+    /// legacy holder's string key by its PTTL, and returns
+    /// [`ErrorKind::LegacyLockWithoutTtl`] when that key has no TTL and
+    /// still has none 1 s later (a timed wait whose deadline comes first
+    /// returns `Ok(None)`; [`try_lock`](Handle::try_lock) reports it at
+    /// once). A [`WriteLock`](crate::WriteLock) fails with
+    /// [`ErrorKind::InvalidArgument`] at once when the calling thread holds
+    /// a read hold of the lock (an upgrade).
+    ///
+    /// [`ErrorKind::LegacyLockWithoutTtl`]: crate::ErrorKind::LegacyLockWithoutTtl
+    /// [`ErrorKind::Connection`]: crate::ErrorKind::Connection
+    /// [`ErrorKind::Redis`]: crate::ErrorKind::Redis
+    /// [`ErrorKind::WrongType`]: crate::ErrorKind::WrongType
+    /// [`ErrorKind::BadFencingCounter`]: crate::ErrorKind::BadFencingCounter
+    /// [`ErrorKind::ReplicaAcks`]: crate::ErrorKind::ReplicaAcks
+    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
+    /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
+    pub fn lock(&self) -> Result<Guard<K>> {
+        // Without a deadline, acquire returns only once the lock is held.
+        self.acquire(None, true)?.ok_or_else(Error::shutdown)
+    }
+
+    /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
+    /// elsewhere (or another thread of this client is acquiring it; for a
+    /// fair lock, if waiters are queued; for a read lock, if a writer
+    /// waits).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock(&self) -> Result<Option<Guard<K>>> {
+        self.acquire(Some(Instant::now()), false)
+    }
+
+    /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it was not
+    /// acquired in time (a fair lock's waiter then leaves the queue). At
+    /// least one attempt is made, even for a zero wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<Guard<K>>> {
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.try_lock_until(deadline),
+            None => self.lock().map(Some),
+        }
+    }
+
+    /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
+    /// if it was not acquired by then. At least one attempt is made. An
+    /// outage is ridden out until the deadline at most (and the outage
+    /// budget, see [`lock`](Handle::lock)); a deadline that passes with Redis
+    /// unreachable returns the connection error, not `Ok(None)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<Guard<K>>> {
+        self.acquire(Some(deadline), true)
+    }
+
+    /// True if any owner holds the lock (one round trip): for the hash
+    /// kinds one `TYPE` (in migration mode a legacy holder's string key
+    /// counts); for a [`ReadLock`](crate::ReadLock), any reader (or the
+    /// writer holding read holds too, Redisson's read `isLocked`); for a
+    /// [`WriteLock`](crate::WriteLock), a writer.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
+    /// when a key of another type sits at the lock name.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.kind.is_locked()
+    }
+
+    /// True if the calling thread holds the lock, as Redis sees it (one
+    /// `HMGET`).
+    ///
+    /// # Errors
+    ///
+    /// As [`hold_count`](Handle::hold_count).
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        Ok(self.hold_count()? > 0)
+    }
+
+    /// How many times the calling thread holds the lock (0 when it does
+    /// not), as Redis counts it (one `HMGET`).
+    ///
+    /// # Errors
+    ///
+    /// As [`is_locked`](Handle::is_locked), and
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the hash at
+    /// the name is another family's: a read-write lock's (a `mode` field)
+    /// for the hash kinds, a plain hash (no `mode`) for the read-write
+    /// sides, whose owner fields look like this thread's.
+    pub fn hold_count(&self) -> Result<u32> {
+        self.kind.hold_count()
+    }
+
+    /// The lock's remaining lease (its key's PTTL), whoever holds it; `None`
+    /// when it is not locked or its key has no expiry. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
+    /// when a key of another type sits at the lock name.
+    pub fn remaining_lease(&self) -> Result<Option<Duration>> {
+        let name = self.kind.name();
+        let inner = self.kind.client().inner();
+        let (kind, pttl): (String, i64) = inner.with_live_conn(name, |conn| {
+            let reply = conn.query_all(&[redis::cmd("TYPE").arg(&**name), redis::cmd("PTTL").arg(&**name)])?;
+            reply.map_err(|e| Error::from_redis(name, e))
+        })?;
+        match kind.as_str() {
+            "none" | "hash" => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
+            "string" if self.kind.legacy() => Ok(u64::try_from(pttl).ok().map(Duration::from_millis)),
+            _ => Err(Error::wrong_type(name, name)),
+        }
+    }
+
+    /// Deletes the lock whoever holds it (for a read-write side, if it is
+    /// held in that side's mode), and wakes its waiters. Returns whether
+    /// there was a lock.
+    ///
+    /// An administrative escape hatch for a lock whose holder is known
+    /// dead: anything the holder still does is unprotected. A keyholder
+    /// holder is told ([`LostReason::Gone`](crate::LostReason::Gone)): at
+    /// once when it is a thread of this client; otherwise, for the
+    /// reentrant and read-write locks, within about a round trip of the
+    /// unlock message this publishes, since its client listens on the
+    /// channels of the locks it holds (a hold younger than 20 ms is checked
+    /// when that listening starts, 20 to 30 ms after its acquisition; a
+    /// client cut off from Redis learns at its next renewal or release).
+    /// A fair lock's force unlock publishes only on the head waiter's
+    /// channel and a spin lock's publishes nothing: another client's holder
+    /// of those learns at its next renewal or release. A key of another
+    /// type at the name is refused, not deleted.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
+    pub fn force_unlock(&self) -> Result<bool> {
+        let inner = self.kind.client().inner();
+        inner.force_unlocking(self.kind.name(), || self.kind.force_unlock())
+    }
+
+    /// One acquire call, in a `keyholder.acquire` span, with its metrics.
+    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K>>> {
+        let mode = observe::Mode::of(deadline, block);
+        let obs = observe::Acquire::start(self.kind.name(), mode);
+        let acquired = obs.in_scope(|| {
+            let inner = self.kind.client().inner();
+            inner.check_running()?;
+            let thread = owner::current_thread_id();
+            let call = Call {
+                inner,
+                deadline,
+                block,
+                obs: &obs,
+                lease: self.lease,
+                lease_ms: self.lease.ttl_ms(inner.config.watchdog_timeout),
+                thread,
+                owner: owner::owner_id(&inner.id, thread),
+            };
+            let acquired = self.kind.acquire(call)?;
+            Ok(acquired.map(|(hold, keep)| Guard::new(Arc::clone(inner), hold, keep)))
+        });
+        obs.finish(|| match &acquired {
+            // A re-entry adds a guard to the thread's hold.
+            Ok(Some(guard)) => observe::AcquireOutcome::Acquired { reentrant: guard.hold_guards() > 1 },
+            Ok(None) if mode == observe::Mode::Try => observe::AcquireOutcome::Busy,
+            Ok(None) => observe::AcquireOutcome::TimedOut,
+            Err(_) => observe::AcquireOutcome::Error,
+        });
+        acquired
+    }
+}
+
+impl<K: Fenced> Handle<K> {
+    /// A handle to the same lock whose fresh acquisitions also mint a
+    /// fencing token: a 64-bit number, strictly larger for each fresh
+    /// acquisition, taken in the same script call from the counter
+    /// `redisson_lock_token:{<name>}` (Redisson's `RFencedLock` counter,
+    /// shared by fenced [`Lock`](crate::Lock)s, [`FairLock`](crate::FairLock)s
+    /// and [`WriteLock`](crate::WriteLock)s, Java's and Rust's: one
+    /// sequence). Re-entries keep the token of the hold (a fenced re-entry
+    /// of a hold taken without one mints one). Read it with
+    /// [`Guard::fencing_token`]; have the protected resource refuse writes
+    /// carrying a token lower than the highest it has seen.
+    /// `docs/guarantees.md` explains what a Redis restart without
+    /// persistence does to the sequence. A fenced lock is never handed
+    /// over by a release: each acquisition mints its own token. No I/O.
+    pub fn fenced(&self) -> Self {
+        self.with_kind(self.kind.fence())
+    }
+
+    /// True for handles made by [`fenced`](Handle::fenced).
+    pub fn is_fenced(&self) -> bool {
+        self.kind.is_fenced()
+    }
+
+    /// The last fencing token minted for this lock by any client (one `GET`
+    /// of the counter); `None` before the first fenced acquisition.
+    ///
+    /// # Errors
+    ///
+    /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType)
+    /// when the counter key holds something else.
+    pub fn last_fencing_token(&self) -> Result<Option<u64>> {
+        query(self.kind.client(), self.kind.name(), redis::cmd("GET").arg(names::token_key(self.kind.name())))
+    }
+}
+
+/// One command about the lock `name`, safe to repeat.
+pub(crate) fn query<T: redis::FromRedisValue>(client: &Client, name: &str, cmd: &mut redis::Cmd) -> Result<T> {
+    client.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
+}
+
+/// The calling thread's owner id on `client`.
+pub(crate) fn current_owner(client: &Client) -> String {
+    owner::owner_id(client.id(), owner::current_thread_id())
+}
+
+/// `is_locked` of the kinds on Redisson's RLock hash: one `TYPE`; a legacy
+/// holder's string key counts when `legacy`.
+pub(crate) fn hash_is_locked(client: &Client, name: &str, legacy: bool) -> Result<bool> {
+    let kind: String = query(client, name, redis::cmd("TYPE").arg(name))?;
+    match kind.as_str() {
+        "none" => Ok(false),
+        "hash" => Ok(true),
+        "string" if legacy => Ok(true),
+        _ => Err(Error::wrong_type(name, name)),
+    }
+}
+
+/// `hold_count` of the kinds on Redisson's RLock hash: one `HMGET` of the
+/// thread's field and `mode` (a read-write lock's hash, refused). When
+/// `legacy`, a `WRONGTYPE` on a legacy holder's string key means none.
+pub(crate) fn hash_hold_count(client: &Client, name: &str, legacy: bool) -> Result<u32> {
+    let reply = query(client, name, redis::cmd("HMGET").arg(name).arg(current_owner(client)).arg("mode"));
+    let (count, mode): (Option<u32>, Option<String>) = match reply {
+        Err(e) if legacy && e.is_wrong_type() => {
+            let kind: String = query(client, name, redis::cmd("TYPE").arg(name))?;
+            if kind == "string" { (None, None) } else { return Err(e) }
+        }
+        other => other?,
+    };
+    if mode.is_some() {
+        return Err(Error::another_kinds_lock(name, "a read-write lock (a hash with a \"mode\" field)"));
+    }
+    Ok(count.unwrap_or(0))
+}

@@ -1,0 +1,216 @@
+//! The guard of every lock-like kind: proof of one acquisition, released on
+//! drop, with the hold's accessors written once.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::client::Inner;
+use crate::error::{LostReason, Result};
+use crate::holds::hold::Hold;
+use crate::kinds::family::Kind;
+use crate::lease::Lease;
+use crate::observe;
+
+/// An RAII guard for one acquisition of a lock of kind `K`; the public
+/// names are its aliases ([`LockGuard`](crate::LockGuard),
+/// [`FairLockGuard`](crate::FairLockGuard),
+/// [`SpinLockGuard`](crate::SpinLockGuard), [`ReadGuard`](crate::ReadGuard),
+/// [`WriteGuard`](crate::WriteGuard)).
+///
+/// Dropping the guard releases that acquisition (best effort: one script
+/// call, retried once if its reply was lost, bounded by the client's
+/// timeouts; an error is logged, never a panic).
+/// [`unlock`](Guard::unlock) does the same and returns the error. Write
+/// `let _guard = lock.lock()?;`, not `let _ = ...`, which would release at
+/// once. Re-entrant acquisitions of one thread share a hold; the last
+/// guard's release frees the lock (a reentrant lock may hand it straight to
+/// a waiting thread of the same client, a fair lock wakes the queue's head
+/// alone, a spin lock publishes nothing).
+///
+/// The owner of a Redisson-style lock is a thread, so a guard stays on the
+/// thread that acquired it: it is neither `Send` nor `Sync`.
+///
+/// ```compile_fail
+/// # fn demo(lock: keyholder::Lock) -> Result<(), keyholder::Error> {
+/// let guard = lock.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `LockGuard` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn demo(lock: keyholder::FairLock) -> Result<(), keyholder::Error> {
+/// let guard = lock.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `FairLockGuard` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn demo(lock: keyholder::ReadWriteLock) -> Result<(), keyholder::Error> {
+/// let guard = lock.read().lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `ReadGuard` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn demo(lock: keyholder::ReadWriteLock) -> Result<(), keyholder::Error> {
+/// let guard = lock.write().lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `WriteGuard` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// A guard does not keep its client running: the watchdog renews a hold
+/// while some [`Client`](crate::Client) or handle of the client is alive
+/// (as Redisson renews while its client lives). Once the last of them is
+/// dropped the client shuts down, renewal stops, and a guard still held
+/// keeps only what is left of its lease; it can still release. So keep a
+/// `Client` or a handle for as long as you hold its locks. A leaked guard
+/// (`mem::forget`) leaves its acquisition held until then, and at most one
+/// lease longer.
+#[must_use = "if unused the lock will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct Guard<K: Kind> {
+    client: Arc<Inner>,
+    hold: Arc<Hold>,
+    /// What the kind's release needs besides the hold.
+    keep: K::Keep,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<K: Kind> std::fmt::Debug for Guard<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(K::GUARD)
+            .field("name", &self.name())
+            .field("lease", &self.hold.lease)
+            .field("token", &self.hold.token())
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}
+
+impl<K: Kind> Guard<K> {
+    pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>, keep: K::Keep) -> Self {
+        Guard { client, hold, keep, released: false, _not_send: PhantomData }
+    }
+
+    /// How many guards the hold has (more than one after a re-entry).
+    pub(crate) fn hold_guards(&self) -> u32 {
+        self.hold.guards()
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// The lease policy of the acquisition this guard's hold began with.
+    pub fn lease(&self) -> Lease {
+        self.hold.lease
+    }
+
+    /// The owner id written in Redis: `<client-uuid>:<thread-id>`
+    /// (`<client-uuid>:<thread-id>:write` for a write hold).
+    pub fn owner_id(&self) -> &str {
+        &self.hold.owner
+    }
+
+    /// The fencing token of this hold, for handles made with
+    /// [`fenced`](crate::Handle::fenced): strictly larger than the token of
+    /// any earlier fresh acquisition of the lock (through a fenced
+    /// [`Lock`](crate::Lock), [`FairLock`](crate::FairLock),
+    /// [`WriteLock`](crate::WriteLock) or Java `RFencedLock`: they share one
+    /// counter). Re-entrant guards share their hold's token. `None` for
+    /// unfenced handles and the kinds that cannot fence.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.hold.token()
+    }
+
+    /// A channel that receives the [`LostReason`] once, the moment this
+    /// client learns the hold is lost: a renewal refused, the lease deadline
+    /// passed without renewal (noticed on time by the watchdog thread, for
+    /// fixed leases too), a release or re-entry that found it gone, a force
+    /// unlock (by this client at once; by another, for the kinds that
+    /// publish one, heard on the lock's channel and checked within about a
+    /// round trip). If the loss is already known the reason is waiting in
+    /// the channel. Nothing is sent while the hold is intact, or after it
+    /// was released normally.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), keyholder::Error> {
+    /// # let lock = keyholder::Client::open("redis://127.0.0.1/")?.lock("job")?;
+    /// let guard = lock.lock()?;
+    /// let lost = guard.lost_signal();
+    /// for step in 0..100 {
+    ///     if let Ok(reason) = lost.try_recv() {
+    ///         eprintln!("stopping at step {step}: {reason}");
+    ///         break;
+    ///     }
+    ///     // ... one step of guarded work ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
+        let signal = self.hold.lost_signal();
+        if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
+            self.client.watchdog.watch(Arc::clone(&self.hold), K::on_lost(&self.keep));
+        }
+        signal
+    }
+
+    /// True if this hold is known lost: a renewal was refused, a release
+    /// found the lock gone, or the lease deadline passed on the local clock
+    /// without a successful renewal. No I/O.
+    ///
+    /// `false` means no loss is known, not that the lock is certainly still
+    /// held: a lease lock cannot rule out a pause longer than its lease.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Why this hold is known lost, if it is. No I/O.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.hold.lost_reason()
+    }
+
+    /// False once a write of this hold (its acquisition, a re-entry, a
+    /// renewal) was not acknowledged by the replicas the client asks for
+    /// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)):
+    /// a failover to a replica could then lose the lock. Always true when
+    /// the client asks for none. No I/O.
+    pub fn is_replicated(&self) -> bool {
+        self.hold.is_replicated()
+    }
+
+    /// Releases this acquisition, like dropping the guard, but returns the
+    /// outcome. The last guard of a thread's hold frees the lock and wakes
+    /// a waiter; earlier ones decrement the hold count.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) if the hold had
+    /// been lost (lease expired, renewal refused, force-unlocked: the lock
+    /// was gone); [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner) if
+    /// Redis says this thread holds nothing there though no loss was known;
+    /// a Redis failure, in which case the lock, if still held, expires with
+    /// its lease.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release()
+    }
+
+    /// The kind's release, in a `keyholder.release` span.
+    fn release(&self) -> Result<()> {
+        observe::release(&self.hold.name, || K::release(&self.client, &self.keep, &self.hold))
+    }
+}
+
+impl<K: Kind> Drop for Guard<K> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.release() {
+            log::warn!("keyholder: releasing {} '{}' on drop failed: {e}", K::NOUN, self.name());
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Re-entry, for every lock-like kind: which hold the calling thread has,
+//! and taking one more guard of it.
+//!
+//! A hold belongs to a thread (its owner id names the thread) and its guards
+//! never leave that thread, so the record of the thread's live holds is
+//! thread-local, keyed by client, kind and name: no lock, nothing another
+//! thread could see half-done. Entries are weak: a hold lives in its guards
+//! (and the watchdog); a finished one no longer counts and is removed by its
+//! release. The reentrant lock keeps its holds in its entry instead, where
+//! its gate needs them, and shares the rest.
+//!
+//! A re-entry increments the count in Redis, so a call lost in transit is
+//! not simply repeated: where the kind can read its count, the count says
+//! whether it ran (the hold's guards plus one) or not (the guards), and
+//! only then is it sent again, on a new connection. A re-entry that finds
+//! the hold gone marks it lost, and the caller takes a new hold like anyone
+//! else.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::error::{LostReason, Result};
+use crate::holds::hold::Hold;
+
+struct Held {
+    client: u128,
+    /// The kind (its noun: the read and write sides differ).
+    kind: &'static str,
+    name: Arc<str>,
+    hold: Weak<Hold>,
+}
+
+thread_local! {
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's live hold of `name` as `kind` on `client`: not
+/// finished, not known lost, and not being released.
+pub(crate) fn current(client: u128, kind: &'static str, name: &str) -> Option<Arc<Hold>> {
+    unfinished(client, kind, name).filter(|h| !h.is_lost() && !h.is_releasing())
+}
+
+/// The calling thread's latest unfinished hold of `name` as `kind`.
+pub(crate) fn unfinished(client: u128, kind: &'static str, name: &str) -> Option<Arc<Hold>> {
+    // `try_with` (here and below): a guard dropped during thread teardown
+    // must not panic.
+    HELD.try_with(|held| {
+        held.borrow()
+            .iter()
+            .find(|h| h.client == client && h.kind == kind && &*h.name == name)
+            .and_then(|h| h.hold.upgrade())
+            .filter(|h| !h.is_finished())
+    })
+    .ok()
+    .flatten()
+}
+
+/// True when the calling thread has a newer hold of `hold`'s lock as
+/// `kind`: the count in Redis is that hold's, which `hold`'s guards must
+/// not touch.
+pub(crate) fn superseded(client: u128, kind: &'static str, hold: &Hold) -> bool {
+    unfinished(client, kind, &hold.name).is_some_and(|h| h.id != hold.id)
+}
+
+/// Records `hold` as the calling thread's hold of its lock as `kind`,
+/// replacing any earlier one.
+pub(crate) fn set(client: u128, kind: &'static str, hold: &Arc<Hold>) {
+    let _ = HELD.try_with(|held| {
+        let mut held = held.borrow_mut();
+        held.retain(|h| {
+            h.hold.strong_count() > 0 && !(h.client == client && h.kind == kind && h.name == hold.name)
+        });
+        held.push(Held { client, kind, name: Arc::clone(&hold.name), hold: Arc::downgrade(hold) });
+    });
+}
+
+/// Forgets the hold `id` (its last guard was released); a newer hold stays.
+pub(crate) fn forget(id: u64) {
+    let _ = HELD.try_with(|held| held.borrow_mut().retain(|h| h.hold.upgrade().is_some_and(|h| h.id != id)));
+}
+
+/// What a kind's acquire script said to a re-entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reentry {
+    /// Re-entered; with a token minted for a hold that had none, and
+    /// whether the replicas asked for acknowledged it.
+    Acquired { token: Option<u64>, replicated: Option<bool> },
+    /// The owner's field is gone: the hold vanished unnoticed.
+    Gone,
+}
+
+/// How a kind re-enters.
+pub(crate) struct Reenter<F, C> {
+    /// One re-entry script call.
+    pub(crate) attempt: F,
+    /// Reads the owner's count in Redis, to tell whether a re-entry whose
+    /// reply was lost ran; `None` for a kind that cannot tell (it returns
+    /// the error).
+    pub(crate) count: Option<C>,
+    /// The script extends the key's TTL to at least the lease.
+    pub(crate) extends: bool,
+    /// The attempt mints a token (its loss cannot be told from the count).
+    pub(crate) mints: bool,
+}
+
+/// Re-enters `hold`, the thread's live hold: true with one more guard,
+/// false when the hold vanished unnoticed (it is marked lost; the caller
+/// cleans up and takes a new hold).
+pub(crate) fn reenter<F, C>(hold: &Hold, lease_ms: u64, how: Reenter<F, C>) -> Result<bool>
+where
+    F: Fn() -> Result<Reentry>,
+    C: FnOnce() -> Result<Option<u32>>,
+{
+    let Reenter { attempt, count, extends, mints } = how;
+    let mut sent = Instant::now();
+    let mut outcome = attempt();
+    if let Err(e) = &outcome
+        && e.is_transport()
+        && !mints
+        && let Some(count) = count
+    {
+        let guards = hold.guards();
+        outcome = match count()? {
+            Some(c) if c == guards + 1 => Ok(Reentry::Acquired { token: None, replicated: None }),
+            Some(c) if c == guards => {
+                sent = Instant::now();
+                attempt()
+            }
+            None => Ok(Reentry::Gone),
+            Some(_) => outcome,
+        };
+    }
+    match outcome? {
+        Reentry::Acquired { token, replicated } => {
+            if let Some(token) = token {
+                hold.set_token(token);
+            }
+            if replicated == Some(false) {
+                hold.mark_unreplicated();
+            }
+            hold.add_guard();
+            if extends {
+                // The script never shortens the key's TTL on a re-entry.
+                hold.extend_deadline(sent + Duration::from_millis(lease_ms));
+            }
+            Ok(true)
+        }
+        Reentry::Gone => {
+            hold.mark_lost(LostReason::Gone);
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Releasing one guard's share of a hold, for every lock-like kind: what
+//! the release script's answer means for the hold, written once.
+//!
+//! The kind sends its script (latched where a retry could release twice,
+//! see `kinds/latch.rs`); whatever Redis answers, the hold's local state is
+//! cleared with its last guard, so renewal stops and the thread's next
+//! acquisition is a fresh one: a lock still there expires with its lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, LostReason, Result};
+use crate::holds::hold::Hold;
+
+/// What a release script said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// One hold released; others remain.
+    StillHeld,
+    /// The last hold released.
+    Released,
+    /// The owner held nothing there (another owner may hold the lock).
+    NotOwner,
+    /// There was no lock at all (it expired or was force-unlocked).
+    Gone,
+}
+
+/// How one kind releases.
+pub(crate) struct Releasing<N, S, F> {
+    /// Whether the calling thread holds a newer hold of the lock: the count
+    /// in Redis is that hold's. Asked only of a hold known lost.
+    pub(crate) superseded: N,
+    /// A partial release re-applies the lease to the key's TTL.
+    pub(crate) renews: bool,
+    /// Sends the release (`last`: the hold's last guard); its outcome, and
+    /// whether that is a retry's after a lost reply (whose `NotOwner` most
+    /// likely means the first attempt released the lock).
+    pub(crate) send: S,
+    /// Ends the hold locally: no more renewal, no more re-entry.
+    pub(crate) finish: F,
+}
+
+/// Releases one guard's share of `hold`.
+pub(crate) fn release<N, S, F>(hold: &Arc<Hold>, how: Releasing<N, S, F>) -> Result<()>
+where
+    N: FnOnce() -> bool,
+    S: FnOnce(bool) -> (Result<Release>, bool),
+    F: Fn(),
+{
+    let Releasing { superseded, renews, send, finish } = how;
+    if let Some(reason) = hold.lost_reason()
+        && superseded()
+    {
+        // The thread locked again after this hold was lost: leave Redis,
+        // whose count is the new hold's, alone.
+        if hold.drop_guard() == 0 {
+            finish();
+        }
+        return Err(Error::lock_lost(&hold.name, reason));
+    }
+    let last = hold.guards() == 1;
+    if last {
+        hold.start_release();
+    }
+    let sent = Instant::now();
+    let (outcome, retried) = send(last);
+    let guards_left = hold.drop_guard();
+    let result = match outcome {
+        Ok(Release::StillHeld) => {
+            if renews {
+                hold.set_deadline(sent + Duration::from_millis(hold.lease_ms));
+            }
+            // With no guard left, Redis counts more holds than this client
+            // has guards (an acquire whose reply was lost): the hold ends
+            // below, so the orphaned count expires with the lease.
+            Ok(())
+        }
+        Ok(Release::Released) => {
+            if guards_left > 0 {
+                // Redis counted fewer holds than this thread has guards.
+                hold.mark_lost(LostReason::ReleaseFoundGone);
+            }
+            finish();
+            Ok(())
+        }
+        // The first attempt's reply was lost, and it did release.
+        Ok(Release::NotOwner) if retried && hold.lost_reason().is_none() => {
+            finish();
+            Ok(())
+        }
+        Ok(outcome @ (Release::NotOwner | Release::Gone)) => Err(not_owner(hold, outcome == Release::Gone)),
+        Err(e) => Err(e),
+    };
+    if guards_left == 0 {
+        // Whatever Redis did: the lock, if still there, expires with its
+        // lease.
+        finish();
+    }
+    result
+}
+
+/// The error for a release that found `hold` gone (`gone`: no lock at all);
+/// records the loss.
+pub(crate) fn not_owner(hold: &Hold, gone: bool) -> Error {
+    let known = hold.lost_reason();
+    hold.mark_lost(LostReason::ReleaseFoundGone);
+    match known {
+        Some(reason) => Error::lock_lost(&hold.name, reason),
+        None if gone => Error::lock_lost(&hold.name, LostReason::ReleaseFoundGone),
+        None => Error::not_owner(&hold.name),
+    }
+}

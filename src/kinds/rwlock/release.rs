@@ -1,0 +1,59 @@
+//! Releasing a read or write hold: its mode's script with an unlock latch,
+//! and once more with the same request id if the first reply was lost (the
+//! latch makes the retry return the first outcome rather than release
+//! twice). What the answer means for the hold is the family's
+//! (`kinds/family/release.rs`).
+
+use std::sync::Arc;
+
+use crate::client::Inner;
+use crate::error::Result;
+use crate::holds::hold::Hold;
+use crate::kinds::family::reentry;
+use crate::kinds::family::release::{self as released, Releasing};
+use crate::kinds::family::sealed::Core;
+use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
+use crate::kinds::rwlock::{Read, Write};
+use crate::observe;
+
+/// Runs one release of `hold`, latched, retried once if the reply was lost.
+fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
+    let owner = reader_of(hold, write);
+    inner.run_latched(&keys.name, hold.thread, true, |conn, latch| {
+        if write {
+            scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
+        } else {
+            scripts::read_release(&inner.scripts, conn, keys, owner, latch)
+        }
+    })
+}
+
+/// The read owner id of a hold (a write hold's owner ends in `:write`).
+fn reader_of(hold: &Hold, write: bool) -> &str {
+    if write { hold.owner.strip_suffix(":write").unwrap_or(&hold.owner) } else { &hold.owner }
+}
+
+/// Releases one guard's share of `hold`.
+pub(crate) fn release(inner: &Inner, keys: &RwKeys, hold: &Arc<Hold>, write: bool) -> Result<()> {
+    let noun = if write { Write::NOUN } else { Read::NOUN };
+    let client = inner.uuid.as_u128();
+    released::release(
+        hold,
+        Releasing {
+            superseded: || reentry::superseded(client, noun, hold),
+            // The write script re-applies the lease.
+            renews: write,
+            send: |_| (release_in_redis(inner, keys, hold, write), false),
+            finish: || finish(inner, hold),
+        },
+    )
+}
+
+/// Ends a hold locally: no more renewal, no more re-entry.
+pub(crate) fn finish(inner: &Inner, hold: &Hold) {
+    if hold.finish() {
+        observe::hold_ended(&hold.name, hold.acquired_at());
+        inner.forget_hold(hold.id);
+        reentry::forget(hold.id);
+    }
+}
