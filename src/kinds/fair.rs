@@ -310,11 +310,15 @@ impl Fair {
             mint,
         };
         // A re-entry increments a count: not repeated on a fresh connection.
-        let attempt = || match inner.with_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))? {
+        let attempt = || match inner
+            .with_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))?
+        {
             Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
             Acquire::Gone | Acquire::Refused { .. } => Ok(Reentry::Gone),
         };
-        let count = || family::query(&self.client, &self.keys.name, redis::cmd("HGET").arg(&*self.keys.name).arg(owner));
+        let count = || {
+            family::query(&self.client, &self.keys.name, redis::cmd("HGET").arg(&*self.keys.name).arg(owner))
+        };
         reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints: mint })
     }
 

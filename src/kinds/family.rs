@@ -336,7 +336,8 @@ impl<K: Kind> Handle<K> {
         let name = self.kind.name();
         let inner = self.kind.client().inner();
         let (kind, pttl): (String, i64) = inner.with_live_conn(name, |conn| {
-            let reply = conn.query_all(&[redis::cmd("TYPE").arg(&**name), redis::cmd("PTTL").arg(&**name)])?;
+            let reply =
+                conn.query_all(&[redis::cmd("TYPE").arg(&**name), redis::cmd("PTTL").arg(&**name)])?;
             reply.map_err(|e| Error::from_redis(name, e))
         })?;
         match kind.as_str() {
@@ -440,7 +441,11 @@ impl<K: Fenced> Handle<K> {
 }
 
 /// One command about the lock `name`, safe to repeat.
-pub(crate) fn query<T: redis::FromRedisValue>(client: &Client, name: &str, cmd: &mut redis::Cmd) -> Result<T> {
+pub(crate) fn query<T: redis::FromRedisValue>(
+    client: &Client,
+    name: &str,
+    cmd: &mut redis::Cmd,
+) -> Result<T> {
     client.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
 }
 

@@ -292,8 +292,10 @@ impl Reentrant {
             // Another owner has the lock, or nobody has.
             Acquire::Held { .. } | Acquire::Free => Ok(Reentry::Gone),
         };
-        let count = || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(owner));
-        let reentered = reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints })?;
+        let count =
+            || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(owner));
+        let reentered =
+            reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints })?;
         if !reentered {
             // Its guards must not touch whatever hold comes next.
             entry.release_gate(hold.id);

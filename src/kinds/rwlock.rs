@@ -352,7 +352,9 @@ impl Side<'_> {
         if let Some(hold) = reentry::current(inner.uuid.as_u128(), self.noun(), &keys.name) {
             let mint = fenced && hold.token().is_none();
             // A re-entry increments a count: sent once, never repeated.
-            let attempt = || match inner.with_conn(&keys.name, |conn| self.attempt(conn, &owner, lease_ms, mint, None))? {
+            let attempt = || match inner
+                .with_conn(&keys.name, |conn| self.attempt(conn, &owner, lease_ms, mint, None))?
+            {
                 Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
                 Acquire::Refused { .. } | Acquire::Upgrade => Ok(Reentry::Gone),
             };
@@ -496,7 +498,11 @@ impl Side<'_> {
         // timeout keys too.
         let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(inner)) };
         let channel = Some(Arc::from(keys.channel.as_str()));
-        fresh::keep(inner, &hold, Keeping { renew: HashRenewal::of(inner), renew_watchdog, channel, on_lost: None });
+        fresh::keep(
+            inner,
+            &hold,
+            Keeping { renew: HashRenewal::of(inner), renew_watchdog, channel, on_lost: None },
+        );
         Ok(Some(hold))
     }
 

@@ -138,7 +138,9 @@ impl Core for Spin {
             Releasing {
                 superseded: || reentry::superseded(client, Self::NOUN, hold),
                 renews: true,
-                send: |last| if last { release_last(inner, hold) } else { (release_nested(inner, hold), false) },
+                send: |last| {
+                    if last { release_last(inner, hold) } else { (release_nested(inner, hold), false) }
+                },
                 finish: || finish(inner, hold),
             },
         )
@@ -196,7 +198,11 @@ impl Spin {
                     // Nothing is published on a spin lock's force unlock:
                     // nothing to listen on, but this client's finds it here.
                     let renew = HashRenewal::of(inner);
-                    fresh::keep(inner, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
+                    fresh::keep(
+                        inner,
+                        &hold,
+                        Keeping { renew, renew_watchdog: None, channel: None, on_lost: None },
+                    );
                     reentry::set(client, Self::NOUN, &hold);
                     hash_kinds::note(client, HashKind::SpinLock, &hold);
                     return Ok(Some(hold));
@@ -256,7 +262,8 @@ impl Spin {
                 Acquire::Held { .. } | Acquire::Free => Reentry::Gone,
             })
         };
-        let count = || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(&hold.owner));
+        let count =
+            || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(&hold.owner));
         reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints: false })
     }
 

@@ -26,7 +26,11 @@ use crate::wait::entry::{Entry, Successor};
 /// `entry`'s lock, latched and retried once.
 fn release_nested(inner: &Inner, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
     inner.run_latched(&entry.keys.name, thread, true, |conn, latch| {
-        let outcome = scripts::release(&inner.scripts, conn, &release_args(inner, entry, owner, lease_ms, Some(latch)))?;
+        let outcome = scripts::release(
+            &inner.scripts,
+            conn,
+            &release_args(inner, entry, owner, lease_ms, Some(latch)),
+        )?;
         check_replicated(inner, &entry.keys.name, conn.replicated()).map(|()| outcome)
     })
 }
