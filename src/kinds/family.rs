@@ -21,6 +21,7 @@
 //! Semaphores and the count-down latch keep their own vocabulary (permits,
 //! counts), as `tokio` keeps `Semaphore` apart from `Mutex`.
 
+pub(crate) mod contend;
 pub(crate) mod fresh;
 mod guard;
 pub(crate) mod reentry;

@@ -22,10 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Inner};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::holds::renew::OnLost;
+use crate::kinds::family::contend::{self, Bounds, Contended, Contender, Step, Wait};
 use crate::kinds::family::fresh::{self, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::sealed::{Core, Fences};
@@ -303,8 +304,9 @@ impl Reentrant {
         Ok(reentered)
     }
 
-    /// Contends in Redis from the gate, until the acquire script succeeds or
-    /// the deadline passes (`None`).
+    /// Contends in Redis from the gate (`kinds/family/contend.rs`), until
+    /// the acquire script succeeds, a release hands the lock over, or the
+    /// deadline passes (`None`).
     ///
     /// The first refusal subscribes the lock's channels (Redisson's unlock
     /// channel and this client's wake channel) and retries at once; from
@@ -323,16 +325,10 @@ impl Reentrant {
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
         // A channel still lingering from this client's last wait is taken
         // back without a round trip, so the first refusal queues already.
-        let mut subscribed = entry.is_subscribed() || self.resubscribe_lingering(entry);
-        if subscribed {
+        if entry.is_subscribed() || self.resubscribe_lingering(entry) {
             // Messages from before this attempt concern earlier holders.
             entry.clear_wake();
         }
-        // Send time of the last refused attempt that queued this client: a
-        // grant is measured from there (see `granted`).
-        let mut queued_at: Option<Instant> = None;
-        // When a legacy holder's string was first seen without a TTL.
-        let mut no_ttl_since: Option<Instant> = None;
         if let Some(stale) = entry.take_grant()
             && stale.owner != owner
         {
@@ -341,109 +337,24 @@ impl Reentrant {
             // over its place): give it back, which passes it on.
             let _ = release::release_orphan(inner, entry, &stale.owner, lease_ms);
         }
-        // Redis unreachable for a while is waited out (`wait/outage.rs`).
-        let mut outage = inner.outage(block && self.rides_outages);
-        let outcome = loop {
-            let sent = Instant::now();
-            let attempt = Attempt::Fresh { enqueue: subscribed, grantable: !me.fenced };
-            let remaining = match self.try_acquire(entry, owner, lease_ms, attempt) {
-                Ok(Acquire::Acquired { token, replicated }) => {
-                    outage.answered();
-                    // A grant that raced this attempt is the same hold.
-                    entry.take_grant();
-                    return Ok(Some(Won { sent, token, replicated }));
-                }
-                Ok(Acquire::Held { remaining }) => {
-                    outage.answered();
-                    no_ttl_since = None;
-                    remaining
-                }
-                // Only a re-entry is told the lock is free; retry at once.
-                Ok(Acquire::Free) => Some(Duration::ZERO),
-                Err(e) if e.is_legacy_lock_without_ttl() && block => {
-                    // `SETNX` + `EXPIRE` leaves a live holder's key without a
-                    // TTL between its two commands: only a key that stays so
-                    // for the grace period is an error.
-                    let since = *no_ttl_since.get_or_insert(sent);
-                    match (since + LEGACY_NO_TTL_GRACE).checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => Some(left),
-                        _ => break Err(e),
-                    }
-                }
-                // A fresh attempt is safe to repeat: one whose reply was
-                // lost found this owner's field and takes it.
-                Err(e) => match outage.ride(e, deadline) {
-                    Ok(until) => match entry.wait_wake(until) {
-                        Ok(_) => continue,
-                        Err(e) => break Err(e),
-                    },
-                    Err(e) => break Err(e),
-                },
-            };
-            if subscribed {
-                queued_at = Some(sent);
-            }
-            let now = Instant::now();
-            if !block || deadline.is_some_and(|d| now >= d) {
-                break Ok(None);
-            }
-            obs.waiting();
-            // A subscription whose slot moved to another cluster node
-            // hears nothing more: subscribe again, where the slot went.
-            subscribed = subscribed && entry.is_subscribed();
-            if !subscribed {
-                // Subscribe, then try again at once: a release between the
-                // first try and the subscription would otherwise go unheard.
-                match inner.subscribers.subscribe(entry.interest(), deadline) {
-                    Ok(subscription) => entry.keep_subscription(subscription),
-                    Err(e) => match outage.ride(e, deadline) {
-                        Ok(until) => match entry.wait_wake(until) {
-                            Ok(_) => continue,
-                            Err(e) => break Err(e),
-                        },
-                        Err(e) => break Err(e),
-                    },
-                }
-                subscribed = true;
-                entry.clear_wake();
-                continue;
-            }
-            // A key without a TTL (a foreign writer) is re-checked every
-            // watchdog timeout rather than waited on forever.
-            let mut until = now + remaining.unwrap_or(inner.config.watchdog_timeout);
-            if let Some(deadline) = deadline {
-                until = until.min(deadline);
-            }
-            if let Err(e) = entry.wait_wake(until) {
-                break Err(e);
-            }
-            if let Some(grant) = entry.take_grant() {
-                match queued_at.filter(|_| grant.owner == owner) {
-                    Some(queued_at) => {
-                        let sent = granted(&grant, queued_at);
-                        // The releaser's WAIT acknowledged the grant, not
-                        // this thread: confirm it, as an acquisition would.
-                        match inner.confirm_grant(&self.name, owner) {
-                            Ok(Confirm::Held { replicated }) => {
-                                return Ok(Some(Won { sent, token: None, replicated }));
-                            }
-                            // Gone since (expired, deleted): contend again.
-                            Ok(Confirm::Gone) => continue,
-                            Err(e) => break Err(e),
-                        }
-                    }
-                    // Handed to a thread of this client that gave up since:
-                    // give it back, which passes it on.
-                    None => {
-                        let _ = release::release_orphan(inner, entry, &grant.owner, lease_ms);
-                    }
-                }
-            }
+        let mut contender = Contending {
+            lock: self,
+            inner,
+            entry,
+            owner,
+            lease_ms,
+            grantable: !me.fenced,
+            block,
+            no_ttl_since: None,
         };
-        if queued_at.is_some()
-            && !entry.has_queued_threads()
-            && !outcome.as_ref().is_err_and(Error::is_redis_error)
-        {
+        let wait = GateWait { entry, inner };
+        let bounds = Bounds { inner, deadline, block, obs, rides_outages: self.rides_outages };
+        let Contended { outcome, queued_at } = contend::contend(&mut contender, &wait, bounds);
+        let gave_up = match &outcome {
+            Ok(won) => won.is_none(),
+            Err(e) => !e.is_redis_error(),
+        };
+        if gave_up && queued_at.is_some() && !entry.has_queued_threads() {
             // Giving up with no thread of this client behind to take over the
             // place: leave the queue, and pass on a turn (or a lock) this
             // client was given meanwhile. (With Redis failing, the place is
@@ -513,15 +424,6 @@ impl GateRedis for Reentrant {
 /// the key) before failing with `LegacyLockWithoutTtl`.
 pub(crate) const LEGACY_NO_TTL_GRACE: Duration = Duration::from_secs(1);
 
-/// Where a granted hold's lease runs from, on this client's clock: the grant
-/// happened `grant.elapsed` (server time) after the grantee's last refused
-/// attempt reached Redis, which was after `queued_at`, the attempt's send
-/// time; and before the grant was heard. So this instant is never later than
-/// the grant, and the hold's local deadline never later than the server's.
-fn granted(grant: &Grant, queued_at: Instant) -> Instant {
-    queued_at + grant.elapsed.min(grant.received.saturating_duration_since(queued_at))
-}
-
 /// Which kind of acquire attempt.
 #[derive(Debug, Clone, Copy)]
 enum Attempt {
@@ -533,22 +435,103 @@ enum Attempt {
     Fresh { enqueue: bool, grantable: bool },
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The reentrant lock's side of the contention loop.
+struct Contending<'a> {
+    lock: &'a Reentrant,
+    inner: &'a Inner,
+    entry: &'a Arc<Entry>,
+    owner: &'a str,
+    lease_ms: u64,
+    /// A release may hand the lock over (not to a fenced acquisition, which
+    /// mints its token in its own script call).
+    grantable: bool,
+    block: bool,
+    /// When a legacy holder's string was first seen without a TTL.
+    no_ttl_since: Option<Instant>,
+}
 
-    fn grant(elapsed_ms: u64, received: Instant) -> Grant {
-        Grant { owner: "c:1".into(), elapsed: Duration::from_millis(elapsed_ms), received }
+impl Contender for Contending<'_> {
+    fn attempt(&mut self, sent: Instant, listening: bool) -> Result<Step> {
+        // Once the thread listens on its wake channel, a refusal queues
+        // this client in Redis.
+        let attempt = Attempt::Fresh { enqueue: listening, grantable: self.grantable };
+        let refused = |retry_in| Ok(Step::Refused { retry_in, queued: listening });
+        // A fresh attempt is safe to repeat: one whose reply was lost found
+        // this owner's field and takes it.
+        match self.lock.try_acquire(self.entry, self.owner, self.lease_ms, attempt) {
+            Ok(Acquire::Acquired { token, replicated }) => {
+                // A grant that raced this attempt is the same hold.
+                self.entry.take_grant();
+                Ok(Step::Won(Won { sent, token, replicated }))
+            }
+            Ok(Acquire::Held { remaining }) => {
+                self.no_ttl_since = None;
+                refused(remaining)
+            }
+            // Only a re-entry is told the lock is free; retry at once.
+            Ok(Acquire::Free) => refused(Some(Duration::ZERO)),
+            Err(e) if e.is_legacy_lock_without_ttl() && self.block => {
+                // `SETNX` + `EXPIRE` leaves a live holder's key without a
+                // TTL between its two commands: only a key that stays so
+                // for the grace period is an error.
+                let since = *self.no_ttl_since.get_or_insert(sent);
+                match (since + LEGACY_NO_TTL_GRACE).checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => refused(Some(left)),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    #[test]
-    fn a_granted_lease_runs_from_no_later_than_the_grant() {
-        let queued_at = Instant::now();
-        let received = queued_at + Duration::from_millis(40);
-        // The server saw 30 ms pass between the refusal and the grant.
-        assert_eq!(granted(&grant(30, received), queued_at), queued_at + Duration::from_millis(30));
-        // A server clock that jumped ahead is capped by when the grant was heard.
-        assert_eq!(granted(&grant(5_000, received), queued_at), received);
-        assert_eq!(granted(&grant(0, received), queued_at), queued_at);
+    fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
+        match queued_at.filter(|_| grant.owner == self.owner) {
+            Some(queued_at) => {
+                let sent = contend::granted_at(&grant, queued_at);
+                // The releaser's WAIT acknowledged the grant, not this
+                // thread: confirm it, as an acquisition would. Gone since
+                // (expired, deleted): contend again.
+                match self.inner.confirm_grant(&self.lock.name, self.owner)? {
+                    Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
+                    Confirm::Gone => Ok(None),
+                }
+            }
+            // Handed to a thread of this client that gave up since: give it
+            // back, which passes it on.
+            None => {
+                let _ = release::release_orphan(self.inner, self.entry, &grant.owner, self.lease_ms);
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The reentrant lock waits on its entry: the gate's sticky wake-up slot,
+/// woken by the lock's unlock and wake channels and by local releases.
+struct GateWait<'a> {
+    entry: &'a Arc<Entry>,
+    inner: &'a Inner,
+}
+
+impl Wait for GateWait<'_> {
+    fn is_subscribed(&self) -> bool {
+        // A subscription whose slot moved to another cluster node hears
+        // nothing more: it is subscribed again, where the slot went.
+        self.entry.is_subscribed()
+    }
+
+    fn subscribe(&self, deadline: Option<Instant>) -> Result<()> {
+        let subscription = self.inner.subscribers.subscribe(self.entry.interest(), deadline)?;
+        self.entry.keep_subscription(subscription);
+        self.entry.clear_wake();
+        Ok(())
+    }
+
+    fn wait(&self, _seen: u64, until: Instant) -> Result<()> {
+        self.entry.wait_wake(until).map(|_| ())
+    }
+
+    fn take_grant(&self) -> Option<Grant> {
+        self.entry.take_grant()
     }
 }

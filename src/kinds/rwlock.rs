@@ -42,7 +42,8 @@ use std::time::Instant;
 use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::kinds::family::fresh::{self, Keeping};
+use crate::kinds::family::contend::{self, Bounds, Contender, OnChannel, Step};
+use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::sealed::{Core, Fences};
 use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
@@ -398,99 +399,25 @@ impl Side<'_> {
         lease_ms: u64,
         obs: &observe::Acquire<'_>,
     ) -> Result<Option<Arc<Hold>>> {
-        let Want { deadline, block, fenced } = want;
+        let Want { deadline, block, .. } = want;
         let inner = self.inner();
         let keys = &self.shared.keys;
         let wait = inner.channel_wait(&keys.name, &keys.channel);
-        let watchdog = inner.config.watchdog_timeout;
-        // Whether this writer may be recorded among the waiting writers.
-        let mut waiting = false;
-        // Redis unreachable for a while is waited out (`wait/outage.rs`).
-        let mut outage = inner.outage(block);
-        let outcome = loop {
-            if let Err(e) = inner.check_running() {
-                break Err(e);
-            }
-            let seen = wait.seen();
-            // A writer that will wait is recorded as waiting, for at most
-            // its next sleep (it re-checks at least every watchdog timeout;
-            // before its first sleep it subscribes and retries at once).
-            let will_wait = block && deadline.is_none_or(|d| Instant::now() < d);
-            let waiting_ms = (self.write && will_wait).then(|| {
-                let left = deadline.map_or(watchdog, |d| d.saturating_duration_since(Instant::now()));
-                crate::lease::millis_ceil(left.min(watchdog))
-            });
-            let sent = Instant::now();
-            let attempt =
-                inner.with_conn(&keys.name, |conn| self.attempt(conn, owner, lease_ms, fenced, waiting_ms));
-            if attempt.is_ok() {
-                outage.answered();
-            }
-            let retry_in = match attempt {
-                Ok(Acquire::Acquired { token, replicated }) => {
-                    let acquisition = Acquisition {
-                        owner: if self.write { scripts::write_owner(owner) } else { owner.to_owned() },
-                        thread,
-                        lease: self.lease,
-                        lease_ms,
-                        token,
-                        sent,
-                    };
-                    break Ok(Some((acquisition, replicated)));
-                }
-                Ok(Acquire::Upgrade) => break Err(upgrade_refused(&keys.name)),
-                Ok(Acquire::Refused { retry_in }) => {
-                    waiting |= waiting_ms.is_some();
-                    retry_in
-                }
-                Err(e) => {
-                    if e.is_transport() {
-                        // The acquire may have run with its reply lost: give
-                        // back what it may have taken (one attempt).
-                        self.release_orphan(owner);
-                    }
-                    match outage.ride(e, deadline) {
-                        Ok(until) => {
-                            wait.wait_past(seen, until);
-                            continue;
-                        }
-                        Err(e) => break Err(e),
-                    }
-                }
-            };
-            let now = Instant::now();
-            if !block || deadline.is_some_and(|d| now >= d) {
-                break Ok(None);
-            }
-            if !wait.is_subscribed() {
-                // Subscribe, then try again at once: a release between the
-                // first try and the subscription would otherwise go unheard.
-                if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
-                    match outage.ride(e, deadline) {
-                        Ok(until) => wait.wait_past(seen, until),
-                        Err(e) => break Err(e),
-                    };
-                }
-                continue;
-            }
-            let mut bound = retry_in.unwrap_or(watchdog);
-            if self.write {
-                bound = bound.min(watchdog);
-            }
-            let until = deadline.map_or(now + bound, |d| d.min(now + bound));
-            obs.waiting();
-            wait.wait_past(seen, until);
-        };
-        let acquired = matches!(outcome, Ok(Some(_)));
-        if waiting && !acquired {
+        let mut contender = Contending { side: self, owner, lease_ms, want, waiting: false };
+        let wait = OnChannel { wait: &wait, subscribers: &inner.subscribers };
+        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let outcome = contend::contend(&mut contender, &wait, bounds).outcome;
+        if contender.waiting && !matches!(outcome, Ok(Some(_))) {
             // Stop holding readers back; wake them if this was the last
             // waiting writer.
             let _ = inner.with_live_conn(&keys.name, |conn| {
                 scripts::write_withdraw(&inner.scripts, conn, keys, owner)
             });
         }
-        let Some((acquisition, replicated)) = outcome? else { return Ok(None) };
+        let Some(Won { sent, token, replicated }) = outcome? else { return Ok(None) };
         fresh::refuse_unreplicated(inner, &keys.name, replicated, || self.release_orphan(owner))?;
+        let owner = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
+        let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
         let hold = fresh::hold(inner, self.noun(), &keys.name, acquisition, replicated);
         reentry::set(inner.uuid.as_u128(), self.noun(), &hold);
         // Both sides' force unlocks publish on the lock's channel; every
@@ -520,6 +447,55 @@ impl Side<'_> {
                 scripts::read_release(&inner.scripts, conn, keys, owner, latch)
             }
         });
+    }
+}
+
+/// A side's part in the contention loop.
+struct Contending<'a> {
+    side: &'a Side<'a>,
+    owner: &'a str,
+    lease_ms: u64,
+    want: Want,
+    /// Whether this writer may be recorded among the waiting writers.
+    waiting: bool,
+}
+
+impl Contender for Contending<'_> {
+    fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
+        let Want { deadline, block, fenced } = self.want;
+        let (side, inner) = (self.side, self.side.inner());
+        inner.check_running()?;
+        let watchdog = inner.config.watchdog_timeout;
+        // A writer that will wait is recorded as waiting, for at most its
+        // next sleep (it re-checks at least every watchdog timeout; before
+        // its first sleep it subscribes and retries at once).
+        let will_wait = block && deadline.is_none_or(|d| sent < d);
+        let waiting_ms = (side.write && will_wait).then(|| {
+            let left = deadline.map_or(watchdog, |d| d.saturating_duration_since(sent));
+            crate::lease::millis_ceil(left.min(watchdog))
+        });
+        let name = &side.shared.keys.name;
+        let attempt =
+            inner.with_conn(name, |conn| side.attempt(conn, self.owner, self.lease_ms, fenced, waiting_ms));
+        match attempt {
+            Ok(Acquire::Acquired { token, replicated }) => Ok(Step::Won(Won { sent, token, replicated })),
+            Ok(Acquire::Upgrade) => Err(upgrade_refused(name)),
+            Ok(Acquire::Refused { retry_in }) => {
+                self.waiting |= waiting_ms.is_some();
+                // A waiting writer's record goes stale after its bound.
+                let retry_in =
+                    if side.write { Some(retry_in.unwrap_or(watchdog).min(watchdog)) } else { retry_in };
+                Ok(Step::Refused { retry_in, queued: false })
+            }
+            Err(e) => {
+                if e.is_transport() {
+                    // The acquire may have run with its reply lost: give
+                    // back what it may have taken (one attempt).
+                    side.release_orphan(self.owner);
+                }
+                Err(e)
+            }
+        }
     }
 }
 

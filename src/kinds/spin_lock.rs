@@ -22,6 +22,7 @@ mod back_off;
 mod scripts;
 
 pub use back_off::BackOff;
+use back_off::Sleeps;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +31,8 @@ use crate::client::{Client, Inner};
 use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
-use crate::kinds::family::fresh::{self, Keeping};
+use crate::kinds::family::contend::{self, Bounds, Contender, Sleep, Step};
+use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release::{self as released, Releasing};
 use crate::kinds::family::sealed::Core;
@@ -176,78 +178,34 @@ impl Spin {
             return Ok(Some(hold));
         }
         hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
-        let mut sleeps = self.back_off.sleeps();
-        // Redis unreachable for a while is waited out (`wait/outage.rs`).
-        let mut outage = inner.outage(block);
-        loop {
-            inner.check_running()?;
-            let sent = Instant::now();
-            let attempt = inner.with_live_conn(&self.name, |conn| {
-                scripts::acquire(&inner.scripts, conn, &self.name, lease_ms, &owner, Mode::Fresh)
-            });
-            if attempt.is_ok() {
-                outage.answered();
+        let mut spinning =
+            Spinning { spin: self, inner, owner: &owner, lease_ms, sleeps: self.back_off.sleeps() };
+        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let won = match contend::contend(&mut spinning, &Sleep, bounds).outcome {
+            Ok(Some(won)) => won,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
+                    // The script may have run with its reply lost: give back
+                    // what it may have taken, in one attempt.
+                    self.give_back(inner, &owner, lease_ms);
+                }
+                return Err(e);
             }
-            let remaining = match attempt {
-                Ok(Acquire::Acquired { replicated }) => {
-                    fresh::refuse_unreplicated(inner, &self.name, replicated, || {
-                        self.give_back(inner, &owner, lease_ms);
-                    })?;
-                    let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-                    let hold = fresh::hold(inner, Self::NOUN, &self.name, acquisition, replicated);
-                    // Nothing is published on a spin lock's force unlock:
-                    // nothing to listen on, but this client's finds it here.
-                    let renew = HashRenewal::of(inner);
-                    fresh::keep(
-                        inner,
-                        &hold,
-                        Keeping { renew, renew_watchdog: None, channel: None, on_lost: None },
-                    );
-                    reentry::set(client, Self::NOUN, &hold);
-                    hash_kinds::note(client, HashKind::SpinLock, &hold);
-                    return Ok(Some(hold));
-                }
-                Ok(Acquire::Held { remaining }) => Ok(remaining),
-                Ok(Acquire::Free) => Ok(Some(Duration::ZERO)),
-                // A fresh attempt is safe to repeat: one whose reply was
-                // lost found this owner's field and takes it. With nothing
-                // to wake it, the outage's back-off is the pause.
-                Err(e) => match outage.ride(e, deadline) {
-                    Ok(until) => Err(until),
-                    Err(e) => {
-                        if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
-                            // The script may have run with its reply lost:
-                            // give back what it may have taken, in one attempt.
-                            self.give_back(inner, &owner, lease_ms);
-                        }
-                        return Err(e);
-                    }
-                },
-            };
-            let now = Instant::now();
-            let pause = match remaining {
-                Err(until) => until.saturating_duration_since(now),
-                Ok(remaining) => {
-                    if !block || deadline.is_some_and(|d| now >= d) {
-                        return Ok(None);
-                    }
-                    obs.waiting();
-                    // The back-off, but never past the holder's lease (it is
-                    // free then at the latest) nor past the deadline.
-                    let mut pause = sleeps.next_sleep();
-                    if let Some(remaining) = remaining {
-                        pause = pause.min(remaining.max(Duration::from_millis(1)));
-                    }
-                    if let Some(deadline) = deadline {
-                        pause = pause.min(deadline.saturating_duration_since(now));
-                    }
-                    pause
-                }
-            };
-            // The one sleep between tries in keyholder: a spin lock has
-            // nothing to wait on (see the module docs).
-            std::thread::sleep(pause);
-        }
+        };
+        let Won { sent, replicated, .. } = won;
+        fresh::refuse_unreplicated(inner, &self.name, replicated, || {
+            self.give_back(inner, &owner, lease_ms)
+        })?;
+        let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
+        let hold = fresh::hold(inner, Self::NOUN, &self.name, acquisition, replicated);
+        // Nothing is published on a spin lock's force unlock: nothing to
+        // listen on, but this client's finds the hold here.
+        let renew = HashRenewal::of(inner);
+        fresh::keep(inner, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
+        reentry::set(client, Self::NOUN, &hold);
+        hash_kinds::note(client, HashKind::SpinLock, &hold);
+        Ok(Some(hold))
     }
 
     /// Re-enters the thread's live `hold` (see `kinds/family/reentry.rs`):
@@ -273,6 +231,40 @@ impl Spin {
         let _ = inner.with_live_conn(&self.name, |conn| {
             scripts::release(&inner.scripts, conn, &self.name, lease_ms, owner, None)
         });
+    }
+}
+
+/// The spin lock's side of the contention loop: a refused thread sleeps
+/// its back-off, never past the holder's lease (the lock is free then at
+/// the latest).
+struct Spinning<'a> {
+    spin: &'a Spin,
+    inner: &'a Inner,
+    owner: &'a str,
+    lease_ms: u64,
+    sleeps: Sleeps,
+}
+
+impl Contender for Spinning<'_> {
+    fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
+        let (inner, name) = (self.inner, &self.spin.name);
+        inner.check_running()?;
+        // A fresh attempt is safe to repeat: one whose reply was lost found
+        // this owner's field and takes it. With nothing to wake it, the
+        // outage's back-off is the pause.
+        let outcome = inner.with_live_conn(name, |conn| {
+            scripts::acquire(&inner.scripts, conn, name, self.lease_ms, self.owner, Mode::Fresh)
+        })?;
+        let remaining = match outcome {
+            Acquire::Acquired { replicated } => return Ok(Step::Won(Won { sent, token: None, replicated })),
+            Acquire::Held { remaining } => remaining,
+            Acquire::Free => Some(Duration::ZERO),
+        };
+        let mut pause = self.sleeps.next_sleep();
+        if let Some(remaining) = remaining {
+            pause = pause.min(remaining.max(Duration::from_millis(1)));
+        }
+        Ok(Step::Refused { retry_in: Some(pause), queued: false })
     }
 }
 
