@@ -245,16 +245,11 @@ impl ChannelWait {
                 st.tickets -= 1;
                 return true;
             }
-            if self.shared.woken.wait_until(&mut st, until).timed_out() {
-                if st.wakeups != seen {
-                    return true;
-                }
-                if st.tickets > 0 {
-                    st.tickets -= 1;
-                    return true;
-                }
+            if Instant::now() >= until {
                 return false;
             }
+            // Woken or timed out, look again: a ticket may be left over.
+            self.shared.woken.wait_until(&mut st, until);
         }
     }
 
@@ -323,7 +318,15 @@ mod tests {
         rx
     }
 
-    fn woken(rx: &mpsc::Receiver<bool>, n: usize) -> usize {
+    /// How many of `n` threads waiting on `wakes` (each at most `bound`)
+    /// `send` wakes. One more thread is in the loop but never sleeps, and
+    /// leaves after the message, taking its ticket along.
+    fn woken_by(wakes: Wakes, n: usize, bound: Duration, send: impl FnOnce(&Shared)) -> usize {
+        let waits = waits();
+        let awake = join(&waits, wakes);
+        let rx = waiting(&waits, wakes, n, bound);
+        send(shared(&awake));
+        drop(awake);
         (0..n).filter(|_| rx.recv_timeout(LIMIT * 2).expect("a waiter never returned")).count()
     }
 
@@ -365,32 +368,14 @@ mod tests {
 
     #[test]
     fn one_message_wakes_every_waiting_thread_of_a_wake_all_channel() {
-        let waits = waits();
-        let probe = join(&waits, Wakes::All);
-        let rx = waiting(&waits, Wakes::All, 3, LIMIT);
-        shared(&probe).message("0");
-        assert_eq!(woken(&rx, 3), 3);
+        assert_eq!(woken_by(Wakes::All, 3, LIMIT, |s| s.message("0")), 3);
     }
 
     #[test]
-    fn a_permit_count_wakes_at_most_that_many_threads() {
-        let waits = waits();
-        let probe = join(&waits, Wakes::Permits);
-        let rx = waiting(&waits, Wakes::Permits, 4, Duration::from_millis(300));
-        shared(&probe).message("2");
-        // The probe never waits, so two of the four sleeping threads wake.
-        drop(probe);
-        assert_eq!(woken(&rx, 4), 2);
-    }
-
-    #[test]
-    fn a_count_past_the_waiting_threads_wakes_each_once() {
-        let waits = waits();
-        let rx = waiting(&waits, Wakes::Permits, 3, LIMIT);
-        let probe = join(&waits, Wakes::Permits);
-        shared(&probe).message("1000");
-        drop(probe);
-        assert_eq!(woken(&rx, 3), 3);
+    fn a_permit_count_wakes_at_most_that_many_threads_each_once() {
+        let short = Duration::from_millis(300);
+        assert_eq!(woken_by(Wakes::Permits, 4, short, |s| s.message("2")), 2);
+        assert_eq!(woken_by(Wakes::Permits, 3, LIMIT, |s| s.message("1000")), 3);
     }
 
     #[test]
@@ -421,11 +406,7 @@ mod tests {
 
     #[test]
     fn a_reconnect_wakes_every_thread_even_on_a_permit_channel() {
-        let waits = waits();
-        let probe = join(&waits, Wakes::Permits);
-        let rx = waiting(&waits, Wakes::Permits, 3, LIMIT);
-        shared(&probe).notify();
-        assert_eq!(woken(&rx, 3), 3);
+        assert_eq!(woken_by(Wakes::Permits, 3, LIMIT, Waiters::notify), 3);
     }
 
     #[test]
