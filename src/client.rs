@@ -41,7 +41,7 @@ use crate::store::primary::Node;
 use crate::store::routes::Routes;
 use crate::store::scripts::Scripts;
 use crate::store::slots::{Addr, key_slot};
-use crate::wait::channel::ChannelWait;
+use crate::wait::channel::{ChannelWait, ChannelWaits, Wakes};
 use crate::wait::entry::Entry;
 use crate::wait::outage::{self, Outage, OutageClock};
 
@@ -93,7 +93,7 @@ pub(crate) struct Inner {
     /// Itself, for the renewers and waits that must not keep it alive.
     this: Weak<Inner>,
     /// The channel waits in use, by channel (see `wait/channel.rs`).
-    waits: Mutex<HashMap<String, Weak<ChannelWait>>>,
+    pub(crate) waits: ChannelWaits,
     pub(crate) uuid: uuid::Uuid,
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
@@ -299,7 +299,7 @@ impl Client {
         subscribers.set_holders(Arc::clone(&foreign) as _);
         let inner = Arc::new_cyclic(|this| Inner {
             this: Weak::clone(this),
-            waits: Mutex::new(HashMap::new()),
+            waits: ChannelWaits::default(),
             uuid,
             id: uuid.to_string(),
             config,
@@ -708,9 +708,6 @@ impl Inner {
         Weak::clone(&self.this)
     }
 
-    /// The wait on `channel` for the object `name`, shared by this client's
-    /// threads waiting there (one subscription for all of them); made on
-    /// first use, dropped with its last waiter.
     /// A call's ride through outages (see `wait/outage.rs`): for at most
     /// the client's outage budget if the call `waits`, else none (every
     /// error returned at once). Failures further apart than a waiter's
@@ -721,18 +718,11 @@ impl Inner {
         Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
     }
 
-    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
-        let mut waits = self.waits.lock();
-        if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {
-            return wait;
-        }
-        let wait = Arc::new(ChannelWait::new(Arc::clone(name), channel.to_owned()));
-        waits.insert(channel.to_owned(), Arc::downgrade(&wait));
-        if waits.len() > MIN_SWEEP_AT && waits.len().is_power_of_two() {
-            // Forget waits nobody uses: amortised O(1).
-            waits.retain(|_, w| w.strong_count() > 0);
-        }
-        wait
+    /// A place among this client's threads waiting on `channel` for the
+    /// object `name`, where every message wakes them all (one subscription
+    /// for all of them; see `wait/channel.rs`).
+    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> ChannelWait {
+        self.waits.join(name, channel, Wakes::All)
     }
 
     /// The primary moved (a Sentinel failover): retire every command

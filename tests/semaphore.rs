@@ -11,8 +11,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::child::{self, ChildProcess};
-use common::{RedisServer, ServerExt, command_calls, exists, recv_within, spawn, wait_numsub};
-use keyholder::{Client, ErrorKind, Lease, PermitId};
+use common::{
+    RedisServer, ServerExt, calls_of, command_calls, eventually, exists, recv_within, spawn, wait_numsub,
+};
+use keyholder::{Client, ErrorKind, Lease, PermitId, SemaphorePermits};
 
 const SECOND: Duration = Duration::from_secs(1);
 const CHILD_URL: &str = "KEYHOLDER_TEST_SEM_CHILD_URL";
@@ -387,6 +389,59 @@ fn a_java_release_wakes_a_keyholder_waiter() {
         .invoke(&mut con)
         .unwrap();
     assert_eq!(recv_within(&rx, 15 * SECOND, "the waiter"), Some(1));
+}
+
+/// Script calls (`EVALSHA`, and `EVAL` for a script not cached yet) since
+/// the server started.
+fn script_calls(con: &mut redis::Connection) -> i64 {
+    calls_of(con, "evalsha") + calls_of(con, "eval")
+}
+
+/// A Java service's release of `permits`: the count raised and the new count
+/// published, as Redisson's release script does (sent as plain commands, so
+/// that the test's own release is no script call).
+fn java_release(con: &mut redis::Connection, name: &str, permits: i64) {
+    let count: i64 = redis::cmd("INCRBY").arg(name).arg(permits).query(con).unwrap();
+    let _: i64 = redis::cmd("PUBLISH").arg(sem_channel(name)).arg(count).query(con).unwrap();
+}
+
+#[test]
+fn a_release_wakes_only_as_many_local_waiters_as_it_gives_permits() {
+    // Six threads of one client wait for a permit each. Each tries twice
+    // (before and right after the subscription) and sleeps. A release of 2
+    // wakes two of them, not six: two more script calls, both winning. The
+    // four others sleep on until a release of 4 wakes exactly them.
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let sem = client.semaphore("herd").unwrap();
+    assert!(sem.try_acquire(1).unwrap().is_none(), "no permits yet (this also caches the script)");
+    let before = script_calls(&mut con);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..6 {
+        let (sem, tx) = (sem.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(sem.try_acquire_for(1, 60 * SECOND).unwrap().map(SemaphorePermits::forget));
+        });
+    }
+    assert!(
+        eventually(20 * SECOND, || script_calls(&mut con) - before == 12),
+        "the six waiters never settled: {} script calls",
+        script_calls(&mut con) - before
+    );
+
+    java_release(&mut con, "herd", 2);
+    for _ in 0..2 {
+        assert_eq!(rx.recv_timeout(20 * SECOND).unwrap(), Some(1), "a woken waiter took its permit");
+    }
+    assert_eq!(script_calls(&mut con) - before, 12 + 2, "only two waiters were woken by two permits");
+
+    java_release(&mut con, "herd", 4);
+    for _ in 0..4 {
+        assert_eq!(rx.recv_timeout(20 * SECOND).unwrap(), Some(1), "a woken waiter took its permit");
+    }
+    assert_eq!(script_calls(&mut con) - before, 12 + 2 + 4, "each waiter was woken once");
+    assert_eq!(sem.available_permits().unwrap(), 0);
 }
 
 #[test]

@@ -487,7 +487,7 @@ impl Contender for Contending<'_> {
     fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
         match queued_at.filter(|_| grant.owner == self.owner) {
             Some(queued_at) => {
-                let sent = contend::granted_at(&grant, queued_at);
+                let sent = grant.granted_at(queued_at);
                 // The releaser's WAIT acknowledged the grant, not this
                 // thread: confirm it, as an acquisition would. Gone since
                 // (expired, deleted): contend again.

@@ -23,7 +23,6 @@
 //! The kind's clean-up (leaving a queue, giving back an acquisition whose
 //! reply was lost) follows the loop, in the kind, which knows its keys.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
@@ -168,19 +167,10 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
     Contended { outcome, queued_at }
 }
 
-/// Where a granted hold's lease runs from, on this client's clock: the grant
-/// happened `grant.elapsed` (server time) after the grantee's last refused
-/// attempt reached Redis, which was after `queued_at`, the attempt's send
-/// time; and before the grant was heard. So this instant is never later than
-/// the grant, and the hold's local deadline never later than the server's.
-pub(crate) fn granted_at(grant: &Grant, queued_at: Instant) -> Instant {
-    queued_at + grant.elapsed.min(grant.received.saturating_duration_since(queued_at))
-}
-
 /// A wait on a `ChannelWait`: the fair lock's own channels, the read-write
 /// lock's shared one.
 pub(crate) struct OnChannel<'a> {
-    pub(crate) wait: &'a Arc<ChannelWait>,
+    pub(crate) wait: &'a ChannelWait,
     pub(crate) subscribers: &'a Subscribers,
 }
 
@@ -201,6 +191,10 @@ impl Wait for OnChannel<'_> {
         self.wait.wait_past(seen, until);
         Ok(())
     }
+
+    fn take_grant(&self) -> Option<Grant> {
+        self.wait.take_grant()
+    }
 }
 
 /// The spin lock's wait: no channel at all, a sleep.
@@ -220,25 +214,5 @@ impl Wait for Sleep {
         // to wait on (see `kinds/spin_lock.rs`).
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn grant(elapsed_ms: u64, received: Instant) -> Grant {
-        Grant { owner: "c:1".into(), elapsed: Duration::from_millis(elapsed_ms), received }
-    }
-
-    #[test]
-    fn a_granted_lease_runs_from_no_later_than_the_grant() {
-        let queued_at = Instant::now();
-        let received = queued_at + Duration::from_millis(40);
-        // The server saw 30 ms pass between the refusal and the grant.
-        assert_eq!(granted_at(&grant(30, received), queued_at), queued_at + Duration::from_millis(30));
-        // A server clock that jumped ahead is capped by when the grant was heard.
-        assert_eq!(granted_at(&grant(5_000, received), queued_at), received);
-        assert_eq!(granted_at(&grant(0, received), queued_at), queued_at);
     }
 }

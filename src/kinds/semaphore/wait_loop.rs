@@ -3,7 +3,9 @@
 //! Try; if refused, subscribe to the object's channel (once per client,
 //! through [`ChannelWait`](crate::wait::channel::ChannelWait)) and try again
 //! at once, since a release between the first try and the subscription
-//! would otherwise go unheard; then sleep until a message on the channel,
+//! would otherwise go unheard; then sleep until a message on the channel
+//! (a semaphore's wakes at most as many of the client's threads as it
+//! counts permits, see [`Wakes`]),
 //! the bound the refusal gave (a permit's expiry), the caller's deadline, or
 //! at most [`recheck`] without any of these, and try again. Java's blocking
 //! calls wait for a message without limit; the re-check bound makes a
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::client::Inner;
 use crate::error::Result;
 use crate::observe;
-use crate::wait::channel::ChannelWait;
+use crate::wait::channel::{ChannelWait, Wakes};
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<T> {
@@ -53,7 +55,8 @@ impl Patience {
     }
 }
 
-/// Runs a semaphore's acquire through `wait_for` inside a
+/// Runs a semaphore's acquire through `wait_for` (on a channel of
+/// [`Wakes::Permits`]) inside a
 /// `keyholder.acquire` span, counted by the acquire metrics (see
 /// docs/observability.md): the semaphore's name as the lock.
 pub(crate) fn observed<T>(
@@ -64,7 +67,8 @@ pub(crate) fn observed<T>(
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let obs = observe::Acquire::start(name, patience.mode());
-    let outcome = obs.in_scope(|| wait_for_observed(inner, name, channel, patience, Some(&obs), attempt));
+    let on = On { name, channel, wakes: Wakes::Permits };
+    let outcome = obs.in_scope(|| wait_for_observed(inner, &on, patience, Some(&obs), attempt));
     obs.finish(|| match &outcome {
         Ok(Some(_)) => observe::AcquireOutcome::Acquired { reentrant: false },
         Ok(None) if matches!(patience, Patience::Once) => observe::AcquireOutcome::Busy,
@@ -80,7 +84,8 @@ pub(crate) fn recheck(inner: &Inner) -> Duration {
 }
 
 /// Runs `attempt` until it wins or `patience` runs out (`Ok(None)`),
-/// sleeping on `channel` between attempts.
+/// sleeping on `channel` between attempts, where every message wakes every
+/// waiting thread (the latch's).
 pub(crate) fn wait_for<T>(
     inner: &Inner,
     name: &Arc<str>,
@@ -88,18 +93,25 @@ pub(crate) fn wait_for<T>(
     patience: Patience,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    wait_for_observed(inner, name, channel, patience, None, attempt)
+    wait_for_observed(inner, &On { name, channel, wakes: Wakes::All }, patience, None, attempt)
+}
+
+/// The channel a loop sleeps on, and what its messages say.
+struct On<'a> {
+    name: &'a Arc<str>,
+    channel: &'a str,
+    wakes: Wakes,
 }
 
 fn wait_for_observed<T>(
     inner: &Inner,
-    name: &Arc<str>,
-    channel: &str,
+    on: &On<'_>,
     patience: Patience,
     obs: Option<&observe::Acquire<'_>>,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    let mut wait: Option<Arc<ChannelWait>> = None;
+    let mut wait: Option<ChannelWait> = None;
+    let join = || inner.waits.join(on.name, on.channel, on.wakes);
     let (waits, deadline) = match patience {
         Patience::Once => (false, None),
         Patience::Until(deadline) => (true, Some(deadline)),
@@ -121,7 +133,7 @@ fn wait_for_observed<T>(
             }
             Err(e) => {
                 let until = outage.ride(e, deadline)?;
-                let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+                let wait = wait.get_or_insert_with(join);
                 wait.wait_past(seen.unwrap_or_else(|| wait.seen()), until);
                 continue;
             }
@@ -130,7 +142,7 @@ fn wait_for_observed<T>(
         if !waits || deadline.is_some_and(|d| now >= d) {
             return Ok(None);
         }
-        let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+        let wait = wait.get_or_insert_with(join);
         if !wait.is_subscribed() {
             if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
                 let until = outage.ride(e, deadline)?;
