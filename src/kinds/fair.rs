@@ -46,6 +46,7 @@ use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::family::contend::{self, Bounds, Contended, Contender, OnChannel, Step};
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release::{self as released, Releasing};
@@ -56,6 +57,7 @@ use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
 use crate::observe;
 use crate::owner;
+use crate::pubsub::subscriber::Grant;
 use crate::wait::channel::ChannelWait;
 
 use scripts::{Acquire, AcquireArgs, Attempt, FairKeys, Release};
@@ -370,71 +372,10 @@ impl Fair {
         // Channels still lingering from this thread's last wait are taken
         // back without a round trip: the first refusal can sleep at once.
         wait.resume(&inner.subscribers);
-        let mut queued_at = None;
-        // Redis unreachable for a while is waited out (`wait/outage.rs`).
-        let mut outage = inner.outage(true);
-        let outcome = loop {
-            let seen = wait.seen();
-            let sent = Instant::now();
-            let attempt = self.attempt(owner, lease_ms, Some(ticket));
-            if attempt.is_ok() {
-                outage.answered();
-            }
-            let retry_in = match attempt {
-                Ok(Acquire::Acquired { token, replicated }) => {
-                    break Ok(Some(Won { sent, token, replicated }));
-                }
-                Ok(Acquire::Refused { retry_in }) => retry_in,
-                // Only a re-entry is told its field is gone.
-                Ok(Acquire::Gone) => Duration::from_millis(1),
-                // A fresh attempt is safe to repeat (see `attempt`).
-                Err(e) => match outage.ride(e, deadline) {
-                    Ok(until) => {
-                        wait.wait_past(seen, until);
-                        continue;
-                    }
-                    Err(e) => break Err(e),
-                },
-            };
-            queued_at = Some(sent);
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                break Ok(None);
-            }
-            obs.waiting();
-            if !wait.is_subscribed() {
-                // Subscribe, then try again at once: a wake-up between the
-                // attempt and the subscription would otherwise go unheard.
-                if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
-                    match outage.ride(e, deadline) {
-                        Ok(until) => wait.wait_past(seen, until),
-                        Err(e) => break Err(e),
-                    };
-                }
-                continue;
-            }
-            let mut until = now + retry_in;
-            if let Some(deadline) = deadline {
-                until = until.min(deadline);
-            }
-            wait.wait_past(seen, until);
-            if let (Some(grant), Some(queued_at)) = (wait.take_grant(), queued_at)
-                && expected.as_deref() == Some(grant.owner.as_str())
-            {
-                // Handed over by the release: held since about then. The
-                // releaser's WAIT acknowledged the grant, not this thread:
-                // confirm it, as an acquisition would.
-                let sent = grant.granted_at(queued_at);
-                match inner.confirm_grant(name, owner) {
-                    Ok(Confirm::Held { replicated }) => {
-                        break Ok(Some(Won { sent, token: None, replicated }));
-                    }
-                    // Gone since (expired, deleted): take a turn again.
-                    Ok(Confirm::Gone) => continue,
-                    Err(e) => break Err(e),
-                }
-            }
-        };
+        let mut queueing = Queueing { fair: self, inner, owner, lease_ms, ticket, expected };
+        let on_channel = OnChannel { wait: &wait, subscribers: &inner.subscribers };
+        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let Contended { outcome, queued_at } = contend::contend(&mut queueing, &on_channel, bounds);
         drop(wait);
         match outcome {
             Ok(None) => {
@@ -476,6 +417,48 @@ impl Fair {
         let _ = inner.with_live_conn(&self.keys.name, |conn| {
             scripts::release(&inner.scripts, conn, &self.keys, owner, lease_ms, latch)
         });
+    }
+}
+
+/// A waiter's side of the contention loop: every attempt takes (or keeps)
+/// its place in the queue; a grant on its own channel for this call's
+/// ticket is the lock.
+struct Queueing<'a> {
+    fair: &'a Fair,
+    inner: &'a Inner,
+    owner: &'a str,
+    lease_ms: u64,
+    /// This call's number, when it accepts a grant (unfenced).
+    ticket: Option<u64>,
+    /// The grant's owner that means this call: `<owner>/<ticket>`.
+    expected: Option<String>,
+}
+
+impl Contender for Queueing<'_> {
+    fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
+        // A fresh attempt is safe to repeat (see `Fair::attempt`).
+        let retry_in = match self.fair.attempt(self.owner, self.lease_ms, Some(self.ticket))? {
+            Acquire::Acquired { token, replicated } => return Ok(Step::Won(Won { sent, token, replicated })),
+            Acquire::Refused { retry_in } => retry_in,
+            // Only a re-entry is told its field is gone.
+            Acquire::Gone => Duration::from_millis(1),
+        };
+        Ok(Step::Refused { retry_in: Some(retry_in), queued: true })
+    }
+
+    fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
+        let Some(queued_at) = queued_at else { return Ok(None) };
+        if self.expected.as_deref() != Some(grant.owner.as_str()) {
+            return Ok(None);
+        }
+        // Handed over by the release: held since about then. The releaser's
+        // WAIT acknowledged the grant, not this thread: confirm it, as an
+        // acquisition would. Gone since (expired, deleted): take a turn again.
+        let sent = grant.granted_at(queued_at);
+        match self.inner.confirm_grant(&self.fair.keys.name, self.owner)? {
+            Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
+            Confirm::Gone => Ok(None),
+        }
     }
 }
 
