@@ -52,6 +52,8 @@ use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release::{self as released, Releasing};
 use crate::kinds::family::sealed::{Core, Fences};
 use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
+use crate::kinds::latch;
+use crate::kinds::lock::confirm;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
@@ -455,7 +457,7 @@ impl Contender for Queueing<'_> {
         // WAIT acknowledged the grant, not this thread: confirm it, as an
         // acquisition would. Gone since (expired, deleted): take a turn again.
         let sent = grant.granted_at(queued_at);
-        match self.inner.confirm_grant(&self.fair.keys.name, self.owner)? {
+        match confirm::grant(self.inner, &self.fair.keys.name, self.owner)? {
             Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
             Confirm::Gone => Ok(None),
         }
@@ -465,7 +467,7 @@ impl Contender for Queueing<'_> {
 /// Runs the release script with the owner's latch; once more, as a retry,
 /// on a fresh connection if the first reply was lost.
 fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Release> {
-    inner.run_latched(&keys.name, hold.thread, true, |conn, latch| {
+    latch::run_latched(inner, &keys.name, hold.thread, true, |conn, latch| {
         let outcome = scripts::release(&inner.scripts, conn, keys, &hold.owner, hold.lease_ms, latch)?;
         if conn.replicated() == Some(false) {
             if inner.config.replica_acks_required {

@@ -31,34 +31,32 @@ pub(crate) struct Latch<'a> {
     pub(crate) retry: bool,
 }
 
-impl Inner {
-    /// Runs `script`, a latched release of `thread`'s hold on the lock
-    /// `name`; with `retry`, once more on a fresh connection if the first
-    /// reply was lost: the latch makes the retry return the first outcome
-    /// rather than release a second hold.
-    pub(crate) fn run_latched<T>(
-        &self,
-        name: &str,
-        thread: u64,
-        retry: bool,
-        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let key = names::unlock_latch(name, self.uuid.as_u128(), thread);
-        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
-        let latch = Latch { key: &key, ttl_ms, request, retry: false };
-        match self.with_conn(name, |conn| script(conn, latch)) {
-            Err(e) if retry && e.is_transport() => {
-                self.with_conn(name, |conn| script(conn, Latch { retry: true, ..latch }))
-            }
-            outcome => outcome,
+/// Runs `script`, a latched release of `thread`'s hold on the lock `name`
+/// through `inner`; with `retry`, once more on a fresh connection if the
+/// first reply was lost: the latch makes the retry return the first outcome
+/// rather than release a second hold.
+pub(crate) fn run_latched<T>(
+    inner: &Inner,
+    name: &str,
+    thread: u64,
+    retry: bool,
+    script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
+) -> Result<T> {
+    let key = names::unlock_latch(name, inner.uuid.as_u128(), thread);
+    let request = inner.next_request.fetch_add(1, Ordering::Relaxed);
+    let ttl_ms = crate::lease::millis_ceil(latch_ttl(inner));
+    let latch = Latch { key: &key, ttl_ms, request, retry: false };
+    match inner.with_conn(name, |conn| script(conn, latch)) {
+        Err(e) if retry && e.is_transport() => {
+            inner.with_conn(name, |conn| script(conn, Latch { retry: true, ..latch }))
         }
+        outcome => outcome,
     }
+}
 
-    /// How long an unlock latch must outlive its first use: a command
-    /// timeout for the lost reply, then a connect and a command timeout for
-    /// the retry, and a second of slack.
-    pub(crate) fn latch_ttl(&self) -> Duration {
-        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
-    }
+/// How long an unlock latch must outlive its first use: a command timeout
+/// for the lost reply, then a connect and a command timeout for the retry,
+/// and a second of slack.
+fn latch_ttl(inner: &Inner) -> Duration {
+    inner.config.command_timeout * 2 + inner.config.connect_timeout + Duration::from_secs(1)
 }

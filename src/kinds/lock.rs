@@ -13,7 +13,7 @@
 //!    caller's deadline, whichever is first, and repeat. No connection is
 //!    held while sleeping.
 
-mod confirm;
+pub(crate) mod confirm;
 mod release;
 pub(crate) mod renewal;
 pub(crate) mod scripts;
@@ -491,7 +491,7 @@ impl Contender for Contending<'_> {
                 // The releaser's WAIT acknowledged the grant, not this
                 // thread: confirm it, as an acquisition would. Gone since
                 // (expired, deleted): contend again.
-                match self.inner.confirm_grant(&self.lock.name, self.owner)? {
+                match confirm::grant(self.inner, &self.lock.name, self.owner)? {
                     Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
                     Confirm::Gone => Ok(None),
                 }

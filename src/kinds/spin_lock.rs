@@ -37,6 +37,7 @@ use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release::{self as released, Releasing};
 use crate::kinds::family::sealed::Core;
 use crate::kinds::family::{self, Call, Guard, Handle, Kind};
+use crate::kinds::latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
 use crate::observe;
@@ -271,7 +272,7 @@ impl Contender for Spinning<'_> {
 /// A nested release: latched, retried once on a fresh connection if the
 /// reply was lost (the latch returns the first outcome; `kinds/latch.rs`).
 fn release_nested(inner: &Inner, hold: &Hold) -> Result<Release> {
-    inner.run_latched(&hold.name, hold.thread, true, |conn, latch| {
+    latch::run_latched(inner, &hold.name, hold.thread, true, |conn, latch| {
         scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
     })
 }

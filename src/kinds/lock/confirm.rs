@@ -15,22 +15,20 @@ use crate::client::Inner;
 use crate::error::Result;
 use crate::kinds::lock::scripts::{self, Confirm};
 
-impl Inner {
-    /// Confirms that `owner` holds `name` (a lock of the hash layout) on the
-    /// current primary, with a write the replicas acknowledge when the
-    /// client asks for acknowledgements. Safe to repeat, so a dead
-    /// connection is retried on a new one.
-    pub(crate) fn confirm_hold(&self, name: &str, owner: &str) -> Result<Confirm> {
-        self.with_live_conn(name, |conn| scripts::confirm(&self.scripts, conn, name, owner))
-    }
+/// Confirms that `owner` holds `name` (a lock of the hash layout) on the
+/// current primary, with a write the replicas acknowledge when the client
+/// asks for acknowledgements. Safe to repeat, so a dead connection is
+/// retried on a new one.
+pub(crate) fn hold(inner: &Inner, name: &str, owner: &str) -> Result<Confirm> {
+    inner.with_live_conn(name, |conn| scripts::confirm(&inner.scripts, conn, name, owner))
+}
 
-    /// How a lock granted to `owner` by another connection's release stands:
-    /// without replica acknowledgement asked for, held as granted (no I/O);
-    /// with it, as [`confirm_hold`](Inner::confirm_hold) finds.
-    pub(crate) fn confirm_grant(&self, name: &str, owner: &str) -> Result<Confirm> {
-        if !self.scripts.acks() {
-            return Ok(Confirm::Held { replicated: None });
-        }
-        self.confirm_hold(name, owner)
+/// How a lock granted to `owner` by another connection's release stands:
+/// without replica acknowledgement asked for, held as granted (no I/O);
+/// with it, as [`hold`] finds.
+pub(crate) fn grant(inner: &Inner, name: &str, owner: &str) -> Result<Confirm> {
+    if !inner.scripts.acks() {
+        return Ok(Confirm::Held { replicated: None });
     }
+    hold(inner, name, owner)
 }

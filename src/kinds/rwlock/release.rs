@@ -12,6 +12,7 @@ use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
 use crate::kinds::family::release::{self as released, Releasing};
 use crate::kinds::family::sealed::Core;
+use crate::kinds::latch;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
 use crate::kinds::rwlock::{Read, Write};
 use crate::observe;
@@ -19,7 +20,7 @@ use crate::observe;
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
 fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
     let owner = reader_of(hold, write);
-    inner.run_latched(&keys.name, hold.thread, true, |conn, latch| {
+    latch::run_latched(inner, &keys.name, hold.thread, true, |conn, latch| {
         if write {
             scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
         } else {
