@@ -24,110 +24,24 @@
 pub(crate) mod contend;
 pub(crate) mod fresh;
 mod guard;
+mod kind;
 pub(crate) mod reentry;
 pub(crate) mod release;
 
 pub use guard::Guard;
+pub(crate) use kind::Call;
+pub(crate) use kind::sealed;
+pub use kind::{Fenced, Kind};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Inner};
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
 use crate::owner;
-
-pub(crate) mod sealed {
-    //! The per-kind core: what a kind writes, and nobody outside the crate
-    //! can implement.
-
-    use std::sync::Arc;
-
-    use super::Call;
-    use crate::client::{Client, Inner};
-    use crate::error::Result;
-    use crate::holds::hold::Hold;
-    use crate::holds::renew::OnLost;
-
-    /// What one kind of lock is: how it acquires and releases in Redis.
-    pub(crate) trait Core: Clone + Send + Sync + 'static {
-        /// The kind in words, for logs and errors ("fair lock").
-        const NOUN: &'static str;
-        /// The public names of the handle and the guard, for `Debug`.
-        const HANDLE: &'static str;
-        const GUARD: &'static str;
-        /// What a guard keeps besides its hold to release it (the lock's
-        /// entry, the keys its release script needs).
-        type Keep;
-
-        /// The client the handle acquires through.
-        fn client(&self) -> &Client;
-        /// The lock name (also its Redis key).
-        fn name(&self) -> &Arc<str>;
-        /// Re-enters the calling thread's live hold or takes a new one:
-        /// `None` when the deadline passed first.
-        fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Self::Keep)>>;
-        /// Releases one guard's share of `hold`.
-        fn release(inner: &Arc<Inner>, keep: &Self::Keep, hold: &Arc<Hold>) -> Result<()>;
-        /// Whom to tell locally when a hold is lost (the lock's gate).
-        fn on_lost(_keep: &Self::Keep) -> Option<Arc<dyn OnLost>> {
-            None
-        }
-        /// True if any owner holds the lock (in this kind's sense).
-        fn is_locked(&self) -> Result<bool>;
-        /// How many times the calling thread holds the lock, in Redis.
-        fn hold_count(&self) -> Result<u32>;
-        /// Deletes the lock whoever holds it; whether there was one.
-        fn force_unlock(&self) -> Result<bool>;
-        /// A string key at the name counts as a legacy holder.
-        fn legacy(&self) -> bool {
-            false
-        }
-        /// The kind's own fields, for the handle's `Debug`.
-        fn debug_fields(&self, _f: &mut std::fmt::DebugStruct<'_, '_>) {}
-    }
-
-    /// A kind whose fresh acquisitions can mint fencing tokens.
-    pub(crate) trait Fences: Core {
-        /// The same handle, minting tokens.
-        fn fence(&self) -> Self;
-        fn is_fenced(&self) -> bool;
-    }
-}
-
-/// A kind of lock: the parameter of [`Handle`] and [`Guard`].
-///
-/// Sealed: the kinds are keyholder's ([`Lock`](crate::Lock),
-/// [`FairLock`](crate::FairLock), [`SpinLock`](crate::SpinLock),
-/// [`ReadLock`](crate::ReadLock), [`WriteLock`](crate::WriteLock)), named
-/// in [`kind`](crate::kind).
-#[allow(private_bounds)]
-pub trait Kind: sealed::Core {}
-
-/// A kind whose handles can mint fencing tokens
-/// ([`Handle::fenced`]): the reentrant and fair locks and the write side
-/// of a read-write lock, which share Redisson's counter
-/// `redisson_lock_token:{<name>}`.
-#[allow(private_bounds)]
-pub trait Fenced: Kind + sealed::Fences {}
-
-/// What one acquire call asked for, as a kind's core receives it.
-pub(crate) struct Call<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
-    /// Wait at most until then (`None`: as long as it takes).
-    pub(crate) deadline: Option<Instant>,
-    /// Wait at all (`false`: one attempt).
-    pub(crate) block: bool,
-    pub(crate) obs: &'a observe::Acquire<'a>,
-    pub(crate) lease: Lease,
-    /// The lease in milliseconds (the watchdog timeout for a watchdog lease).
-    pub(crate) lease_ms: u64,
-    pub(crate) thread: u64,
-    /// `<client-uuid>:<thread-id>`.
-    pub(crate) owner: String,
-}
 
 /// A handle to one named lock of kind `K`; the public names are its
 /// aliases ([`Lock`](crate::Lock), [`FairLock`](crate::FairLock),

@@ -231,7 +231,7 @@ impl Core for Read {
     }
 
     fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, keys, hold, false)
+        release::release(inner, keys, hold, false, Self::NOUN)
     }
 
     /// Redisson's read `isLocked`: any reader, or the writer holding read
@@ -280,7 +280,7 @@ impl Core for Write {
     }
 
     fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, keys, hold, true)
+        release::release(inner, keys, hold, true, Self::NOUN)
     }
 
     /// Redisson's write `isLocked`: the `mode` field is `write` (one `HGET`).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::client::Inner;
 use crate::error::{LostReason, Result};
 use crate::holds::hold::Hold;
-use crate::kinds::family::Kind;
+use crate::kinds::family::kind::Kind;
 use crate::lease::Lease;
 use crate::observe;
 

@@ -11,10 +11,8 @@ use crate::error::Result;
 use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
 use crate::kinds::family::release::{self as released, Releasing};
-use crate::kinds::family::sealed::Core;
 use crate::kinds::latch;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
-use crate::kinds::rwlock::{Read, Write};
 use crate::observe;
 
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
@@ -34,9 +32,15 @@ fn reader_of(hold: &Hold, write: bool) -> &str {
     if write { hold.owner.strip_suffix(":write").unwrap_or(&hold.owner) } else { &hold.owner }
 }
 
-/// Releases one guard's share of `hold`.
-pub(crate) fn release(inner: &Inner, keys: &RwKeys, hold: &Arc<Hold>, write: bool) -> Result<()> {
-    let noun = if write { Write::NOUN } else { Read::NOUN };
+/// Releases one guard's share of `hold`, a hold of the side `noun`
+/// (`write`: the write side).
+pub(crate) fn release(
+    inner: &Inner,
+    keys: &RwKeys,
+    hold: &Arc<Hold>,
+    write: bool,
+    noun: &'static str,
+) -> Result<()> {
     let client = inner.uuid.as_u128();
     released::release(
         hold,
