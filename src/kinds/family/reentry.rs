@@ -4,9 +4,8 @@
 //! A hold belongs to a thread (its owner id names the thread) and its guards
 //! never leave that thread, so the record of the thread's live holds is
 //! thread-local, keyed by client, kind and name: no lock, nothing another
-//! thread could see half-done. Entries are weak: a hold lives in its guards
-//! (and the watchdog); a finished one no longer counts and is removed by its
-//! release. The reentrant lock keeps its holds in its entry instead, where
+//! thread could see half-done. A finished hold no longer counts and is
+//! removed by its last guard's release. The reentrant lock keeps its holds in its entry instead, where
 //! its gate needs them, and shares the rest.
 //!
 //! A re-entry increments the count in Redis, so a call lost in transit is
@@ -17,7 +16,7 @@
 //! else.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{LostReason, Result};
@@ -27,8 +26,7 @@ struct Held {
     client: u128,
     /// The kind (its noun: the read and write sides differ).
     kind: &'static str,
-    name: Arc<str>,
-    hold: Weak<Hold>,
+    hold: Arc<Hold>,
 }
 
 thread_local! {
@@ -48,9 +46,9 @@ pub(crate) fn unfinished(client: u128, kind: &'static str, name: &str) -> Option
     HELD.try_with(|held| {
         held.borrow()
             .iter()
-            .find(|h| h.client == client && h.kind == kind && &*h.name == name)
-            .and_then(|h| h.hold.upgrade())
-            .filter(|h| !h.is_finished())
+            .find(|h| h.client == client && h.kind == kind && &*h.hold.name == name)
+            .filter(|h| !h.hold.is_finished())
+            .map(|h| Arc::clone(&h.hold))
     })
     .ok()
     .flatten()
@@ -68,16 +66,14 @@ pub(crate) fn superseded(client: u128, kind: &'static str, hold: &Hold) -> bool 
 pub(crate) fn set(client: u128, kind: &'static str, hold: &Arc<Hold>) {
     let _ = HELD.try_with(|held| {
         let mut held = held.borrow_mut();
-        held.retain(|h| {
-            h.hold.strong_count() > 0 && !(h.client == client && h.kind == kind && h.name == hold.name)
-        });
-        held.push(Held { client, kind, name: Arc::clone(&hold.name), hold: Arc::downgrade(hold) });
+        held.retain(|h| !(h.client == client && h.kind == kind && h.hold.name == hold.name));
+        held.push(Held { client, kind, hold: Arc::clone(hold) });
     });
 }
 
 /// Forgets the hold `id` (its last guard was released); a newer hold stays.
 pub(crate) fn forget(id: u64) {
-    let _ = HELD.try_with(|held| held.borrow_mut().retain(|h| h.hold.upgrade().is_some_and(|h| h.id != id)));
+    let _ = HELD.try_with(|held| held.borrow_mut().retain(|h| h.hold.id != id));
 }
 
 /// What a kind's acquire script said to a re-entry.
