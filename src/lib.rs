@@ -281,6 +281,6 @@ pub use observe::{describe_metrics, label_metrics_by_lock};
 pub mod kind {
     pub use crate::kinds::fair::Fair;
     pub use crate::kinds::lock::Reentrant;
-    pub use crate::kinds::rwlock::{Read, Write};
+    pub use crate::kinds::rwlock::{Read, RwSide, Write};
     pub use crate::kinds::spin_lock::Spin;
 }

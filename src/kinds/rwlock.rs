@@ -145,12 +145,12 @@ impl ReadWriteLock {
 
     /// The read side, with the default [`Lease::Watchdog`].
     pub fn read(&self) -> ReadLock {
-        Handle::of(Read { shared: Arc::clone(&self.shared) }, Lease::Watchdog)
+        Handle::of(RwSide { shared: Arc::clone(&self.shared), fenced: false }, Lease::Watchdog)
     }
 
     /// The write side, with the default [`Lease::Watchdog`], unfenced.
     pub fn write(&self) -> WriteLock {
-        Handle::of(Write { shared: Arc::clone(&self.shared), fenced: false }, Lease::Watchdog)
+        Handle::of(RwSide { shared: Arc::clone(&self.shared), fenced: false }, Lease::Watchdog)
     }
 }
 
@@ -180,30 +180,30 @@ pub type ReadGuard = Guard<Read>;
 /// token when the handle was [`fenced`](WriteLock::fenced); see [`Guard`].
 pub type WriteGuard = Guard<Write>;
 
-/// The read side's core (Redisson's `RedissonReadLock`): the kind of a
-/// [`ReadLock`].
+/// The core of one side of a [`ReadWriteLock`]: the read side
+/// ([`Read`], Redisson's `RedissonReadLock`), or with `WRITE` the write side
+/// ([`Write`], Redisson's `RedissonWriteLock`); the kind of a [`ReadLock`]
+/// or a [`WriteLock`].
 #[derive(Clone, Debug)]
-pub struct Read {
+pub struct RwSide<const WRITE: bool> {
     shared: Arc<Shared>,
-}
-
-/// The write side's core (Redisson's `RedissonWriteLock`): the kind of a
-/// [`WriteLock`].
-#[derive(Clone, Debug)]
-pub struct Write {
-    shared: Arc<Shared>,
+    /// Write side only: fresh acquisitions mint fencing tokens.
     fenced: bool,
 }
 
-impl Kind for Read {}
+/// The read side's core: the kind of a [`ReadLock`].
+pub type Read = RwSide<false>;
 
-impl Kind for Write {}
+/// The write side's core: the kind of a [`WriteLock`].
+pub type Write = RwSide<true>;
+
+impl<const WRITE: bool> Kind for RwSide<WRITE> {}
 
 impl Fenced for Write {}
 
 impl Fences for Write {
     fn fence(&self) -> Self {
-        Write { fenced: true, ..self.clone() }
+        RwSide { fenced: true, ..self.clone() }
     }
 
     fn is_fenced(&self) -> bool {
@@ -211,50 +211,10 @@ impl Fences for Write {
     }
 }
 
-impl Core for Read {
-    const NOUN: &'static str = "read lock";
-    const HANDLE: &'static str = "ReadLock";
-    const GUARD: &'static str = "ReadGuard";
-    type Keep = Arc<RwKeys>;
-
-    fn client(&self) -> &Client {
-        &self.shared.client
-    }
-
-    fn name(&self) -> &Arc<str> {
-        &self.shared.keys.name
-    }
-
-    fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<RwKeys>)>> {
-        let side = Side { shared: &self.shared, lease: call.lease, write: false };
-        Ok(side.acquire(call, false)?.map(|hold| (hold, Arc::clone(&self.shared.keys))))
-    }
-
-    fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, keys, hold, false, Self::NOUN)
-    }
-
-    /// Redisson's read `isLocked`: any reader, or the writer holding read
-    /// holds too (one script call).
-    fn is_locked(&self) -> Result<bool> {
-        let inner = self.shared.client.inner();
-        let keys = &self.shared.keys;
-        inner.with_live_conn(&keys.name, |conn| scripts::read_is_locked(conn, keys))
-    }
-
-    fn hold_count(&self) -> Result<u32> {
-        hold_count(&self.shared, false)
-    }
-
-    fn force_unlock(&self) -> Result<bool> {
-        force_unlock(&self.shared, false)
-    }
-}
-
-impl Core for Write {
-    const NOUN: &'static str = "write lock";
-    const HANDLE: &'static str = "WriteLock";
-    const GUARD: &'static str = "WriteGuard";
+impl<const WRITE: bool> Core for RwSide<WRITE> {
+    const NOUN: &'static str = if WRITE { "write lock" } else { "read lock" };
+    const HANDLE: &'static str = if WRITE { "WriteLock" } else { "ReadLock" };
+    const GUARD: &'static str = if WRITE { "WriteGuard" } else { "ReadGuard" };
     type Keep = Arc<RwKeys>;
 
     fn client(&self) -> &Client {
@@ -270,65 +230,63 @@ impl Core for Write {
         let name = &self.shared.keys.name;
         // A read hold known lost does not count: Redis has the last word
         // (`write_acquire.lua` refuses an upgrade too).
-        if reentry::unfinished(client, Self::NOUN, name).is_none()
+        if WRITE
+            && reentry::unfinished(client, Self::NOUN, name).is_none()
             && reentry::unfinished(client, Read::NOUN, name).is_some_and(|h| !h.is_lost())
         {
             return Err(upgrade_refused(name));
         }
-        let side = Side { shared: &self.shared, lease: call.lease, write: true };
+        let side = Side { shared: &self.shared, lease: call.lease, write: WRITE };
         Ok(side.acquire(call, self.fenced)?.map(|hold| (hold, Arc::clone(&self.shared.keys))))
     }
 
     fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, keys, hold, true, Self::NOUN)
+        release::release(inner, keys, hold, WRITE, Self::NOUN)
     }
 
-    /// Redisson's write `isLocked`: the `mode` field is `write` (one `HGET`).
+    /// Redisson's read `isLocked` (any reader, or the writer holding read
+    /// holds too; one script call), or write `isLocked` (the `mode` field
+    /// is `write`; one `HGET`).
     fn is_locked(&self) -> Result<bool> {
-        let name = &self.shared.keys.name;
+        let (client, keys) = (&self.shared.client, &self.shared.keys);
+        if !WRITE {
+            return client.inner().with_live_conn(&keys.name, |conn| scripts::read_is_locked(conn, keys));
+        }
         let mode: Option<String> =
-            family::query(&self.shared.client, name, redis::cmd("HGET").arg(&**name).arg("mode"))?;
+            family::query(client, &keys.name, redis::cmd("HGET").arg(&*keys.name).arg("mode"))?;
         Ok(mode.as_deref() == Some("write"))
     }
 
+    /// A hash without a `mode` field is another kind's lock, whose owner
+    /// fields look like this thread's.
     fn hold_count(&self) -> Result<u32> {
-        hold_count(&self.shared, true)
+        let (client, name) = (&self.shared.client, &self.shared.keys.name);
+        let owner = family::current_owner(client);
+        let owner = if WRITE { scripts::write_owner(&owner) } else { owner };
+        let (count, mode): (Option<u32>, Option<String>) =
+            family::query(client, name, redis::cmd("HMGET").arg(&**name).arg(owner).arg("mode"))?;
+        if count.is_some() && mode.is_none() {
+            return Err(Error::another_kinds_lock(
+                name,
+                "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
+            ));
+        }
+        Ok(count.unwrap_or(0))
     }
 
+    /// Redisson's per-mode `forceUnlock`: deletes the lock if it is held in
+    /// the side's mode, and wakes the waiters (the read side publishes `0`,
+    /// the write side `1`).
     fn force_unlock(&self) -> Result<bool> {
-        force_unlock(&self.shared, true)
+        let (inner, keys) = (self.shared.client.inner(), &self.shared.keys);
+        inner.with_live_conn(&keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, keys, WRITE))
     }
 
     fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
-        f.field("fenced", &self.fenced);
+        if WRITE {
+            f.field("fenced", &self.fenced);
+        }
     }
-}
-
-/// How many times the calling thread holds the side (`write`), as Redis
-/// counts it (one `HMGET`); a hash without a `mode` field is another
-/// kind's lock, whose owner fields look like this thread's.
-fn hold_count(shared: &Shared, write: bool) -> Result<u32> {
-    let owner = family::current_owner(&shared.client);
-    let owner = if write { scripts::write_owner(&owner) } else { owner };
-    let name = &shared.keys.name;
-    let (count, mode): (Option<u32>, Option<String>) =
-        family::query(&shared.client, name, redis::cmd("HMGET").arg(&**name).arg(owner).arg("mode"))?;
-    if count.is_some() && mode.is_none() {
-        return Err(Error::another_kinds_lock(
-            name,
-            "a lock hash without a \"mode\" field (a Lock, SpinLock or FairLock)",
-        ));
-    }
-    Ok(count.unwrap_or(0))
-}
-
-/// Redisson's per-mode `forceUnlock`: deletes the lock if it is held in the
-/// side's mode, and wakes the waiters (the read side publishes `0`, the
-/// write side `1`).
-fn force_unlock(shared: &Shared, write: bool) -> Result<bool> {
-    let inner = shared.client.inner();
-    let keys = &shared.keys;
-    inner.with_live_conn(&keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, keys, write))
 }
 
 /// One side of the lock, for one acquire call.

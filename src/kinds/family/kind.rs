@@ -66,7 +66,7 @@ pub(crate) mod sealed {
     }
 }
 
-/// A kind of lock: the parameter of [`Handle`] and [`Guard`].
+/// A kind of lock: the parameter of [`Handle`](crate::Handle) and [`Guard`](crate::Guard).
 ///
 /// Sealed: the kinds are keyholder's ([`Lock`](crate::Lock),
 /// [`FairLock`](crate::FairLock), [`SpinLock`](crate::SpinLock),
@@ -76,7 +76,7 @@ pub(crate) mod sealed {
 pub trait Kind: sealed::Core {}
 
 /// A kind whose handles can mint fencing tokens
-/// ([`Handle::fenced`]): the reentrant and fair locks and the write side
+/// ([`Handle::fenced`](crate::Handle::fenced)): the reentrant and fair locks and the write side
 /// of a read-write lock, which share Redisson's counter
 /// `redisson_lock_token:{<name>}`.
 #[allow(private_bounds)]
