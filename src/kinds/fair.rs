@@ -49,7 +49,7 @@ use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::contend::{self, Bounds, Contended, Contender, OnChannel, Step};
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
-use crate::kinds::family::release::{self as released, Releasing};
+use crate::kinds::family::release as released;
 use crate::kinds::family::sealed::{Core, Fences};
 use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
 use crate::kinds::latch;
@@ -236,16 +236,9 @@ impl Core for Fair {
     /// outcome instead of releasing a second hold. The last release wakes
     /// the queue's head, and only the head.
     fn release(inner: &Arc<Inner>, keys: &Arc<FairKeys>, hold: &Arc<Hold>) -> Result<()> {
-        let client = inner.uuid.as_u128();
-        released::release(
-            hold,
-            Releasing {
-                superseded: || reentry::superseded(client, Self::NOUN, hold),
-                renews: true,
-                send: |_| (release_latched(inner, keys, hold), false),
-                finish: || finish(inner, hold),
-            },
-        )
+        released::release_registered(inner, Self::NOUN, hold, true, |_| {
+            (release_latched(inner, keys, hold), false)
+        })
     }
 
     fn is_locked(&self) -> Result<bool> {
@@ -477,14 +470,4 @@ fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Releas
         }
         Ok(outcome)
     })
-}
-
-/// Ends a hold locally: no more renewal, and the thread's next lock is a
-/// fresh one.
-fn finish(inner: &Inner, hold: &Arc<Hold>) {
-    if hold.finish() {
-        observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.forget_hold(hold.id);
-        reentry::forget(hold.id);
-    }
 }

@@ -34,13 +34,12 @@ use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::contend::{self, Bounds, Contender, Sleep, Step};
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
-use crate::kinds::family::release::{self as released, Releasing};
+use crate::kinds::family::release as released;
 use crate::kinds::family::sealed::Core;
 use crate::kinds::family::{self, Call, Guard, Handle, Kind};
 use crate::kinds::latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
-use crate::observe;
 use scripts::{Acquire, Mode, Release};
 
 impl Client {
@@ -135,18 +134,9 @@ impl Core for Spin {
     }
 
     fn release(inner: &Arc<Inner>, _: &(), hold: &Arc<Hold>) -> Result<()> {
-        let client = inner.uuid.as_u128();
-        released::release(
-            hold,
-            Releasing {
-                superseded: || reentry::superseded(client, Self::NOUN, hold),
-                renews: true,
-                send: |last| {
-                    if last { release_last(inner, hold) } else { (release_nested(inner, hold), false) }
-                },
-                finish: || finish(inner, hold),
-            },
-        )
+        released::release_registered(inner, Self::NOUN, hold, true, |last| {
+            if last { release_last(inner, hold) } else { (release_nested(inner, hold), false) }
+        })
     }
 
     fn is_locked(&self) -> Result<bool> {
@@ -290,14 +280,5 @@ fn release_last(inner: &Inner, hold: &Hold) -> (Result<Release>, bool) {
     match run() {
         Err(e) if e.is_transport() => (run(), true),
         outcome => (outcome, false),
-    }
-}
-
-/// Ends a hold locally: no more renewal, forgotten by its thread.
-fn finish(inner: &Inner, hold: &Arc<Hold>) {
-    if hold.finish() {
-        observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.forget_hold(hold.id);
-        reentry::forget(hold.id);
     }
 }

@@ -9,8 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
+use crate::kinds::family::reentry;
+use crate::observe;
 
 /// What a release script said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +100,40 @@ where
         finish();
     }
     result
+}
+
+/// Releases one guard's share of `hold`, a hold of a kind whose live holds
+/// are in the thread's registry (`reentry.rs`) as `noun`.
+pub(crate) fn release_registered<S>(
+    inner: &Inner,
+    noun: &'static str,
+    hold: &Arc<Hold>,
+    renews: bool,
+    send: S,
+) -> Result<()>
+where
+    S: FnOnce(bool) -> (Result<Release>, bool),
+{
+    let client = inner.uuid.as_u128();
+    release(
+        hold,
+        Releasing {
+            superseded: || reentry::superseded(client, noun, hold),
+            renews,
+            send,
+            finish: || end(inner, hold, || reentry::forget(hold.id)),
+        },
+    )
+}
+
+/// Ends a hold locally, once: no more renewal, no more listening for its
+/// lock's unlocks; `then` clears the kind's own record of it.
+pub(crate) fn end(inner: &Inner, hold: &Hold, then: impl FnOnce()) {
+    if hold.finish() {
+        observe::hold_ended(&hold.name, hold.acquired_at());
+        inner.forget_hold(hold.id);
+        then();
+    }
 }
 
 /// The error for a release that found `hold` gone (`gone`: no lock at all);

@@ -18,7 +18,6 @@ use crate::kinds::family::{self, fresh, fresh::Keeping};
 use crate::kinds::latch::{self, Latch};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
-use crate::observe;
 use crate::store::lanes::Session;
 use crate::wait::entry::{Entry, Successor};
 
@@ -217,9 +216,5 @@ pub(crate) fn keeping(inner: &Inner, entry: &Arc<Entry>) -> Keeping {
 
 /// Ends a hold locally: no more renewal, the gate passes on.
 fn finish(inner: &Inner, entry: &Entry, hold: &Arc<Hold>) {
-    if hold.finish() {
-        observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.forget_hold(hold.id);
-        entry.release_gate(hold.id);
-    }
+    family::release::end(inner, hold, || entry.release_gate(hold.id));
 }

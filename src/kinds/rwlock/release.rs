@@ -10,10 +10,9 @@ use crate::client::Inner;
 use crate::error::Result;
 use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
-use crate::kinds::family::release::{self as released, Releasing};
+use crate::kinds::family::release as released;
 use crate::kinds::latch;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
-use crate::observe;
 
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
 fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
@@ -41,24 +40,13 @@ pub(crate) fn release(
     write: bool,
     noun: &'static str,
 ) -> Result<()> {
-    let client = inner.uuid.as_u128();
-    released::release(
-        hold,
-        Releasing {
-            superseded: || reentry::superseded(client, noun, hold),
-            // The write script re-applies the lease.
-            renews: write,
-            send: |_| (release_in_redis(inner, keys, hold, write), false),
-            finish: || finish(inner, hold),
-        },
-    )
+    // The write script re-applies the lease.
+    released::release_registered(inner, noun, hold, write, |_| {
+        (release_in_redis(inner, keys, hold, write), false)
+    })
 }
 
 /// Ends a hold locally: no more renewal, no more re-entry.
 pub(crate) fn finish(inner: &Inner, hold: &Hold) {
-    if hold.finish() {
-        observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.forget_hold(hold.id);
-        reentry::forget(hold.id);
-    }
+    released::end(inner, hold, || reentry::forget(hold.id));
 }
