@@ -369,7 +369,7 @@ impl Fair {
         wait.resume(&inner.subscribers);
         let mut queueing = Queueing { fair: self, inner, owner, lease_ms, ticket, expected };
         let on_channel = OnChannel { wait: &wait, subscribers: &inner.subscribers };
-        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let bounds = Bounds::of(inner, deadline, block, obs, true);
         let Contended { outcome, queued_at } = contend::contend(&mut queueing, &on_channel, bounds);
         drop(wait);
         match outcome {

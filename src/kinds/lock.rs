@@ -348,7 +348,7 @@ impl Reentrant {
             no_ttl_since: None,
         };
         let wait = GateWait { entry, inner };
-        let bounds = Bounds { inner, deadline, block, obs, rides_outages: self.rides_outages };
+        let bounds = Bounds::of(inner, deadline, block, obs, self.rides_outages);
         let Contended { outcome, queued_at } = contend::contend(&mut contender, &wait, bounds);
         let gave_up = match &outcome {
             Ok(won) => won.is_none(),

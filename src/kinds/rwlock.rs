@@ -364,7 +364,7 @@ impl Side<'_> {
         let wait = inner.channel_wait(&keys.name, &keys.channel);
         let mut contender = Contending { side: self, owner, lease_ms, want, waiting: false };
         let wait = OnChannel { wait: &wait, subscribers: &inner.subscribers };
-        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let bounds = Bounds::of(inner, deadline, block, obs, true);
         let outcome = contend::contend(&mut contender, &wait, bounds).outcome;
         if contender.waiting && !matches!(outcome, Ok(Some(_))) {
             // Stop holding readers back; wake them if this was the last

@@ -171,7 +171,7 @@ impl Spin {
         hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
         let mut spinning =
             Spinning { spin: self, inner, owner: &owner, lease_ms, sleeps: self.back_off.sleeps() };
-        let bounds = Bounds { inner, deadline, block, obs, rides_outages: true };
+        let bounds = Bounds::of(inner, deadline, block, obs, true);
         let won = match contend::contend(&mut spinning, &Sleep, bounds).outcome {
             Ok(Some(won)) => won,
             Ok(None) => return Ok(None),

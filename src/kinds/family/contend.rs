@@ -32,6 +32,7 @@ use crate::observe;
 use crate::pubsub::router::Subscribers;
 use crate::pubsub::subscriber::Grant;
 use crate::wait::channel::ChannelWait;
+use crate::wait::outage::Outage;
 
 /// How a kind sleeps between attempts.
 pub(crate) trait Wait {
@@ -81,12 +82,30 @@ pub(crate) trait Contender {
 
 /// One acquire call's bounds.
 pub(crate) struct Bounds<'a> {
-    pub(crate) inner: &'a Inner,
     pub(crate) deadline: Option<Instant>,
     pub(crate) block: bool,
     pub(crate) obs: &'a observe::Acquire<'a>,
-    /// Ride out an outage (off for a RedLock's masters).
-    pub(crate) rides_outages: bool,
+    /// The call's ride through outages (`Inner::outage`; none for a
+    /// RedLock's masters, which ask the next master instead).
+    pub(crate) outage: Outage<'a>,
+    /// How long a refusal without a bound of its own sleeps at most (the
+    /// watchdog timeout: a key without a TTL is re-checked that often).
+    pub(crate) recheck: Duration,
+}
+
+impl<'a> Bounds<'a> {
+    /// The bounds of a call on `inner`'s lock: waiting until `deadline`
+    /// (if `block`), riding out outages if `rides_outages` too.
+    pub(crate) fn of(
+        inner: &'a Inner,
+        deadline: Option<Instant>,
+        block: bool,
+        obs: &'a observe::Acquire<'a>,
+        rides_outages: bool,
+    ) -> Self {
+        let outage = inner.outage(block && rides_outages);
+        Bounds { deadline, block, obs, outage, recheck: inner.config.watchdog_timeout }
+    }
 }
 
 /// How the loop ended: the lock or not, and when the caller last queued
@@ -99,9 +118,8 @@ pub(crate) struct Contended {
 /// Contends until an attempt wins, a grant hands the lock over, or the
 /// deadline passes.
 pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bounds<'_>) -> Contended {
-    let Bounds { inner, deadline, block, obs, rides_outages } = bounds;
     // Redis unreachable for a while is waited out (`wait/outage.rs`).
-    let mut outage = inner.outage(block && rides_outages);
+    let Bounds { deadline, block, obs, mut outage, recheck } = bounds;
     let mut queued_at = None;
     let outcome = loop {
         let seen = wait.seen();
@@ -149,7 +167,7 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
         }
         // A key without a TTL (a foreign writer) is re-checked every
         // watchdog timeout rather than waited on forever.
-        let mut until = now + retry_in.unwrap_or(inner.config.watchdog_timeout);
+        let mut until = now + retry_in.unwrap_or(recheck);
         if let Some(deadline) = deadline {
             until = until.min(deadline);
         }
@@ -214,5 +232,202 @@ impl Wait for Sleep {
         // to wait on (see `kinds/spin_lock.rs`).
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::error::Error;
+    use crate::wait::outage::OutageClock;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A kind that answers from a script of steps, and records what it was
+    /// asked.
+    struct Fake {
+        steps: VecDeque<Result<Step>>,
+        /// Whether the caller listened, per attempt.
+        listening: Vec<bool>,
+        /// The grant that means the caller, and the `queued_at` it came with.
+        mine: &'static str,
+        granted: Vec<Option<Instant>>,
+    }
+
+    impl Fake {
+        fn new(steps: impl IntoIterator<Item = Result<Step>>) -> Fake {
+            Fake {
+                steps: steps.into_iter().collect(),
+                listening: Vec::new(),
+                mine: "c:1",
+                granted: Vec::new(),
+            }
+        }
+    }
+
+    impl Contender for Fake {
+        fn attempt(&mut self, _sent: Instant, listening: bool) -> Result<Step> {
+            self.listening.push(listening);
+            self.steps.pop_front().expect("an attempt past the script")
+        }
+
+        fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
+            self.granted.push(queued_at);
+            Ok((grant.owner == self.mine && queued_at.is_some()).then(|| won(grant.received)))
+        }
+    }
+
+    /// A wait that records its calls, and sleeps only if asked to.
+    #[derive(Default)]
+    struct FakeWait {
+        sleeps: bool,
+        subscribed: Cell<bool>,
+        subscribes: Cell<usize>,
+        fail_subscribe: Cell<usize>,
+        waits: RefCell<Vec<Instant>>,
+        grants: RefCell<VecDeque<Grant>>,
+    }
+
+    impl Wait for FakeWait {
+        fn is_subscribed(&self) -> bool {
+            self.subscribed.get()
+        }
+
+        fn subscribe(&self, _deadline: Option<Instant>) -> Result<()> {
+            self.subscribes.set(self.subscribes.get() + 1);
+            if self.fail_subscribe.get() > 0 {
+                self.fail_subscribe.set(self.fail_subscribe.get() - 1);
+                return Err(Error::unreachable());
+            }
+            self.subscribed.set(true);
+            Ok(())
+        }
+
+        fn wait(&self, _seen: u64, until: Instant) -> Result<()> {
+            self.waits.borrow_mut().push(until);
+            if self.sleeps {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            }
+            Ok(())
+        }
+
+        fn take_grant(&self) -> Option<Grant> {
+            self.grants.borrow_mut().pop_front()
+        }
+    }
+
+    fn won(sent: Instant) -> Won {
+        Won { sent, token: None, replicated: None }
+    }
+
+    fn refused(retry_in: Option<Duration>, queued: bool) -> Result<Step> {
+        Ok(Step::Refused { retry_in, queued })
+    }
+
+    /// Runs the loop over `kind` and `wait`.
+    fn run(kind: &mut Fake, wait: &FakeWait, deadline: Option<Instant>, block: bool) -> Contended {
+        let clock = OutageClock::default();
+        let obs = observe::Acquire::start("k", observe::Mode::of(deadline, block));
+        let outage = Outage::new(&clock, if block { 5 * SECOND } else { Duration::ZERO }, 10 * SECOND);
+        contend(kind, wait, Bounds { deadline, block, obs: &obs, outage, recheck: 30 * SECOND })
+    }
+
+    #[test]
+    fn a_free_lock_is_won_at_the_first_attempt_without_subscribing() {
+        let mut kind = Fake::new([Ok(Step::Won(won(Instant::now())))]);
+        let wait = FakeWait::default();
+        let Contended { outcome, queued_at } = run(&mut kind, &wait, None, true);
+        assert!(matches!(outcome, Ok(Some(_))));
+        assert_eq!((queued_at, wait.subscribes.get(), wait.waits.borrow().len()), (None, 0, 0));
+    }
+
+    #[test]
+    fn a_try_makes_one_attempt_and_never_subscribes() {
+        let mut kind = Fake::new([refused(Some(SECOND), false)]);
+        let wait = FakeWait::default();
+        let outcome = run(&mut kind, &wait, Some(Instant::now()), false).outcome;
+        assert!(matches!(outcome, Ok(None)));
+        assert_eq!((kind.listening.len(), wait.subscribes.get()), (1, 0));
+    }
+
+    #[test]
+    fn the_first_refusal_subscribes_and_tries_again_at_once_then_sleeps_bounded() {
+        let mut kind = Fake::new([
+            refused(Some(SECOND), false),
+            refused(None, true),
+            Ok(Step::Won(won(Instant::now()))),
+        ]);
+        let wait = FakeWait::default();
+        let before = Instant::now();
+        let Contended { outcome, queued_at } = run(&mut kind, &wait, None, true);
+        assert!(matches!(outcome, Ok(Some(_))));
+        // Subscribed once, with no sleep between the subscription and the
+        // next attempt, which listened; that refusal queued the caller.
+        assert_eq!(wait.subscribes.get(), 1);
+        assert_eq!(kind.listening, [false, true, true]);
+        assert!(queued_at.is_some_and(|q| q >= before));
+        // A refusal without a bound of its own sleeps the re-check at most.
+        let waits = wait.waits.borrow();
+        assert_eq!(waits.len(), 1);
+        assert!(waits[0] <= Instant::now() + 30 * SECOND && waits[0] >= before + 29 * SECOND);
+    }
+
+    #[test]
+    fn a_sleep_never_passes_the_deadline_and_the_deadline_ends_the_call() {
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let mut kind = Fake::new((0..10).map(|_| refused(Some(10 * SECOND), true)));
+        let wait = FakeWait { subscribed: Cell::new(true), sleeps: true, ..FakeWait::default() };
+        let outcome = run(&mut kind, &wait, Some(deadline), true).outcome;
+        assert!(matches!(outcome, Ok(None)));
+        // Slept once, until the deadline, not the refusal's 10 s; one more
+        // attempt then found the deadline passed.
+        assert_eq!(*wait.waits.borrow(), [deadline]);
+        assert_eq!(kind.listening.len(), 2);
+    }
+
+    #[test]
+    fn a_grant_for_the_caller_after_it_queued_is_the_lock_and_another_is_not() {
+        let mut kind = Fake::new([refused(Some(SECOND), true), refused(Some(SECOND), true)]);
+        let wait = FakeWait { subscribed: Cell::new(true), ..FakeWait::default() };
+        let heard = Instant::now();
+        let grant = |owner: &str| Grant { owner: owner.into(), elapsed: Duration::ZERO, received: heard };
+        wait.grants.borrow_mut().extend([grant("c:2"), grant("c:1")]);
+        let outcome = run(&mut kind, &wait, None, true).outcome;
+        assert!(matches!(outcome, Ok(Some(w)) if w.sent == heard));
+        assert_eq!(kind.granted.len(), 2);
+        assert!(kind.granted.iter().all(Option::is_some), "both came after a queueing refusal");
+    }
+
+    #[test]
+    fn an_outage_is_ridden_on_the_wait_and_another_error_ends_the_call() {
+        let mut kind = Fake::new([Err(Error::unreachable()), Ok(Step::Won(won(Instant::now())))]);
+        let wait = FakeWait::default();
+        assert!(matches!(run(&mut kind, &wait, None, true).outcome, Ok(Some(_))));
+        assert_eq!(wait.waits.borrow().len(), 1, "slept once on the wait");
+
+        let mut kind = Fake::new([Err(Error::invalid_argument("no"))]);
+        let wait = FakeWait::default();
+        assert!(run(&mut kind, &wait, None, true).outcome.is_err());
+        assert!(wait.waits.borrow().is_empty());
+
+        // A try does not ride an outage.
+        let mut kind = Fake::new([Err(Error::unreachable())]);
+        assert!(run(&mut kind, &FakeWait::default(), Some(Instant::now()), false).outcome.is_err());
+    }
+
+    #[test]
+    fn a_failed_subscription_is_ridden_then_tried_again() {
+        let mut kind = Fake::new([
+            refused(Some(SECOND), false),
+            refused(Some(SECOND), false),
+            Ok(Step::Won(won(Instant::now()))),
+        ]);
+        let wait = FakeWait { fail_subscribe: Cell::new(1), ..FakeWait::default() };
+        assert!(matches!(run(&mut kind, &wait, None, true).outcome, Ok(Some(_))));
+        assert_eq!(wait.subscribes.get(), 2);
+        assert_eq!(kind.listening, [false, false, true]);
     }
 }

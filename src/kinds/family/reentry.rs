@@ -148,3 +148,89 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holds::hold::Acquisition;
+    use crate::lease::Lease;
+
+    fn hold(id: u64, name: &str) -> Arc<Hold> {
+        let acquisition = Acquisition {
+            owner: "c:1".into(),
+            thread: 1,
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            token: None,
+            sent: Instant::now(),
+        };
+        Arc::new(Hold::new(id, Arc::from(name), acquisition))
+    }
+
+    #[test]
+    fn a_thread_finds_its_live_hold_by_client_kind_and_name_until_it_ends() {
+        let held = hold(1, "k");
+        set(7, "lock", &held);
+        assert_eq!(current(7, "lock", "k").map(|h| h.id), Some(1));
+        assert!(current(8, "lock", "k").is_none(), "another client");
+        assert!(current(7, "read lock", "k").is_none(), "another kind");
+        assert!(current(7, "lock", "j").is_none(), "another name");
+        held.mark_lost(LostReason::Gone);
+        assert!(current(7, "lock", "k").is_none(), "a lost hold is not re-entered");
+        assert!(unfinished(7, "lock", "k").is_some());
+        forget(1);
+        assert!(unfinished(7, "lock", "k").is_none());
+    }
+
+    #[test]
+    fn a_newer_hold_supersedes_an_older_one() {
+        let (old, new) = (hold(1, "s"), hold(2, "s"));
+        set(7, "lock", &old);
+        assert!(!superseded(7, "lock", &old));
+        set(7, "lock", &new);
+        assert!(superseded(7, "lock", &old));
+        forget(1);
+        assert_eq!(current(7, "lock", "s").map(|h| h.id), Some(2), "forgetting the old keeps the new");
+        forget(2);
+    }
+
+    #[test]
+    fn a_re_entry_adds_a_guard_or_finds_the_hold_gone() {
+        let held = hold(1, "r");
+        let how = |answer: Reentry| Reenter {
+            attempt: move || Ok(answer),
+            count: None::<fn() -> Result<Option<u32>>>,
+            extends: true,
+            mints: false,
+        };
+        let answer = Reentry::Acquired { token: Some(9), replicated: Some(false) };
+        assert!(reenter(&held, 30_000, how(answer)).unwrap());
+        assert_eq!((held.guards(), held.token(), held.is_replicated()), (2, Some(9), false));
+        assert!(!reenter(&held, 30_000, how(Reentry::Gone)).unwrap());
+        assert_eq!(held.lost_reason(), Some(LostReason::Gone));
+    }
+
+    #[test]
+    fn a_lost_re_entry_reply_is_told_apart_by_the_count() {
+        let held = hold(1, "c");
+        let sent = std::cell::Cell::new(0);
+        let attempt = || {
+            sent.set(sent.get() + 1);
+            if sent.get() > 1 {
+                return Ok(Reentry::Gone);
+            }
+            // A reply lost on the way back: the script may have run.
+            let dropped = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+            Err(crate::error::Error::redis(redis::RedisError::from(dropped)))
+        };
+        // The count says the first one ran: no second attempt.
+        let how = Reenter { attempt, count: Some(|| Ok(Some(2))), extends: true, mints: false };
+        assert!(reenter(&held, 30_000, how).unwrap());
+        assert_eq!((sent.get(), held.guards()), (1, 2));
+        // The count says it did not run: sent again, once.
+        let how = Reenter { attempt, count: Some(|| Ok(Some(2))), extends: true, mints: false };
+        sent.set(0);
+        assert!(!reenter(&held, 30_000, how).unwrap(), "the second attempt found the hold gone");
+        assert_eq!(sent.get(), 2);
+    }
+}

@@ -147,3 +147,91 @@ pub(crate) fn not_owner(hold: &Hold, gone: bool) -> Error {
         None => Error::not_owner(&hold.name),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::holds::hold::Acquisition;
+    use crate::lease::Lease;
+
+    fn hold(guards: u32) -> Arc<Hold> {
+        let acquisition = Acquisition {
+            owner: "c:1".into(),
+            thread: 1,
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            token: None,
+            sent: Instant::now(),
+        };
+        let hold = Arc::new(Hold::new(1, Arc::from("k"), acquisition));
+        for _ in 1..guards {
+            hold.add_guard();
+        }
+        hold
+    }
+
+    /// Releases one guard of `hold` with the script answering `outcome`
+    /// (`retried`: a retry's answer); whether it was sent, and whether the
+    /// hold was ended.
+    fn release_with(hold: &Arc<Hold>, outcome: Result<Release>, retried: bool) -> (Result<()>, bool, bool) {
+        let (sent, ended) = (Cell::new(false), Cell::new(false));
+        let released = release(
+            hold,
+            Releasing {
+                superseded: || true,
+                renews: true,
+                send: |_| {
+                    sent.set(true);
+                    (outcome, retried)
+                },
+                finish: || ended.set(true),
+            },
+        );
+        (released, sent.get(), ended.get())
+    }
+
+    #[test]
+    fn a_nested_release_keeps_the_hold_and_the_last_ends_it() {
+        let held = hold(2);
+        assert!(matches!(release_with(&held, Ok(Release::StillHeld), false), (Ok(()), true, false)));
+        assert!(matches!(release_with(&held, Ok(Release::Released), false), (Ok(()), true, true)));
+        assert!(!held.is_lost());
+    }
+
+    #[test]
+    fn a_release_that_finds_the_lock_gone_with_guards_left_marks_the_hold_lost() {
+        let held = hold(2);
+        assert!(matches!(release_with(&held, Ok(Release::Released), false), (Ok(()), true, true)));
+        assert_eq!(held.lost_reason(), Some(LostReason::ReleaseFoundGone));
+    }
+
+    #[test]
+    fn not_owner_is_an_error_unless_it_answers_a_retry_of_a_release_that_ran() {
+        let (released, _, ended) = release_with(&hold(1), Ok(Release::NotOwner), true);
+        assert!(released.is_ok() && ended);
+        let (released, _, ended) = release_with(&hold(1), Ok(Release::NotOwner), false);
+        assert!(released.is_err_and(|e| e.is_not_owner()) && ended);
+        let (released, _, _) = release_with(&hold(1), Ok(Release::Gone), false);
+        assert!(released.is_err_and(|e| e.is_lock_lost()));
+    }
+
+    #[test]
+    fn a_lost_hold_superseded_by_a_newer_one_is_released_without_redis() {
+        let held = hold(1);
+        held.mark_lost(LostReason::RenewalRefused);
+        let (released, sent, ended) = release_with(&held, Ok(Release::Released), false);
+        assert!(released.is_err_and(|e| e.is_lock_lost()));
+        assert!(!sent && ended);
+    }
+
+    #[test]
+    fn a_failed_release_ends_the_last_guard_s_hold_whatever_redis_did() {
+        let (released, _, ended) = release_with(&hold(1), Err(Error::unreachable()), false);
+        assert!(released.is_err() && ended);
+        let (_, _, ended) = release_with(&hold(2), Err(Error::unreachable()), false);
+        assert!(!ended);
+    }
+}
