@@ -364,11 +364,10 @@ impl Fair {
         // they are never handed the lock.
         let ticket = (!self.fenced).then(|| NEXT_TICKET.fetch_add(1, Ordering::Relaxed));
         let expected = ticket.map(|t| format!("{owner}/{t}"));
+        let mut queueing = Queueing { fair: self, inner, owner, lease_ms, ticket, expected };
         // Channels still lingering from this thread's last wait are taken
         // back without a round trip: the first refusal can sleep at once.
-        wait.resume(&inner.subscribers);
-        let mut queueing = Queueing { fair: self, inner, owner, lease_ms, ticket, expected };
-        let on_channel = OnChannel { wait: &wait, subscribers: &inner.subscribers };
+        let on_channel = OnChannel { wait: &wait, subscribers: &inner.subscribers, resume: true };
         let bounds = Bounds::of(inner, deadline, block, obs, true);
         let Contended { outcome, queued_at } = contend::contend(&mut queueing, &on_channel, bounds);
         drop(wait);

@@ -323,12 +323,6 @@ impl Reentrant {
     ) -> Result<Option<Won>> {
         let inner = self.client.inner();
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
-        // A channel still lingering from this client's last wait is taken
-        // back without a round trip, so the first refusal queues already.
-        if entry.is_subscribed() || self.resubscribe_lingering(entry) {
-            // Messages from before this attempt concern earlier holders.
-            entry.clear_wake();
-        }
         if let Some(stale) = entry.take_grant()
             && stale.owner != owner
         {
@@ -347,7 +341,7 @@ impl Reentrant {
             block,
             no_ttl_since: None,
         };
-        let wait = GateWait { entry, inner };
+        let wait = GateWait { entry, inner, lock: self };
         let bounds = Bounds::of(inner, deadline, block, obs, self.rides_outages);
         let Contended { outcome, queued_at } = contend::contend(&mut contender, &wait, bounds);
         let gave_up = match &outcome {
@@ -511,13 +505,23 @@ impl Contender for Contending<'_> {
 struct GateWait<'a> {
     entry: &'a Arc<Entry>,
     inner: &'a Inner,
+    lock: &'a Reentrant,
 }
 
 impl Wait for GateWait<'_> {
     fn is_subscribed(&self) -> bool {
-        // A subscription whose slot moved to another cluster node hears
-        // nothing more: it is subscribed again, where the slot went.
         self.entry.is_subscribed()
+    }
+
+    fn start(&self) -> bool {
+        // A channel still lingering from this client's last wait is taken
+        // back without a round trip, so the first refusal queues already.
+        let listening = self.entry.is_subscribed() || self.lock.resubscribe_lingering(self.entry);
+        if listening {
+            // Messages from before this attempt concern earlier holders.
+            self.entry.clear_wake();
+        }
+        listening
     }
 
     fn subscribe(&self, deadline: Option<Instant>) -> Result<()> {

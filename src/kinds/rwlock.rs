@@ -363,7 +363,7 @@ impl Side<'_> {
         let keys = &self.shared.keys;
         let wait = inner.channel_wait(&keys.name, &keys.channel);
         let mut contender = Contending { side: self, owner, lease_ms, want, waiting: false };
-        let wait = OnChannel { wait: &wait, subscribers: &inner.subscribers };
+        let wait = OnChannel { wait: &wait, subscribers: &inner.subscribers, resume: false };
         let bounds = Bounds::of(inner, deadline, block, obs, true);
         let outcome = contend::contend(&mut contender, &wait, bounds).outcome;
         if contender.waiting && !matches!(outcome, Ok(Some(_))) {

@@ -45,6 +45,11 @@ pub(crate) trait Wait {
     /// Whether the waiter hears releases (a wait without channels always
     /// does, in its way).
     fn is_subscribed(&self) -> bool;
+    /// Whether the waiter hears releases as the call begins; a wait may
+    /// take back channels still lingering from its client's last wait here.
+    fn start(&self) -> bool {
+        self.is_subscribed()
+    }
     /// Subscribes the channels, within `deadline`.
     fn subscribe(&self, deadline: Option<Instant>) -> Result<()>;
     /// Sleeps until a wake-up past `seen`, or `until`.
@@ -121,10 +126,11 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
     // Redis unreachable for a while is waited out (`wait/outage.rs`).
     let Bounds { deadline, block, obs, mut outage, recheck } = bounds;
     let mut queued_at = None;
+    let mut listening = wait.start();
     let outcome = loop {
         let seen = wait.seen();
         let sent = Instant::now();
-        let retry_in = match kind.attempt(sent, wait.is_subscribed()) {
+        let retry_in = match kind.attempt(sent, listening) {
             Ok(step) => {
                 outage.answered();
                 match step {
@@ -150,18 +156,22 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
             break Ok(None);
         }
         obs.waiting();
-        if !wait.is_subscribed() {
+        // A subscription whose slot moved to another cluster node hears
+        // nothing more: subscribe again, where the slot went.
+        listening = listening && wait.is_subscribed();
+        if !listening {
             // Subscribe, then try again at once: a release between the
             // attempt and the subscription would otherwise go unheard.
-            if let Err(e) = wait.subscribe(deadline) {
-                match outage.ride(e, deadline) {
+            match wait.subscribe(deadline) {
+                Ok(()) => listening = true,
+                Err(e) => match outage.ride(e, deadline) {
                     Ok(until) => {
                         if let Err(e) = wait.wait(seen, until) {
                             break Err(e);
                         }
                     }
                     Err(e) => break Err(e),
-                }
+                },
             }
             continue;
         }
@@ -190,6 +200,9 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
 pub(crate) struct OnChannel<'a> {
     pub(crate) wait: &'a ChannelWait,
     pub(crate) subscribers: &'a Subscribers,
+    /// Take back channels still lingering from this thread's last wait (a
+    /// fair waiter's own channels), without a round trip.
+    pub(crate) resume: bool,
 }
 
 impl Wait for OnChannel<'_> {
@@ -199,6 +212,13 @@ impl Wait for OnChannel<'_> {
 
     fn is_subscribed(&self) -> bool {
         self.wait.is_subscribed()
+    }
+
+    fn start(&self) -> bool {
+        // These kinds' attempts do not depend on listening, and the loop
+        // checks the subscription after the first refusal: no need to look
+        // before it.
+        !self.resume || self.wait.resume(self.subscribers)
     }
 
     fn subscribe(&self, deadline: Option<Instant>) -> Result<()> {
