@@ -15,9 +15,12 @@
 //! aliases (`Lock = Handle<Reentrant>`, `LockGuard = Guard<Reentrant>`, ...),
 //! so code written against them reads as before.
 //!
-//! The steps every kind shares are written here too: the re-entry of a
-//! thread's live hold (`reentry.rs`), making and registering a new hold
-//! (`fresh.rs`), and settling one guard's release (`release.rs`).
+//! The core trait and what an acquire call hands it are in `kind.rs`. The
+//! steps every kind shares are written here too: the contention loop
+//! (`contend.rs`), the re-entry of a thread's live hold (`reentry.rs`),
+//! making and registering a new hold (`fresh.rs`), and settling one guard's
+//! release (`release.rs`). A new lock-like kind writes its core, its
+//! scripts and its tests.
 //! Semaphores and the count-down latch keep their own vocabulary (permits,
 //! counts), as `tokio` keeps `Semaphore` apart from `Mutex`.
 
