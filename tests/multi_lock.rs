@@ -263,3 +263,35 @@ fn a_killed_holders_multilock_frees_itself_within_its_lease() {
     assert!(begun.elapsed() < 10 * SECOND);
     drop(guard);
 }
+
+#[test]
+fn a_multilock_takes_handles_of_any_kind() {
+    let server = RedisServer::start();
+    let (client, other) = (server.client(), server.client());
+
+    // Fair locks, all or none.
+    let fair =
+        MultiLock::of([client.fair_lock("any:f1").unwrap(), client.fair_lock("any:f2").unwrap()]).unwrap();
+    let guard = fair.try_lock().unwrap().expect("both fair locks are free");
+    assert_eq!(guard.guards().len(), 2);
+    assert!(other.fair_lock("any:f2").unwrap().try_lock().unwrap().is_none());
+    assert!(!guard.is_lost());
+    guard.unlock().unwrap();
+    assert!(other.fair_lock("any:f2").unwrap().try_lock().unwrap().is_some());
+
+    // Read sides share with other readers and keep writers out.
+    let (a, b) = (client.read_write_lock("any:r1").unwrap(), client.read_write_lock("any:r2").unwrap());
+    let readers = MultiLock::of([a.read(), b.read()]).unwrap();
+    let reading = readers.lock().unwrap();
+    let other_side = other.read_write_lock("any:r2").unwrap();
+    assert!(MultiLock::of([other_side.read()]).unwrap().try_lock().unwrap().is_some());
+    assert!(MultiLock::of([other_side.write()]).unwrap().try_lock().unwrap().is_none());
+    drop(reading);
+    let writing = MultiLock::of([other_side.write()]).unwrap().try_lock_for(2 * SECOND).unwrap();
+    assert!(writing.is_some(), "the readers' release let the writer in");
+
+    // Spin locks too; the same lock twice is refused as for `Lock`s.
+    let spin = client.spin_lock("any:s").unwrap();
+    let twice = MultiLock::of([spin.clone(), spin]).unwrap_err();
+    assert_eq!(twice.kind(), ErrorKind::InvalidArgument);
+}

@@ -334,3 +334,35 @@ fn no_recent_releasers_key_outlives_the_last_release() {
         );
     }
 }
+
+/// Every lock-like kind answers the same accessors (issue 22, item 3): the
+/// guard's, and the handle's remaining lease.
+#[test]
+fn every_kind_has_the_same_accessors() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rw = client.read_write_lock("acc:rw").unwrap();
+    let spin = client.spin_lock("acc:s").unwrap().lock().unwrap();
+    assert!(spin.is_replicated() && !spin.is_lost() && spin.fencing_token().is_none());
+    assert!(spin.owner_id().starts_with(client.id()));
+    let fair = client.fair_lock("acc:f").unwrap().fenced().lock().unwrap();
+    assert!(fair.is_replicated() && fair.fencing_token().is_some());
+    let read = rw.read().lock().unwrap();
+    assert!(read.is_replicated() && read.fencing_token().is_none() && read.lost_reason().is_none());
+    drop(read);
+    let write = rw.write().fenced().lock().unwrap();
+    assert!(write.owner_id().ends_with(":write") && write.fencing_token().is_some());
+
+    let watchdog = client.watchdog_timeout();
+    let leases = [
+        client.spin_lock("acc:s").unwrap().remaining_lease().unwrap(),
+        client.fair_lock("acc:f").unwrap().remaining_lease().unwrap(),
+        rw.read().remaining_lease().unwrap(),
+        rw.write().remaining_lease().unwrap(),
+    ];
+    for lease in leases {
+        assert!(lease.is_some_and(|l| l <= watchdog && !l.is_zero()), "{lease:?}");
+    }
+    assert_eq!(client.fair_lock("acc:none").unwrap().remaining_lease().unwrap(), None);
+    drop((spin, fair, write));
+}
