@@ -240,3 +240,20 @@ impl Hold {
         !self.finished.swap(true, Ordering::AcqRel)
     }
 }
+
+#[cfg(test)]
+impl Hold {
+    /// A watchdog-lease hold of `c:1` (thread 1) on `name`, with one guard,
+    /// its acquisition sent at `sent`: for unit tests.
+    pub(crate) fn for_test(id: u64, name: &str, sent: Instant) -> Arc<Hold> {
+        let acquisition = Acquisition {
+            owner: "c:1".into(),
+            thread: 1,
+            lease: Lease::Watchdog,
+            lease_ms: 30_000,
+            token: None,
+            sent,
+        };
+        Arc::new(Hold::new(id, Arc::from(name), acquisition))
+    }
+}

@@ -363,8 +363,6 @@ mod tests {
 
     use super::*;
     use crate::error::Result;
-    use crate::holds::hold::Acquisition;
-    use crate::lease::Lease;
 
     /// A renewer that finds every lock gone, counting its calls.
     #[derive(Debug, Default)]
@@ -384,15 +382,7 @@ mod tests {
     }
 
     fn hold(id: u64, sent: Instant) -> Arc<Hold> {
-        let acquisition = Acquisition {
-            owner: "c:1".into(),
-            thread: 1,
-            lease: Lease::Watchdog,
-            lease_ms: 30_000,
-            token: None,
-            sent,
-        };
-        Arc::new(Hold::new(id, Arc::from("k"), acquisition))
+        Hold::for_test(id, "k", sent)
     }
 
     #[test]

@@ -152,19 +152,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holds::hold::Acquisition;
-    use crate::lease::Lease;
 
     fn hold(id: u64, name: &str) -> Arc<Hold> {
-        let acquisition = Acquisition {
-            owner: "c:1".into(),
-            thread: 1,
-            lease: Lease::Watchdog,
-            lease_ms: 30_000,
-            token: None,
-            sent: Instant::now(),
-        };
-        Arc::new(Hold::new(id, Arc::from(name), acquisition))
+        Hold::for_test(id, name, Instant::now())
     }
 
     #[test]

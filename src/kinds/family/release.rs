@@ -154,19 +154,9 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::holds::hold::Acquisition;
-    use crate::lease::Lease;
 
     fn hold(guards: u32) -> Arc<Hold> {
-        let acquisition = Acquisition {
-            owner: "c:1".into(),
-            thread: 1,
-            lease: Lease::Watchdog,
-            lease_ms: 30_000,
-            token: None,
-            sent: Instant::now(),
-        };
-        let hold = Arc::new(Hold::new(1, Arc::from("k"), acquisition));
+        let hold = Hold::for_test(1, "k", Instant::now());
         for _ in 1..guards {
             hold.add_guard();
         }
