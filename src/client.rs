@@ -11,6 +11,10 @@
 //! keeps the threads running, but a live guard still releases its own lock
 //! when dropped.
 
+mod context;
+
+pub(crate) use context::{Calls, Context, Holds, Latch, Repeat};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -462,6 +466,23 @@ impl Inner {
     /// it alive (a hold's renewer).
     pub(crate) fn weak(&self) -> Weak<Inner> {
         Weak::clone(&self.this)
+    }
+
+    /// What a kind sees of this client (see `client/context.rs`).
+    pub(crate) fn context(&self) -> Context<'_> {
+        Context::new(self)
+    }
+
+    /// Runs a latched release (see [`Calls::run_latched`]), for the lock
+    /// kinds that do not take a [`Context`] yet.
+    pub(crate) fn run_latched<T>(
+        &self,
+        name: &str,
+        thread: u64,
+        retry: bool,
+        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.context().calls().run_latched(name, thread, retry, script)
     }
 
     /// A call's ride through outages (see `wait/outage.rs`): for at most
