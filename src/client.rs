@@ -353,6 +353,11 @@ impl Client {
         &self.handle.inner
     }
 
+    /// What a kind sees of this client (see `client/context.rs`).
+    pub(crate) fn context(&self) -> Context<'_> {
+        self.handle.inner.context()
+    }
+
     /// This client's id: a v4 UUID made when it was built, the first half of
     /// every owner id it writes.
     pub fn id(&self) -> &str {

@@ -44,7 +44,7 @@ impl Client {
     /// (a name with its own `{tag}`: Redisson's channel wraps it in a
     /// second pair of braces).
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
-        let ctx = self.inner().context();
+        let ctx = self.context();
         ctx.validate_name(name)?;
         let channel = channel_of(name);
         if ctx.is_cluster() && hash_tag(channel.as_bytes()) != hash_tag(name.as_bytes()) {
@@ -100,7 +100,7 @@ impl CountDownLatch {
     }
 
     fn ctx(&self) -> Context<'_> {
-        self.client.inner().context()
+        self.client.context()
     }
 
     fn calls(&self) -> Calls<'_> {

@@ -49,7 +49,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
     /// a name a lock could not have (see [`Client::lock`]).
     pub fn job(&self, name: &str) -> Result<Job> {
-        let ctx = self.inner().context();
+        let ctx = self.context();
         ctx.validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(LockKeys::new(&name, self.id()));
@@ -285,7 +285,7 @@ impl Job {
     /// [`run_with`](Job::run_with) inside its `keyholder.job` span.
     fn run_observed<T>(&self, job: impl FnOnce(&JobRun) -> T) -> Result<JobOutcome<T>> {
         self.validate()?;
-        let ctx = self.client.inner().context();
+        let ctx = self.client.context();
         ctx.check_running()?;
         let calls = ctx.calls();
         let owner = owner::owner_id(ctx.id(), owner::unique_owner_number());
@@ -365,7 +365,7 @@ impl Job {
 
     /// Keeps the run's hold for `keep` more, or releases it now.
     fn finish(&self, owner: &str, keep: Duration) -> Result<JobFinish> {
-        let calls = self.client.inner().context().calls();
+        let calls = self.client.context().calls();
         // Owner-checked and idempotent (shortening, or deleting our own
         // field's key): safe to repeat on a new connection.
         calls.with_live_conn(&self.keys.name, |conn| {

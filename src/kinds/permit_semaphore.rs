@@ -45,7 +45,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
     /// for a name [`Client::lock`] would refuse.
     pub fn permit_expirable_semaphore(&self, name: &str) -> Result<PermitExpirableSemaphore> {
-        self.inner().context().validate_name(name)?;
+        self.context().validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(Keys {
             timeouts: Arc::from(timeouts_of(&name)),
@@ -157,7 +157,7 @@ impl fmt::Debug for PermitExpirableSemaphore {
 
 impl PermitExpirableSemaphore {
     fn calls(&self) -> Calls<'_> {
-        self.client.inner().context().calls()
+        self.client.context().calls()
     }
 
     /// The semaphore's name (its Redis key).
@@ -237,8 +237,7 @@ impl PermitExpirableSemaphore {
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<ExpirablePermits>> {
         check_permits(permits, "acquire")?;
         check_at_most(permits as usize)?;
-        let inner = self.client.inner();
-        let ctx = inner.context();
+        let ctx = self.client.context();
         let calls = ctx.calls();
         let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
@@ -275,7 +274,7 @@ impl PermitExpirableSemaphore {
         if self.lease == Lease::Watchdog {
             ctx.holds().register(Arc::clone(&hold), None, PermitRenewal::of(ctx.holds()));
         }
-        Ok(Some(ExpirablePermits::new(Arc::clone(inner), Arc::clone(&self.keys), ids, hold)))
+        Ok(Some(ExpirablePermits::new(Arc::clone(self.client.inner()), Arc::clone(&self.keys), ids, hold)))
     }
 
     /// Gives back permits by id, held by this process or another (Java's

@@ -38,7 +38,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
     /// for a name [`Client::lock`] would refuse.
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
-        self.inner().context().validate_name(name)?;
+        self.context().validate_name(name)?;
         Ok(Semaphore { client: self.clone(), name: Arc::from(name), channel: Arc::from(channel_of(name)) })
     }
 }
@@ -96,7 +96,7 @@ impl std::fmt::Debug for Semaphore {
 
 impl Semaphore {
     fn calls(&self) -> Calls<'_> {
-        self.client.inner().context().calls()
+        self.client.context().calls()
     }
 
     /// The semaphore's name (its Redis key).
@@ -155,9 +155,8 @@ impl Semaphore {
 
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<SemaphorePermits>> {
         check_permits(permits, "acquire")?;
-        let inner = self.client.inner();
-        let calls = inner.context().calls();
-        wait_loop::observed(inner.context(), &self.name, &self.channel, patience, || {
+        let calls = self.calls();
+        wait_loop::observed(self.client.context(), &self.name, &self.channel, patience, || {
             Ok(if scripts::try_acquire(calls, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {
@@ -167,7 +166,7 @@ impl Semaphore {
         .map(|won| {
             won.map(|()| {
                 SemaphorePermits::new(
-                    Arc::clone(inner),
+                    Arc::clone(self.client.inner()),
                     Arc::clone(&self.name),
                     Arc::clone(&self.channel),
                     permits,
