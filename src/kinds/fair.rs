@@ -52,7 +52,6 @@ use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release as released;
 use crate::kinds::family::sealed::{Core, Fences};
 use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
-use crate::kinds::latch;
 use crate::kinds::lock::confirm;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
@@ -459,7 +458,7 @@ impl Contender for Queueing<'_> {
 /// Runs the release script with the owner's latch; once more, as a retry,
 /// on a fresh connection if the first reply was lost.
 fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Release> {
-    latch::run_latched(inner, &keys.name, hold.thread, true, |conn, latch| {
+    inner.context().calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
         let outcome = scripts::release(&inner.scripts, conn, keys, &hold.owner, hold.lease_ms, latch)?;
         if conn.replicated() == Some(false) {
             if inner.config.replica_acks_required {

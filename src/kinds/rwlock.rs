@@ -47,7 +47,6 @@ use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::sealed::{Core, Fences};
 use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
-use crate::kinds::latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
@@ -399,14 +398,18 @@ impl Side<'_> {
         let keys = &self.shared.keys;
         let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
         // One attempt: whether it ran or not, what is left expires.
-        let _ =
-            latch::run_latched(inner, &keys.name, crate::owner::current_thread_id(), false, |conn, latch| {
+        let _ = inner.context().calls().run_latched(
+            &keys.name,
+            crate::owner::current_thread_id(),
+            false,
+            |conn, latch| {
                 if self.write {
                     scripts::write_release(&inner.scripts, conn, keys, owner, lease_ms, latch)
                 } else {
                     scripts::read_release(&inner.scripts, conn, keys, owner, latch)
                 }
-            });
+            },
+        );
     }
 }
 

@@ -37,7 +37,6 @@ use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release as released;
 use crate::kinds::family::sealed::Core;
 use crate::kinds::family::{self, Call, Guard, Handle, Kind};
-use crate::kinds::latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
 use scripts::{Acquire, Mode, Release};
@@ -262,7 +261,7 @@ impl Contender for Spinning<'_> {
 /// A nested release: latched, retried once on a fresh connection if the
 /// reply was lost (the latch returns the first outcome; `kinds/latch.rs`).
 fn release_nested(inner: &Inner, hold: &Hold) -> Result<Release> {
-    latch::run_latched(inner, &hold.name, hold.thread, true, |conn, latch| {
+    inner.context().calls().run_latched(&hold.name, hold.thread, true, |conn, latch| {
         scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
     })
 }

@@ -15,7 +15,7 @@ use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::{self, fresh, fresh::Keeping};
-use crate::kinds::latch::{self, Latch};
+use crate::kinds::latch::Latch;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseArgs, Turns};
 use crate::store::lanes::Session;
@@ -24,7 +24,7 @@ use crate::wait::entry::{Entry, Successor};
 /// Releases one of several holds of `thread` (owner id `owner`) on
 /// `entry`'s lock, latched and retried once.
 fn release_nested(inner: &Inner, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
-    latch::run_latched(inner, &entry.keys.name, thread, true, |conn, latch| {
+    inner.context().calls().run_latched(&entry.keys.name, thread, true, |conn, latch| {
         let outcome = scripts::release(
             &inner.scripts,
             conn,
@@ -130,7 +130,7 @@ pub(crate) fn release(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Re
 /// successor contends in Redis like any waiter.
 fn hand_over(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
     let sent = Instant::now();
-    let outcome = latch::run_latched(inner, &entry.keys.name, hold.thread, true, |conn, latch| {
+    let outcome = inner.context().calls().run_latched(&entry.keys.name, hold.thread, true, |conn, latch| {
         let args = HandoffArgs {
             name: &entry.keys.name,
             channel: &entry.keys.channel,

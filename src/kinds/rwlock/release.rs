@@ -11,13 +11,12 @@ use crate::error::Result;
 use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
 use crate::kinds::family::release as released;
-use crate::kinds::latch;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
 
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
 fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
     let owner = reader_of(hold, write);
-    latch::run_latched(inner, &keys.name, hold.thread, true, |conn, latch| {
+    inner.context().calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
         if write {
             scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
         } else {
