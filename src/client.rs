@@ -39,7 +39,7 @@ use crate::store::lanes::Session;
 use crate::store::routes::Routes;
 use crate::store::scripts::Scripts;
 use crate::store::slots::Addr;
-use crate::wait::channel::{ChannelWait, ChannelWaits, Wakes};
+use crate::wait::channel::ChannelWaits;
 use crate::wait::entry::Entry;
 use crate::wait::outage::{self, Outage, OutageClock};
 
@@ -486,13 +486,6 @@ impl Inner {
         let budget = if waits { self.config.outage_budget } else { Duration::ZERO };
         let attempt = self.config.connect_timeout + self.config.command_timeout;
         Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
-    }
-
-    /// A place among this client's threads waiting on `channel` for the
-    /// object `name`, where every message wakes them all (one subscription
-    /// for all of them; see `wait/channel.rs`).
-    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> ChannelWait {
-        self.waits.join(name, channel, Wakes::All)
     }
 
     /// The client's command connections (for the admin calls of

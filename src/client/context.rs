@@ -28,6 +28,7 @@ use crate::store::eval::{Call, LuaScript};
 use crate::store::lanes::Session;
 use crate::store::scripts::Scripts;
 use crate::wait::channel::{ChannelWait, Wakes};
+use crate::wait::entry::Entry;
 use crate::wait::outage::Outage;
 
 /// A kind's view of its client (see the module docs).
@@ -85,6 +86,18 @@ impl<'a> Context<'a> {
     /// The client id (a UUID), the first half of every owner id it writes.
     pub(crate) fn id(&self) -> &'a str {
         &self.inner.id
+    }
+
+    /// The client id as a number, for thread-local records keyed by client.
+    pub(crate) fn uuid(&self) -> u128 {
+        self.inner.uuid.as_u128()
+    }
+
+    /// Runs `unlock`, a force unlock of the lock at `name` that returns
+    /// whether it deleted one, and marks this client's holds of it from
+    /// before as lost ([`LostReason::Gone`](crate::LostReason::Gone)).
+    pub(crate) fn force_unlocking(&self, name: &str, unlock: impl FnOnce() -> Result<bool>) -> Result<bool> {
+        self.inner.force_unlocking(name, unlock)
     }
 
     pub(crate) fn config(&self) -> &'a Config {
@@ -257,6 +270,12 @@ impl<'a> Waits<'a> {
         self.inner.outage(waits)
     }
 
+    /// The reentrant lock's local state for `name`: its gate, wake-up slot
+    /// and subscription (see `wait/entry.rs`).
+    pub(crate) fn entry(&self, name: &Arc<str>) -> Arc<Entry> {
+        self.inner.entry(name)
+    }
+
     /// The longest sleep without news: the client's watchdog timeout.
     pub(crate) fn recheck(&self) -> Duration {
         self.inner.config.watchdog_timeout
@@ -283,6 +302,25 @@ impl Holds<'_> {
     /// Stops renewing or watching the hold `hold_id`.
     pub(crate) fn deregister(&self, hold_id: u64) {
         self.inner.watchdog.deregister(hold_id);
+    }
+
+    /// Listens for unlocks of `hold` on `channel` (if its kind publishes
+    /// one), checked with `check`, telling `on_lost` (see `holds/foreign.rs`);
+    /// this client's force unlock finds it too.
+    pub(crate) fn listen(
+        &self,
+        hold: &Arc<Hold>,
+        channel: Option<Arc<str>>,
+        on_lost: Option<Arc<dyn OnLost>>,
+        check: Arc<dyn Renew>,
+    ) {
+        self.inner.foreign.add(hold, channel, on_lost, check);
+    }
+
+    /// Forgets a hold whose last guard was released: no more renewal, no
+    /// more listening for its lock's unlocks.
+    pub(crate) fn forget(&self, hold_id: u64) {
+        self.inner.forget_hold(hold_id);
     }
 
     /// The client's renewer for `key`, made by `make` (given a weak handle

@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Inner};
+use crate::client::{Client, Context};
 use crate::error::{Error, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
@@ -92,7 +92,7 @@ impl Client {
     /// characters, a reserved prefix, or, on a Redis Cluster, braces that
     /// make no hash tag.
     pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         let fair = Fair {
             client: self.clone(),
             keys: Arc::new(FairKeys::new(name)),
@@ -234,9 +234,9 @@ impl Core for Fair {
     /// if its reply was lost: the latch makes the retry return the first
     /// outcome instead of releasing a second hold. The last release wakes
     /// the queue's head, and only the head.
-    fn release(inner: &Arc<Inner>, keys: &Arc<FairKeys>, hold: &Arc<Hold>) -> Result<()> {
-        released::release_registered(inner, Self::NOUN, hold, true, |_| {
-            (release_latched(inner, keys, hold), false)
+    fn release(ctx: Context<'_>, keys: &Arc<FairKeys>, hold: &Arc<Hold>) -> Result<()> {
+        released::release_registered(ctx, Self::NOUN, hold, true, |_| {
+            (release_latched(ctx, keys, hold), false)
         })
     }
 
@@ -249,8 +249,10 @@ impl Core for Fair {
     }
 
     fn force_unlock(&self) -> Result<bool> {
-        let inner = self.client.inner();
-        inner.with_live_conn(&self.keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, &self.keys))
+        let ctx = self.client.context();
+        ctx.calls().with_live_conn(&self.keys.name, |conn| {
+            scripts::force_unlock(ctx.calls().scripts(), conn, &self.keys)
+        })
     }
 
     fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
@@ -261,8 +263,8 @@ impl Core for Fair {
 impl Fair {
     /// Re-enters the thread's live hold, or takes a new one in its turn.
     fn acquire_in(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { inner, deadline, block, obs, lease, lease_ms, thread, owner } = call;
-        let client = inner.uuid.as_u128();
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let client = ctx.uuid();
         if let Some(hold) = reentry::current(client, Self::NOUN, &self.keys.name)
             && self.reenter(&hold, &owner, lease_ms)?
         {
@@ -274,16 +276,16 @@ impl Fair {
         else {
             return Ok(None);
         };
-        fresh::refuse_unreplicated(inner, &self.keys.name, replicated, || {
-            self.give_back(inner, &owner, lease_ms);
+        fresh::refuse_unreplicated(ctx, &self.keys.name, replicated, || {
+            self.give_back(ctx, &owner, lease_ms);
         })?;
         let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
-        let hold = fresh::hold(inner, Self::NOUN, &self.keys.name, acquisition, replicated);
+        let hold = fresh::hold(ctx, Self::NOUN, &self.keys.name, acquisition, replicated);
         // The fair lock's hash is RLock's: the same renewer keeps it. Its
         // unlocks are published on its head waiter's channel only: nothing
         // to listen on, but this client's force unlock finds the hold.
-        let renew = HashRenewal::of(inner);
-        fresh::keep(inner, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
+        let renew = HashRenewal::of(ctx);
+        fresh::keep(ctx, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
         reentry::set(client, Self::NOUN, &hold);
         hash_kinds::note(client, HashKind::FairLock, &hold);
         Ok(Some(hold))
@@ -293,7 +295,7 @@ impl Fair {
     /// `kinds/family/reentry.rs`), without touching the queue: true with one
     /// more guard, false when the hold vanished unnoticed.
     fn reenter(&self, hold: &Arc<Hold>, owner: &str, lease_ms: u64) -> Result<bool> {
-        let inner = self.client.inner();
+        let ctx = self.client.context();
         // A fenced handle re-entering a hold taken without a token mints one.
         let mint = self.fenced && hold.token().is_none();
         let args = AcquireArgs {
@@ -305,8 +307,9 @@ impl Fair {
             mint,
         };
         // A re-entry increments a count: not repeated on a fresh connection.
-        let attempt = || match inner
-            .with_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))?
+        let attempt = || match ctx
+            .calls()
+            .with_conn(&self.keys.name, |conn| scripts::acquire(ctx.calls().scripts(), conn, &args))?
         {
             Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
             Acquire::Gone | Acquire::Refused { .. } => Ok(Reentry::Gone),
@@ -320,8 +323,8 @@ impl Fair {
     /// One fresh attempt; `queue` with a grant `ticket`, or `None` for an
     /// attempt that never queues.
     fn attempt(&self, owner: &str, lease_ms: u64, queue: Option<Option<u64>>) -> Result<Acquire> {
-        let inner = self.client.inner();
-        inner.check_running()?;
+        let ctx = self.client.context();
+        ctx.check_running()?;
         let args = AcquireArgs {
             keys: &self.keys,
             owner,
@@ -332,7 +335,8 @@ impl Fair {
         };
         // A fresh attempt sets the count to 1 and keeps its place in the
         // queue: safe to repeat on a fresh connection.
-        inner.with_live_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
+        ctx.calls()
+            .with_live_conn(&self.keys.name, |conn| scripts::acquire(ctx.calls().scripts(), conn, &args))
     }
 
     /// Takes a turn in the queue until the acquire script succeeds, a
@@ -346,14 +350,14 @@ impl Fair {
         block: bool,
         obs: &observe::Acquire<'_>,
     ) -> Result<Option<Won>> {
-        let inner = self.client.inner();
+        let ctx = self.client.context();
         if !block || deadline.is_some_and(|d| Instant::now() >= d) {
             // One attempt, which never queues.
             let sent = Instant::now();
             return match self.attempt(owner, lease_ms, None) {
                 Ok(Acquire::Acquired { token, replicated }) => Ok(Some(Won { sent, token, replicated })),
                 Ok(_) => Ok(None),
-                Err(e) => Err(self.after_error(inner, owner, lease_ms, e, false)),
+                Err(e) => Err(self.after_error(ctx, owner, lease_ms, e, false)),
             };
         }
         let name = &self.keys.name;
@@ -363,21 +367,21 @@ impl Fair {
         // they are never handed the lock.
         let ticket = (!self.fenced).then(|| NEXT_TICKET.fetch_add(1, Ordering::Relaxed));
         let expected = ticket.map(|t| format!("{owner}/{t}"));
-        let mut queueing = Queueing { fair: self, inner, owner, lease_ms, ticket, expected };
+        let mut queueing = Queueing { fair: self, ctx, owner, lease_ms, ticket, expected };
         // Channels still lingering from this thread's last wait are taken
         // back without a round trip: the first refusal can sleep at once.
-        let on_channel = OnChannel { wait: &wait, subscribers: &inner.subscribers, resume: true };
-        let bounds = Bounds::of(inner, deadline, block, obs, true);
+        let on_channel = OnChannel { wait: &wait, subscribers: ctx.waits().subscribers(), resume: true };
+        let bounds = Bounds::of(ctx, deadline, block, obs, true);
         let Contended { outcome, queued_at } = contend::contend(&mut queueing, &on_channel, bounds);
         drop(wait);
         match outcome {
             Ok(None) => {
                 // Out of time: leave the queue, passing on a turn (or a
                 // lock) that may have come meanwhile.
-                self.leave_queue(inner, owner);
+                self.leave_queue(ctx, owner);
                 Ok(None)
             }
-            Err(e) => Err(self.after_error(inner, owner, lease_ms, e, queued_at.is_some())),
+            Err(e) => Err(self.after_error(ctx, owner, lease_ms, e, queued_at.is_some())),
             won => won,
         }
     }
@@ -385,30 +389,30 @@ impl Fair {
     /// Cleans up after a failed attempt: an attempt whose reply was lost
     /// (or unreadable) may have taken the lock, which is given back; a
     /// queued waiter leaves the queue. Best effort, one try each.
-    fn after_error(&self, inner: &Inner, owner: &str, lease_ms: u64, e: Error, queued: bool) -> Error {
+    fn after_error(&self, ctx: Context<'_>, owner: &str, lease_ms: u64, e: Error, queued: bool) -> Error {
         if e.is_transport() || e.kind() == crate::ErrorKind::UnexpectedReply {
-            self.give_back(inner, owner, lease_ms);
+            self.give_back(ctx, owner, lease_ms);
         }
         if queued && !e.is_redis_error() {
-            self.leave_queue(inner, owner);
+            self.leave_queue(ctx, owner);
         }
         e
     }
 
-    fn leave_queue(&self, inner: &Inner, owner: &str) {
+    fn leave_queue(&self, ctx: Context<'_>, owner: &str) {
         let slot_ms = crate::lease::millis_ceil(self.wait_timeout);
-        let _ = inner.with_live_conn(&self.keys.name, |conn| {
-            scripts::dequeue(&inner.scripts, conn, &self.keys, owner, slot_ms)
+        let _ = ctx.calls().with_live_conn(&self.keys.name, |conn| {
+            scripts::dequeue(ctx.calls().scripts(), conn, &self.keys, owner, slot_ms)
         });
     }
 
     /// Releases what `owner` may hold here (one latched release).
-    fn give_back(&self, inner: &Inner, owner: &str, lease_ms: u64) {
+    fn give_back(&self, ctx: Context<'_>, owner: &str, lease_ms: u64) {
         let thread = owner::current_thread_id();
-        let latch_key = crate::names::unlock_latch(&self.keys.name, inner.uuid.as_u128(), thread);
+        let latch_key = crate::names::unlock_latch(&self.keys.name, ctx.uuid(), thread);
         let latch = scripts::Latch { key: &latch_key, ttl_ms: 1, request: 0, retry: false };
-        let _ = inner.with_live_conn(&self.keys.name, |conn| {
-            scripts::release(&inner.scripts, conn, &self.keys, owner, lease_ms, latch)
+        let _ = ctx.calls().with_live_conn(&self.keys.name, |conn| {
+            scripts::release(ctx.calls().scripts(), conn, &self.keys, owner, lease_ms, latch)
         });
     }
 }
@@ -418,7 +422,7 @@ impl Fair {
 /// ticket is the lock.
 struct Queueing<'a> {
     fair: &'a Fair,
-    inner: &'a Inner,
+    ctx: Context<'a>,
     owner: &'a str,
     lease_ms: u64,
     /// This call's number, when it accepts a grant (unfenced).
@@ -448,7 +452,7 @@ impl Contender for Queueing<'_> {
         // WAIT acknowledged the grant, not this thread: confirm it, as an
         // acquisition would. Gone since (expired, deleted): take a turn again.
         let sent = grant.granted_at(queued_at);
-        match confirm::grant(self.inner, &self.fair.keys.name, self.owner)? {
+        match confirm::grant(self.ctx, &self.fair.keys.name, self.owner)? {
             Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
             Confirm::Gone => Ok(None),
         }
@@ -457,11 +461,11 @@ impl Contender for Queueing<'_> {
 
 /// Runs the release script with the owner's latch; once more, as a retry,
 /// on a fresh connection if the first reply was lost.
-fn release_latched(inner: &Inner, keys: &FairKeys, hold: &Hold) -> Result<Release> {
-    inner.context().calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
-        let outcome = scripts::release(&inner.scripts, conn, keys, &hold.owner, hold.lease_ms, latch)?;
+fn release_latched(ctx: Context<'_>, keys: &FairKeys, hold: &Hold) -> Result<Release> {
+    ctx.calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
+        let outcome = scripts::release(ctx.calls().scripts(), conn, keys, &hold.owner, hold.lease_ms, latch)?;
         if conn.replicated() == Some(false) {
-            if inner.config.replica_acks_required {
+            if ctx.config().replica_acks_required {
                 return Err(Error::replica_acks(&keys.name));
             }
             log::warn!("keyholder: fair lock '{}' released, but not acknowledged by the replicas", keys.name);

@@ -252,8 +252,8 @@ impl<K: Kind> Handle<K> {
     /// when a key of another type sits at the lock name.
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
         let name = self.kind.name();
-        let inner = self.kind.client().inner();
-        let (kind, pttl): (String, i64) = inner.with_live_conn(name, |conn| {
+        let ctx = self.kind.client().context();
+        let (kind, pttl): (String, i64) = ctx.calls().with_live_conn(name, |conn| {
             let reply =
                 conn.query_all(&[redis::cmd("TYPE").arg(&**name), redis::cmd("PTTL").arg(&**name)])?;
             reply.map_err(|e| Error::from_redis(name, e))
@@ -287,8 +287,8 @@ impl<K: Kind> Handle<K> {
     ///
     /// A Redis failure, or [`ErrorKind::WrongType`](crate::ErrorKind::WrongType).
     pub fn force_unlock(&self) -> Result<bool> {
-        let inner = self.kind.client().inner();
-        inner.force_unlocking(self.kind.name(), || self.kind.force_unlock())
+        let ctx = self.kind.client().context();
+        ctx.force_unlocking(self.kind.name(), || self.kind.force_unlock())
     }
 
     /// One acquire call, in a `keyholder.acquire` span, with its metrics.
@@ -296,21 +296,22 @@ impl<K: Kind> Handle<K> {
         let mode = observe::Mode::of(deadline, block);
         let obs = observe::Acquire::start(self.kind.name(), mode);
         let acquired = obs.in_scope(|| {
-            let inner = self.kind.client().inner();
-            inner.check_running()?;
+            let ctx = self.kind.client().context();
+            ctx.check_running()?;
             let thread = owner::current_thread_id();
             let call = Call {
-                inner,
+                ctx,
                 deadline,
                 block,
                 obs: &obs,
                 lease: self.lease,
-                lease_ms: self.lease.ttl_ms(inner.config.watchdog_timeout),
+                lease_ms: self.lease.ttl_ms(ctx.config().watchdog_timeout),
                 thread,
-                owner: owner::owner_id(&inner.id, thread),
+                owner: owner::owner_id(ctx.id(), thread),
             };
             let acquired = self.kind.acquire(call)?;
-            Ok(acquired.map(|(hold, keep)| Guard::new(Arc::clone(inner), hold, keep)))
+            let client = Arc::clone(self.kind.client().inner());
+            Ok(acquired.map(|(hold, keep)| Guard::new(client, hold, keep)))
         });
         obs.finish(|| match &acquired {
             // A re-entry adds a guard to the thread's hold.
@@ -364,7 +365,10 @@ pub(crate) fn query<T: redis::FromRedisValue>(
     name: &str,
     cmd: &mut redis::Cmd,
 ) -> Result<T> {
-    client.inner().with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
+    client
+        .context()
+        .calls()
+        .with_live_conn(name, |conn| conn.query(cmd)?.map_err(|e| Error::from_redis(name, e)))
 }
 
 /// The calling thread's owner id on `client`.

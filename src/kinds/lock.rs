@@ -21,7 +21,7 @@ pub(crate) mod scripts;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Inner};
+use crate::client::{Client, Context};
 use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
@@ -61,7 +61,7 @@ impl Client {
     /// As [`lock`](Client::lock), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a fixed
     /// lease outside 1 ms to 30 days.
     pub fn lock_with_lease(&self, name: &str, lease: Lease) -> Result<Lock> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         lease.validate()?;
         Ok(Handle::of(Reentrant::new(self.clone(), name), lease))
     }
@@ -119,7 +119,7 @@ pub struct Reentrant {
 
 impl Reentrant {
     fn new(client: Client, name: &str) -> Self {
-        let migration = client.inner().config.migration_mode;
+        let migration = client.context().config().migration_mode;
         Reentrant {
             migration,
             client,
@@ -192,13 +192,13 @@ impl Core for Reentrant {
     }
 
     fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<Entry>)>> {
-        let entry = call.inner.entry(&self.name);
+        let entry = call.ctx.waits().entry(&self.name);
         let acquired = self.acquire_in(&entry, call)?;
         Ok(acquired.map(|hold| (hold, entry)))
     }
 
-    fn release(inner: &Arc<Inner>, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, entry, hold)
+    fn release(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
+        release::release(ctx, entry, hold)
     }
 
     fn on_lost(entry: &Arc<Entry>) -> Option<Arc<dyn OnLost>> {
@@ -214,9 +214,9 @@ impl Core for Reentrant {
     }
 
     fn force_unlock(&self) -> Result<bool> {
-        let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| {
-            scripts::force_unlock(&inner.scripts, conn, &self.name, &self.channel)
+        let ctx = self.client.context();
+        ctx.calls().with_live_conn(&self.name, |conn| {
+            scripts::force_unlock(ctx.calls().scripts(), conn, &self.name, &self.channel)
         })
     }
 
@@ -231,35 +231,35 @@ impl Core for Reentrant {
 
 impl Reentrant {
     fn acquire_in(&self, entry: &Arc<Entry>, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { inner, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
         if let Some(hold) = entry.hold_of(thread)
             && self.reenter(entry, &hold, &owner, lease_ms)?
         {
             return Ok(Some(hold));
         }
 
-        hash_kinds::check(inner.uuid.as_u128(), &entry.keys.name, HashKind::Lock)?;
+        hash_kinds::check(ctx.uuid(), &entry.keys.name, HashKind::Lock)?;
         let successor = Successor { thread, owner, lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => {
-                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
+                hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
                 return Ok(Some(hold));
             }
             Some(Entered::Gate) => {}
         }
         match self.contend(entry, &successor, deadline, block, obs) {
             Ok(Some(Won { sent, token, replicated })) => {
-                fresh::refuse_unreplicated(inner, &self.name, replicated, || {
-                    let _ = release::release_orphan(inner, entry, &successor.owner, lease_ms);
+                fresh::refuse_unreplicated(ctx, &self.name, replicated, || {
+                    let _ = release::release_orphan(ctx, entry, &successor.owner, lease_ms);
                     entry.leave_gate(thread);
                 })?;
                 let owner = successor.owner;
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
-                let hold = fresh::hold(inner, Self::NOUN, &entry.keys.name, acquisition, replicated);
+                let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
                 entry.set_held(Arc::clone(&hold));
-                hash_kinds::note(inner.uuid.as_u128(), HashKind::Lock, &hold);
-                fresh::keep(inner, &hold, release::keeping(inner, entry));
+                hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
+                fresh::keep(ctx, &hold, release::keeping(ctx, entry));
                 Ok(Some(hold))
             }
             other => {
@@ -271,7 +271,7 @@ impl Reentrant {
                     // thread holds no live hold here, so give back whatever
                     // it may have taken rather than orphan it for a lease:
                     // one attempt, so a dead Redis costs one more timeout.
-                    let _ = release::release_orphan(inner, entry, &successor.owner, lease_ms);
+                    let _ = release::release_orphan(ctx, entry, &successor.owner, lease_ms);
                 }
                 entry.leave_gate(thread);
                 other.map(|_| None)
@@ -321,7 +321,7 @@ impl Reentrant {
         block: bool,
         obs: &observe::Acquire<'_>,
     ) -> Result<Option<Won>> {
-        let inner = self.client.inner();
+        let ctx = self.client.context();
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
         if let Some(stale) = entry.take_grant()
             && stale.owner != owner
@@ -329,11 +329,11 @@ impl Reentrant {
             // The lock was handed to a thread of this client that has since
             // given up (without leaving the queue, since this thread took
             // over its place): give it back, which passes it on.
-            let _ = release::release_orphan(inner, entry, &stale.owner, lease_ms);
+            let _ = release::release_orphan(ctx, entry, &stale.owner, lease_ms);
         }
         let mut contender = Contending {
             lock: self,
-            inner,
+            ctx,
             entry,
             owner,
             lease_ms,
@@ -341,8 +341,8 @@ impl Reentrant {
             block,
             no_ttl_since: None,
         };
-        let wait = GateWait { entry, inner, lock: self };
-        let bounds = Bounds::of(inner, deadline, block, obs, self.rides_outages);
+        let wait = GateWait { entry, ctx, lock: self };
+        let bounds = Bounds::of(ctx, deadline, block, obs, self.rides_outages);
         let Contended { outcome, queued_at } = contend::contend(&mut contender, &wait, bounds);
         let gave_up = match &outcome {
             Ok(won) => won.is_none(),
@@ -353,9 +353,16 @@ impl Reentrant {
             // place: leave the queue, and pass on a turn (or a lock) this
             // client was given meanwhile. (With Redis failing, the place is
             // dropped when its turn comes and nobody listens.)
-            let turns = Turns::of(&entry.keys, &inner.id);
-            let _ = inner.with_live_conn(&self.name, |conn| {
-                scripts::dequeue(&inner.scripts, conn, &entry.keys.name, &entry.keys.channel, turns, owner)
+            let turns = Turns::of(&entry.keys, ctx.id());
+            let _ = ctx.calls().with_live_conn(&self.name, |conn| {
+                scripts::dequeue(
+                    ctx.calls().scripts(),
+                    conn,
+                    &entry.keys.name,
+                    &entry.keys.channel,
+                    turns,
+                    owner,
+                )
             });
         }
         outcome
@@ -364,7 +371,7 @@ impl Reentrant {
     /// Takes the lock's channels back if they still linger, subscribed and
     /// confirmed, from this client's last wait: no round trip.
     fn resubscribe_lingering(&self, entry: &Arc<Entry>) -> bool {
-        match self.client.inner().subscribers.resume(entry.interest()) {
+        match self.client.context().waits().subscribers().resume(entry.interest()) {
             Some(subscription) => {
                 entry.keep_subscription(subscription);
                 true
@@ -375,15 +382,15 @@ impl Reentrant {
 
     /// One acquire script call.
     fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
-        let inner = self.client.inner();
-        inner.check_running()?;
+        let ctx = self.client.context();
+        ctx.check_running()?;
         let (fresh, enqueue, grantable, mint) = match attempt {
             Attempt::Reentry { mint } => (false, false, false, mint),
             Attempt::Fresh { enqueue, grantable } => (true, enqueue, grantable, true),
         };
         let args = AcquireArgs {
             name: &self.name,
-            turns: Turns::of(&entry.keys, &inner.id),
+            turns: Turns::of(&entry.keys, ctx.id()),
             // Re-entries keep their hold's token.
             token_key: self.token_key.as_deref().filter(|_| mint),
             lease_ms,
@@ -395,16 +402,17 @@ impl Reentrant {
         };
         if fresh {
             // A new hold's acquire sets the count to 1: safe to repeat.
-            inner.with_live_conn(&self.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
+            ctx.calls()
+                .with_live_conn(&self.name, |conn| scripts::acquire(ctx.calls().scripts(), conn, &args))
         } else {
-            inner.with_conn(&self.name, |conn| scripts::acquire(&inner.scripts, conn, &args))
+            ctx.calls().with_conn(&self.name, |conn| scripts::acquire(ctx.calls().scripts(), conn, &args))
         }
     }
 }
 
 impl GateRedis for Reentrant {
     fn subscribe(&self, entry: &Arc<Entry>) -> Result<Subscription> {
-        self.client.inner().subscribers.subscribe(entry.interest(), None)
+        self.client.context().waits().subscribers().subscribe(entry.interest(), None)
     }
 
     fn still_held(&self, hold: &Hold) -> bool {
@@ -432,7 +440,7 @@ enum Attempt {
 /// The reentrant lock's side of the contention loop.
 struct Contending<'a> {
     lock: &'a Reentrant,
-    inner: &'a Inner,
+    ctx: Context<'a>,
     entry: &'a Arc<Entry>,
     owner: &'a str,
     lease_ms: u64,
@@ -485,7 +493,7 @@ impl Contender for Contending<'_> {
                 // The releaser's WAIT acknowledged the grant, not this
                 // thread: confirm it, as an acquisition would. Gone since
                 // (expired, deleted): contend again.
-                match confirm::grant(self.inner, &self.lock.name, self.owner)? {
+                match confirm::grant(self.ctx, &self.lock.name, self.owner)? {
                     Confirm::Held { replicated } => Ok(Some(Won { sent, token: None, replicated })),
                     Confirm::Gone => Ok(None),
                 }
@@ -493,7 +501,7 @@ impl Contender for Contending<'_> {
             // Handed to a thread of this client that gave up since: give it
             // back, which passes it on.
             None => {
-                let _ = release::release_orphan(self.inner, self.entry, &grant.owner, self.lease_ms);
+                let _ = release::release_orphan(self.ctx, self.entry, &grant.owner, self.lease_ms);
                 Ok(None)
             }
         }
@@ -504,7 +512,7 @@ impl Contender for Contending<'_> {
 /// woken by the lock's unlock and wake channels and by local releases.
 struct GateWait<'a> {
     entry: &'a Arc<Entry>,
-    inner: &'a Inner,
+    ctx: Context<'a>,
     lock: &'a Reentrant,
 }
 
@@ -525,7 +533,7 @@ impl Wait for GateWait<'_> {
     }
 
     fn subscribe(&self, deadline: Option<Instant>) -> Result<()> {
-        let subscription = self.inner.subscribers.subscribe(self.entry.interest(), deadline)?;
+        let subscription = self.ctx.waits().subscribers().subscribe(self.entry.interest(), deadline)?;
         self.entry.keep_subscription(subscription);
         self.entry.clear_wake();
         Ok(())

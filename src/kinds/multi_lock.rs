@@ -160,7 +160,7 @@ impl<K: Kind> MultiLock<K> {
         // round; one that gave up before (its client's outage budget was
         // spent) ends the call, as does the longest budget of the
         // components' clients since the first such round began.
-        let budget = self.locks.iter().map(|l| l.client().inner().config.outage_budget).max();
+        let budget = self.locks.iter().map(|l| l.client().context().config().outage_budget).max();
         let mut outage_since: Option<Instant> = None;
         loop {
             let started = Instant::now();

@@ -311,9 +311,9 @@ impl RedLock {
         let mut confirmed = 0;
         let mut last_error = None;
         for (index, guard) in held {
-            let inner = self.locks[*index].client().inner();
-            let raised = inner.with_live_conn(&self.name, |conn| {
-                fencing::raise(&inner.scripts, conn, &self.name, &counter, guard.owner_id(), combined)
+            let calls = self.locks[*index].client().context().calls();
+            let raised = calls.with_live_conn(&self.name, |conn| {
+                fencing::raise(calls.scripts(), conn, &self.name, &counter, guard.owner_id(), combined)
             });
             match raised {
                 Ok(true) => confirmed += 1,

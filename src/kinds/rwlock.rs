@@ -39,7 +39,7 @@ pub(crate) mod scripts;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::{Client, Inner};
+use crate::client::{Client, Context};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::contend::{self, Bounds, Contender, OnChannel, Step};
@@ -52,6 +52,7 @@ use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
 use crate::observe;
+use crate::wait::channel::Wakes;
 
 impl Client {
     /// A read-write lock handle for `name`, with the default
@@ -68,7 +69,7 @@ impl Client {
     /// reserved for derived keys such as `keyholder_rwlock_writers:`; on a
     /// Redis Cluster braces that make no hash tag).
     pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         let shared = Arc::new(Shared { client: self.clone(), keys: Arc::new(RwKeys::new(name)) });
         Ok(ReadWriteLock { shared })
     }
@@ -225,7 +226,7 @@ impl<const WRITE: bool> Core for RwSide<WRITE> {
     }
 
     fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Arc<RwKeys>)>> {
-        let client = call.inner.uuid.as_u128();
+        let client = call.ctx.uuid();
         let name = &self.shared.keys.name;
         // A read hold known lost does not count: Redis has the last word
         // (`write_acquire.lua` refuses an upgrade too).
@@ -239,8 +240,8 @@ impl<const WRITE: bool> Core for RwSide<WRITE> {
         Ok(side.acquire(call, self.fenced)?.map(|hold| (hold, Arc::clone(&self.shared.keys))))
     }
 
-    fn release(inner: &Arc<Inner>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
-        release::release(inner, keys, hold, WRITE, Self::NOUN)
+    fn release(ctx: Context<'_>, keys: &Arc<RwKeys>, hold: &Arc<Hold>) -> Result<()> {
+        release::release(ctx, keys, hold, WRITE, Self::NOUN)
     }
 
     /// Redisson's read `isLocked` (any reader, or the writer holding read
@@ -249,7 +250,10 @@ impl<const WRITE: bool> Core for RwSide<WRITE> {
     fn is_locked(&self) -> Result<bool> {
         let (client, keys) = (&self.shared.client, &self.shared.keys);
         if !WRITE {
-            return client.inner().with_live_conn(&keys.name, |conn| scripts::read_is_locked(conn, keys));
+            return client
+                .context()
+                .calls()
+                .with_live_conn(&keys.name, |conn| scripts::read_is_locked(conn, keys));
         }
         let mode: Option<String> =
             family::query(client, &keys.name, redis::cmd("HGET").arg(&*keys.name).arg("mode"))?;
@@ -277,8 +281,10 @@ impl<const WRITE: bool> Core for RwSide<WRITE> {
     /// the side's mode, and wakes the waiters (the read side publishes `0`,
     /// the write side `1`).
     fn force_unlock(&self) -> Result<bool> {
-        let (inner, keys) = (self.shared.client.inner(), &self.shared.keys);
-        inner.with_live_conn(&keys.name, |conn| scripts::force_unlock(&inner.scripts, conn, keys, WRITE))
+        let (ctx, keys) = (self.shared.client.context(), &self.shared.keys);
+        ctx.calls().with_live_conn(&keys.name, |conn| {
+            scripts::force_unlock(ctx.calls().scripts(), conn, keys, WRITE)
+        })
     }
 
     fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
@@ -296,8 +302,8 @@ struct Side<'a> {
 }
 
 impl Side<'_> {
-    fn inner(&self) -> &Arc<Inner> {
-        self.shared.client.inner()
+    fn context(&self) -> Context<'_> {
+        self.shared.client.context()
     }
 
     fn noun(&self) -> &'static str {
@@ -306,12 +312,13 @@ impl Side<'_> {
 
     /// Re-enters the thread's live hold of this mode, or takes a new one.
     fn acquire(&self, call: Call<'_>, fenced: bool) -> Result<Option<Arc<Hold>>> {
-        let Call { inner, deadline, block, obs, lease_ms, thread, owner, .. } = call;
+        let Call { ctx, deadline, block, obs, lease_ms, thread, owner, .. } = call;
         let keys = &self.shared.keys;
-        if let Some(hold) = reentry::current(inner.uuid.as_u128(), self.noun(), &keys.name) {
+        if let Some(hold) = reentry::current(ctx.uuid(), self.noun(), &keys.name) {
             let mint = fenced && hold.token().is_none();
             // A re-entry increments a count: sent once, never repeated.
-            let attempt = || match inner
+            let attempt = || match ctx
+                .calls()
                 .with_conn(&keys.name, |conn| self.attempt(conn, &owner, lease_ms, mint, None))?
             {
                 Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
@@ -324,7 +331,7 @@ impl Side<'_> {
                 return Ok(Some(hold));
             }
             // The hold vanished unnoticed: it is lost; take a new one.
-            release::finish(inner, &hold);
+            release::finish(ctx, &hold);
         }
         self.contend(Want { deadline, block, fenced }, &owner, thread, lease_ms, obs)
     }
@@ -338,13 +345,13 @@ impl Side<'_> {
         mint: bool,
         waiting_ms: Option<u64>,
     ) -> Result<Acquire> {
-        let inner = self.inner();
+        let ctx = self.context();
         let keys = &self.shared.keys;
         if self.write {
             let args = WriteAcquire { owner, lease_ms, mint, waiting_ms };
-            scripts::write_acquire(&inner.scripts, conn, keys, args)
+            scripts::write_acquire(ctx.calls().scripts(), conn, keys, args)
         } else {
-            scripts::read_acquire(&inner.scripts, conn, keys, owner, lease_ms)
+            scripts::read_acquire(ctx.calls().scripts(), conn, keys, owner, lease_ms)
         }
     }
 
@@ -358,35 +365,35 @@ impl Side<'_> {
         obs: &observe::Acquire<'_>,
     ) -> Result<Option<Arc<Hold>>> {
         let Want { deadline, block, .. } = want;
-        let inner = self.inner();
+        let ctx = self.context();
         let keys = &self.shared.keys;
-        let wait = inner.channel_wait(&keys.name, &keys.channel);
+        let wait = ctx.waits().join(&keys.name, &keys.channel, Wakes::All);
         let mut contender = Contending { side: self, owner, lease_ms, want, waiting: false };
-        let wait = OnChannel { wait: &wait, subscribers: &inner.subscribers, resume: false };
-        let bounds = Bounds::of(inner, deadline, block, obs, true);
+        let wait = OnChannel { wait: &wait, subscribers: ctx.waits().subscribers(), resume: false };
+        let bounds = Bounds::of(ctx, deadline, block, obs, true);
         let outcome = contend::contend(&mut contender, &wait, bounds).outcome;
         if contender.waiting && !matches!(outcome, Ok(Some(_))) {
             // Stop holding readers back; wake them if this was the last
             // waiting writer.
-            let _ = inner.with_live_conn(&keys.name, |conn| {
-                scripts::write_withdraw(&inner.scripts, conn, keys, owner)
+            let _ = ctx.calls().with_live_conn(&keys.name, |conn| {
+                scripts::write_withdraw(ctx.calls().scripts(), conn, keys, owner)
             });
         }
         let Some(Won { sent, token, replicated }) = outcome? else { return Ok(None) };
-        fresh::refuse_unreplicated(inner, &keys.name, replicated, || self.release_orphan(owner))?;
+        fresh::refuse_unreplicated(ctx, &keys.name, replicated, || self.release_orphan(owner))?;
         let owner = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
         let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
-        let hold = fresh::hold(inner, self.noun(), &keys.name, acquisition, replicated);
-        reentry::set(inner.uuid.as_u128(), self.noun(), &hold);
+        let hold = fresh::hold(ctx, self.noun(), &keys.name, acquisition, replicated);
+        reentry::set(ctx.uuid(), self.noun(), &hold);
         // Both sides' force unlocks publish on the lock's channel; every
         // hold's owner field is in the lock's hash. Read holds renew their
         // timeout keys too.
-        let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(inner)) };
+        let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(ctx)) };
         let channel = Some(Arc::from(keys.channel.as_str()));
         fresh::keep(
-            inner,
+            ctx,
             &hold,
-            Keeping { renew: HashRenewal::of(inner), renew_watchdog, channel, on_lost: None },
+            Keeping { renew: HashRenewal::of(ctx), renew_watchdog, channel, on_lost: None },
         );
         Ok(Some(hold))
     }
@@ -394,22 +401,18 @@ impl Side<'_> {
     /// One best-effort release of a hold an acquire may have taken with its
     /// reply lost, or that the caller refuses.
     fn release_orphan(&self, owner: &str) {
-        let inner = self.inner();
+        let ctx = self.context();
         let keys = &self.shared.keys;
-        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
+        let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // One attempt: whether it ran or not, what is left expires.
-        let _ = inner.context().calls().run_latched(
-            &keys.name,
-            crate::owner::current_thread_id(),
-            false,
-            |conn, latch| {
+        let _ =
+            ctx.calls().run_latched(&keys.name, crate::owner::current_thread_id(), false, |conn, latch| {
                 if self.write {
-                    scripts::write_release(&inner.scripts, conn, keys, owner, lease_ms, latch)
+                    scripts::write_release(ctx.calls().scripts(), conn, keys, owner, lease_ms, latch)
                 } else {
-                    scripts::read_release(&inner.scripts, conn, keys, owner, latch)
+                    scripts::read_release(ctx.calls().scripts(), conn, keys, owner, latch)
                 }
-            },
-        );
+            });
     }
 }
 
@@ -426,9 +429,9 @@ struct Contending<'a> {
 impl Contender for Contending<'_> {
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
         let Want { deadline, block, fenced } = self.want;
-        let (side, inner) = (self.side, self.side.inner());
-        inner.check_running()?;
-        let watchdog = inner.config.watchdog_timeout;
+        let (side, ctx) = (self.side, self.side.context());
+        ctx.check_running()?;
+        let watchdog = ctx.config().watchdog_timeout;
         // A writer that will wait is recorded as waiting, for at most its
         // next sleep (it re-checks at least every watchdog timeout; before
         // its first sleep it subscribes and retries at once).
@@ -438,8 +441,9 @@ impl Contender for Contending<'_> {
             crate::lease::millis_ceil(left.min(watchdog))
         });
         let name = &side.shared.keys.name;
-        let attempt =
-            inner.with_conn(name, |conn| side.attempt(conn, self.owner, self.lease_ms, fenced, waiting_ms));
+        let attempt = ctx
+            .calls()
+            .with_conn(name, |conn| side.attempt(conn, self.owner, self.lease_ms, fenced, waiting_ms));
         match attempt {
             Ok(Acquire::Acquired { token, replicated }) => Ok(Step::Won(Won { sent, token, replicated })),
             Ok(Acquire::Upgrade) => Err(upgrade_refused(name)),

@@ -27,7 +27,7 @@ use back_off::Sleeps;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Inner};
+use crate::client::{Client, Context};
 use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
@@ -50,7 +50,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
     /// a name [`Client::lock`] refuses.
     pub fn spin_lock(&self, name: &str) -> Result<SpinLock> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         let spin = Spin { client: self.clone(), name: Arc::from(name), back_off: BackOff::default() };
         Ok(Handle::of(spin, Lease::Watchdog))
     }
@@ -132,9 +132,9 @@ impl Core for Spin {
         Ok(self.acquire_hold(call)?.map(|hold| (hold, ())))
     }
 
-    fn release(inner: &Arc<Inner>, _: &(), hold: &Arc<Hold>) -> Result<()> {
-        released::release_registered(inner, Self::NOUN, hold, true, |last| {
-            if last { release_last(inner, hold) } else { (release_nested(inner, hold), false) }
+    fn release(ctx: Context<'_>, _: &(), hold: &Arc<Hold>) -> Result<()> {
+        released::release_registered(ctx, Self::NOUN, hold, true, |last| {
+            if last { release_last(ctx, hold) } else { (release_nested(ctx, hold), false) }
         })
     }
 
@@ -149,8 +149,8 @@ impl Core for Spin {
     /// Publishes nothing (as Redisson's spin lock): waiters find the lock
     /// free at their next try.
     fn force_unlock(&self) -> Result<bool> {
-        let inner = self.client.inner();
-        inner.with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        let ctx = self.client.context();
+        ctx.calls().with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
     }
 
     fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {
@@ -160,17 +160,17 @@ impl Core for Spin {
 
 impl Spin {
     fn acquire_hold(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { inner, deadline, block, obs, lease, lease_ms, thread, owner } = call;
-        let client = inner.uuid.as_u128();
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let client = ctx.uuid();
         if let Some(hold) = reentry::current(client, Self::NOUN, &self.name)
-            && self.reenter(inner, &hold, lease_ms)?
+            && self.reenter(ctx, &hold, lease_ms)?
         {
             return Ok(Some(hold));
         }
         hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
         let mut spinning =
-            Spinning { spin: self, inner, owner: &owner, lease_ms, sleeps: self.back_off.sleeps() };
-        let bounds = Bounds::of(inner, deadline, block, obs, true);
+            Spinning { spin: self, ctx, owner: &owner, lease_ms, sleeps: self.back_off.sleeps() };
+        let bounds = Bounds::of(ctx, deadline, block, obs, true);
         let won = match contend::contend(&mut spinning, &Sleep, bounds).outcome {
             Ok(Some(won)) => won,
             Ok(None) => return Ok(None),
@@ -178,21 +178,19 @@ impl Spin {
                 if e.is_transport() || e.kind() == ErrorKind::UnexpectedReply {
                     // The script may have run with its reply lost: give back
                     // what it may have taken, in one attempt.
-                    self.give_back(inner, &owner, lease_ms);
+                    self.give_back(ctx, &owner, lease_ms);
                 }
                 return Err(e);
             }
         };
         let Won { sent, replicated, .. } = won;
-        fresh::refuse_unreplicated(inner, &self.name, replicated, || {
-            self.give_back(inner, &owner, lease_ms)
-        })?;
+        fresh::refuse_unreplicated(ctx, &self.name, replicated, || self.give_back(ctx, &owner, lease_ms))?;
         let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-        let hold = fresh::hold(inner, Self::NOUN, &self.name, acquisition, replicated);
+        let hold = fresh::hold(ctx, Self::NOUN, &self.name, acquisition, replicated);
         // Nothing is published on a spin lock's force unlock: nothing to
         // listen on, but this client's finds the hold here.
-        let renew = HashRenewal::of(inner);
-        fresh::keep(inner, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
+        let renew = HashRenewal::of(ctx);
+        fresh::keep(ctx, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
         reentry::set(client, Self::NOUN, &hold);
         hash_kinds::note(client, HashKind::SpinLock, &hold);
         Ok(Some(hold))
@@ -200,10 +198,17 @@ impl Spin {
 
     /// Re-enters the thread's live `hold` (see `kinds/family/reentry.rs`):
     /// true with one more guard, false when the hold vanished unnoticed.
-    fn reenter(&self, inner: &Inner, hold: &Arc<Hold>, lease_ms: u64) -> Result<bool> {
+    fn reenter(&self, ctx: Context<'_>, hold: &Arc<Hold>, lease_ms: u64) -> Result<bool> {
         let attempt = || {
-            let outcome = inner.with_conn(&self.name, |conn| {
-                scripts::acquire(&inner.scripts, conn, &self.name, lease_ms, &hold.owner, Mode::Reentry)
+            let outcome = ctx.calls().with_conn(&self.name, |conn| {
+                scripts::acquire(
+                    ctx.calls().scripts(),
+                    conn,
+                    &self.name,
+                    lease_ms,
+                    &hold.owner,
+                    Mode::Reentry,
+                )
             })?;
             Ok(match outcome {
                 Acquire::Acquired { replicated } => Reentry::Acquired { token: None, replicated },
@@ -217,9 +222,9 @@ impl Spin {
 
     /// One unlatched release attempt for `owner`, for an acquire whose
     /// reply was lost or refused by this client.
-    fn give_back(&self, inner: &Inner, owner: &str, lease_ms: u64) {
-        let _ = inner.with_live_conn(&self.name, |conn| {
-            scripts::release(&inner.scripts, conn, &self.name, lease_ms, owner, None)
+    fn give_back(&self, ctx: Context<'_>, owner: &str, lease_ms: u64) {
+        let _ = ctx.calls().with_live_conn(&self.name, |conn| {
+            scripts::release(ctx.calls().scripts(), conn, &self.name, lease_ms, owner, None)
         });
     }
 }
@@ -229,7 +234,7 @@ impl Spin {
 /// the latest).
 struct Spinning<'a> {
     spin: &'a Spin,
-    inner: &'a Inner,
+    ctx: Context<'a>,
     owner: &'a str,
     lease_ms: u64,
     sleeps: Sleeps,
@@ -237,13 +242,13 @@ struct Spinning<'a> {
 
 impl Contender for Spinning<'_> {
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
-        let (inner, name) = (self.inner, &self.spin.name);
-        inner.check_running()?;
+        let (ctx, name) = (self.ctx, &self.spin.name);
+        ctx.check_running()?;
         // A fresh attempt is safe to repeat: one whose reply was lost found
         // this owner's field and takes it. With nothing to wake it, the
         // outage's back-off is the pause.
-        let outcome = inner.with_live_conn(name, |conn| {
-            scripts::acquire(&inner.scripts, conn, name, self.lease_ms, self.owner, Mode::Fresh)
+        let outcome = ctx.calls().with_live_conn(name, |conn| {
+            scripts::acquire(ctx.calls().scripts(), conn, name, self.lease_ms, self.owner, Mode::Fresh)
         })?;
         let remaining = match outcome {
             Acquire::Acquired { replicated } => return Ok(Step::Won(Won { sent, token: None, replicated })),
@@ -260,9 +265,9 @@ impl Contender for Spinning<'_> {
 
 /// A nested release: latched, retried once on a fresh connection if the
 /// reply was lost (the latch returns the first outcome; `kinds/latch.rs`).
-fn release_nested(inner: &Inner, hold: &Hold) -> Result<Release> {
-    inner.context().calls().run_latched(&hold.name, hold.thread, true, |conn, latch| {
-        scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
+fn release_nested(ctx: Context<'_>, hold: &Hold) -> Result<Release> {
+    ctx.calls().run_latched(&hold.name, hold.thread, true, |conn, latch| {
+        scripts::release(ctx.calls().scripts(), conn, &hold.name, hold.lease_ms, &hold.owner, Some(latch))
     })
 }
 
@@ -270,10 +275,10 @@ fn release_nested(inner: &Inner, hold: &Hold) -> Result<Release> {
 /// releases nothing), retried once if the reply was lost. Returns whether
 /// the outcome is the retry's. Nothing is published: spin-lock waiters
 /// retry on their own.
-fn release_last(inner: &Inner, hold: &Hold) -> (Result<Release>, bool) {
+fn release_last(ctx: Context<'_>, hold: &Hold) -> (Result<Release>, bool) {
     let run = || {
-        inner.with_conn(&hold.name, |conn| {
-            scripts::release(&inner.scripts, conn, &hold.name, hold.lease_ms, &hold.owner, None)
+        ctx.calls().with_conn(&hold.name, |conn| {
+            scripts::release(ctx.calls().scripts(), conn, &hold.name, hold.lease_ms, &hold.owner, None)
         })
     };
     match run() {

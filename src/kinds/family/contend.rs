@@ -25,7 +25,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::Result;
 use crate::kinds::family::fresh::Won;
 use crate::observe;
@@ -90,7 +90,7 @@ pub(crate) struct Bounds<'a> {
     pub(crate) deadline: Option<Instant>,
     pub(crate) block: bool,
     pub(crate) obs: &'a observe::Acquire<'a>,
-    /// The call's ride through outages (`Inner::outage`; none for a
+    /// The call's ride through outages (`Waits::outage`; none for a
     /// RedLock's masters, which ask the next master instead).
     pub(crate) outage: Outage<'a>,
     /// How long a refusal without a bound of its own sleeps at most (the
@@ -99,17 +99,17 @@ pub(crate) struct Bounds<'a> {
 }
 
 impl<'a> Bounds<'a> {
-    /// The bounds of a call on `inner`'s lock: waiting until `deadline`
+    /// The bounds of a call on `ctx`'s lock: waiting until `deadline`
     /// (if `block`), riding out outages if `rides_outages` too.
     pub(crate) fn of(
-        inner: &'a Inner,
+        ctx: Context<'a>,
         deadline: Option<Instant>,
         block: bool,
         obs: &'a observe::Acquire<'a>,
         rides_outages: bool,
     ) -> Self {
-        let outage = inner.outage(block && rides_outages);
-        Bounds { deadline, block, obs, outage, recheck: inner.config.watchdog_timeout }
+        let outage = ctx.waits().outage(block && rides_outages);
+        Bounds { deadline, block, obs, outage, recheck: ctx.config().watchdog_timeout }
     }
 }
 

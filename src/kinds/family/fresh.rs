@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::holds::renew::{OnLost, Renew};
@@ -33,12 +33,12 @@ pub(crate) struct Won {
 /// requires them: `give_back` releases it (one attempt), and the error is
 /// returned.
 pub(crate) fn refuse_unreplicated(
-    inner: &Inner,
+    ctx: Context<'_>,
     name: &str,
     replicated: Option<bool>,
     give_back: impl FnOnce(),
 ) -> Result<()> {
-    if replicated == Some(false) && inner.config.replica_acks_required {
+    if replicated == Some(false) && ctx.config().replica_acks_required {
         // Not on the replicas: a failover could lose it. Give it back rather
         // than hand out a hold the caller refused.
         give_back();
@@ -50,13 +50,13 @@ pub(crate) fn refuse_unreplicated(
 /// The new hold `acquisition` began, of the lock `name` (a kind's `noun`),
 /// flagged when the replicas did not acknowledge it.
 pub(crate) fn hold(
-    inner: &Inner,
+    ctx: Context<'_>,
     noun: &str,
     name: &Arc<str>,
     acquisition: Acquisition,
     replicated: Option<bool>,
 ) -> Arc<Hold> {
-    let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(name), acquisition));
+    let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition));
     if replicated == Some(false) {
         log::warn!("keyholder: {noun} '{name}' acquired, but not acknowledged by the replicas");
         hold.mark_unreplicated();
@@ -81,11 +81,11 @@ pub(crate) struct Keeping {
 /// Registers a new hold: renewed by the watchdog under a watchdog lease,
 /// listened for on its lock's channel (and found by this client's force
 /// unlock).
-pub(crate) fn keep(inner: &Inner, hold: &Arc<Hold>, keeping: Keeping) {
+pub(crate) fn keep(ctx: Context<'_>, hold: &Arc<Hold>, keeping: Keeping) {
     let Keeping { renew, renew_watchdog, channel, on_lost } = keeping;
     if hold.lease == Lease::Watchdog {
         let renewer = renew_watchdog.unwrap_or_else(|| Arc::clone(&renew));
-        inner.watchdog.register(Arc::clone(hold), on_lost.clone(), renewer);
+        ctx.holds().register(Arc::clone(hold), on_lost.clone(), renewer);
     }
-    inner.foreign.add(hold, channel, on_lost, renew);
+    ctx.holds().listen(hold, channel, on_lost, renew);
 }

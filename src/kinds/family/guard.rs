@@ -152,7 +152,7 @@ impl<K: Kind> Guard<K> {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), K::on_lost(&self.keep));
+            self.client.context().holds().watch(Arc::clone(&self.hold), K::on_lost(&self.keep));
         }
         signal
     }
@@ -200,7 +200,7 @@ impl<K: Kind> Guard<K> {
 
     /// The kind's release, in a `keyholder.release` span.
     fn release(&self) -> Result<()> {
-        observe::release(&self.hold.name, || K::release(&self.client, &self.keep, &self.hold))
+        observe::release(&self.hold.name, || K::release(self.client.context(), &self.keep, &self.hold))
     }
 }
 

@@ -1,10 +1,9 @@
 //! What a kind of lock is to the family: the sealed core it implements,
 //! the public markers, and what one acquire call hands the core.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::lease::Lease;
 use crate::observe;
 
@@ -15,7 +14,7 @@ pub(crate) mod sealed {
     use std::sync::Arc;
 
     use super::Call;
-    use crate::client::{Client, Inner};
+    use crate::client::{Client, Context};
     use crate::error::Result;
     use crate::holds::hold::Hold;
     use crate::holds::renew::OnLost;
@@ -39,7 +38,7 @@ pub(crate) mod sealed {
         /// `None` when the deadline passed first.
         fn acquire(&self, call: Call<'_>) -> Result<Option<(Arc<Hold>, Self::Keep)>>;
         /// Releases one guard's share of `hold`.
-        fn release(inner: &Arc<Inner>, keep: &Self::Keep, hold: &Arc<Hold>) -> Result<()>;
+        fn release(ctx: Context<'_>, keep: &Self::Keep, hold: &Arc<Hold>) -> Result<()>;
         /// Whom to tell locally when a hold is lost (the lock's gate).
         fn on_lost(_keep: &Self::Keep) -> Option<Arc<dyn OnLost>> {
             None
@@ -84,7 +83,7 @@ pub trait Fenced: Kind + sealed::Fences {}
 
 /// What one acquire call asked for, as a kind's core receives it.
 pub(crate) struct Call<'a> {
-    pub(crate) inner: &'a Arc<Inner>,
+    pub(crate) ctx: Context<'a>,
     /// Wait at most until then (`None`: as long as it takes).
     pub(crate) deadline: Option<Instant>,
     /// Wait at all (`false`: one attempt).

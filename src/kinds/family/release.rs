@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
@@ -105,7 +105,7 @@ where
 /// Releases one guard's share of `hold`, a hold of a kind whose live holds
 /// are in the thread's registry (`reentry.rs`) as `noun`.
 pub(crate) fn release_registered<S>(
-    inner: &Inner,
+    ctx: Context<'_>,
     noun: &'static str,
     hold: &Arc<Hold>,
     renews: bool,
@@ -114,24 +114,24 @@ pub(crate) fn release_registered<S>(
 where
     S: FnOnce(bool) -> (Result<Release>, bool),
 {
-    let client = inner.uuid.as_u128();
+    let client = ctx.uuid();
     release(
         hold,
         Releasing {
             superseded: || reentry::superseded(client, noun, hold),
             renews,
             send,
-            finish: || end(inner, hold, || reentry::forget(hold.id)),
+            finish: || end(ctx, hold, || reentry::forget(hold.id)),
         },
     )
 }
 
 /// Ends a hold locally, once: no more renewal, no more listening for its
 /// lock's unlocks; `then` clears the kind's own record of it.
-pub(crate) fn end(inner: &Inner, hold: &Hold, then: impl FnOnce()) {
+pub(crate) fn end(ctx: Context<'_>, hold: &Hold, then: impl FnOnce()) {
     if hold.finish() {
         observe::hold_ended(&hold.name, hold.acquired_at());
-        inner.forget_hold(hold.id);
+        ctx.holds().forget(hold.id);
         then();
     }
 }

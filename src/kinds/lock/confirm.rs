@@ -11,7 +11,7 @@
 //! fresh acquisition without the replicas is, and is treated the same way
 //! (a flag on the guard, or, when required, refused and given back).
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::Result;
 use crate::kinds::lock::scripts::{self, Confirm};
 
@@ -19,16 +19,16 @@ use crate::kinds::lock::scripts::{self, Confirm};
 /// current primary, with a write the replicas acknowledge when the client
 /// asks for acknowledgements. Safe to repeat, so a dead connection is
 /// retried on a new one.
-pub(crate) fn hold(inner: &Inner, name: &str, owner: &str) -> Result<Confirm> {
-    inner.with_live_conn(name, |conn| scripts::confirm(&inner.scripts, conn, name, owner))
+pub(crate) fn hold(ctx: Context<'_>, name: &str, owner: &str) -> Result<Confirm> {
+    ctx.calls().with_live_conn(name, |conn| scripts::confirm(ctx.calls().scripts(), conn, name, owner))
 }
 
 /// How a lock granted to `owner` by another connection's release stands:
 /// without replica acknowledgement asked for, held as granted (no I/O);
 /// with it, as [`hold`] finds.
-pub(crate) fn grant(inner: &Inner, name: &str, owner: &str) -> Result<Confirm> {
-    if !inner.scripts.acks() {
+pub(crate) fn grant(ctx: Context<'_>, name: &str, owner: &str) -> Result<Confirm> {
+    if !ctx.calls().scripts().acks() {
         return Ok(Confirm::Held { replicated: None });
     }
-    hold(inner, name, owner)
+    hold(ctx, name, owner)
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::{self, fresh, fresh::Keeping};
@@ -23,14 +23,20 @@ use crate::wait::entry::{Entry, Successor};
 
 /// Releases one of several holds of `thread` (owner id `owner`) on
 /// `entry`'s lock, latched and retried once.
-fn release_nested(inner: &Inner, entry: &Entry, thread: u64, owner: &str, lease_ms: u64) -> Result<Release> {
-    inner.context().calls().run_latched(&entry.keys.name, thread, true, |conn, latch| {
+fn release_nested(
+    ctx: Context<'_>,
+    entry: &Entry,
+    thread: u64,
+    owner: &str,
+    lease_ms: u64,
+) -> Result<Release> {
+    ctx.calls().run_latched(&entry.keys.name, thread, true, |conn, latch| {
         let outcome = scripts::release(
-            &inner.scripts,
+            ctx.calls().scripts(),
             conn,
-            &release_args(inner, entry, owner, lease_ms, Some(latch)),
+            &release_args(ctx, entry, owner, lease_ms, Some(latch)),
         )?;
-        check_replicated(inner, &entry.keys.name, conn.replicated()).map(|()| outcome)
+        check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
     })
 }
 
@@ -39,29 +45,29 @@ fn release_nested(inner: &Inner, entry: &Entry, thread: u64, owner: &str, lease_
 /// is retried once, unlatched, if the first reply was lost. Returns the
 /// outcome and whether it is the retry's (whose `NotOwner` most likely
 /// means the first attempt released the lock).
-fn release_last(inner: &Inner, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
-    let args = release_args(inner, entry, owner, lease_ms, None);
+fn release_last(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
+    let args = release_args(ctx, entry, owner, lease_ms, None);
     let release = |conn: &mut Session<'_>| {
-        let outcome = scripts::release(&inner.scripts, conn, &args)?;
-        check_replicated(inner, &entry.keys.name, conn.replicated()).map(|()| outcome)
+        let outcome = scripts::release(ctx.calls().scripts(), conn, &args)?;
+        check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
     };
-    match inner.with_conn(&entry.keys.name, release) {
-        Err(e) if e.is_transport() => (inner.with_conn(&entry.keys.name, release), true),
+    match ctx.calls().with_conn(&entry.keys.name, release) {
+        Err(e) if e.is_transport() => (ctx.calls().with_conn(&entry.keys.name, release), true),
         outcome => (outcome, false),
     }
 }
 
 /// One unlatched release attempt, to give back what an acquire whose
 /// reply was lost may have taken.
-pub(crate) fn release_orphan(inner: &Inner, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
-    let args = release_args(inner, entry, owner, lease_ms, None);
-    inner.with_live_conn(&entry.keys.name, |conn| scripts::release(&inner.scripts, conn, &args))
+pub(crate) fn release_orphan(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
+    let args = release_args(ctx, entry, owner, lease_ms, None);
+    ctx.calls().with_live_conn(&entry.keys.name, |conn| scripts::release(ctx.calls().scripts(), conn, &args))
 }
 
 /// What `release.lua` needs to release one hold of `owner` on `entry`'s
 /// lock.
 fn release_args<'a>(
-    inner: &'a Inner,
+    ctx: Context<'a>,
     entry: &'a Entry,
     owner: &'a str,
     lease_ms: u64,
@@ -70,22 +76,22 @@ fn release_args<'a>(
     ReleaseArgs {
         name: &entry.keys.name,
         channel: &entry.keys.channel,
-        turns: Turns::of(&entry.keys, &inner.id),
+        turns: Turns::of(&entry.keys, ctx.id()),
         lease_ms,
         owner,
         latch,
-        listening: inner.subscribers.listening_for(&entry.keys.channel),
+        listening: ctx.waits().subscribers().listening_for(&entry.keys.channel),
     }
 }
 
 /// A release's replica acknowledgement (`None`: none asked for): an error
 /// when the client requires it, a warning otherwise. The release itself
 /// happened on the primary either way.
-fn check_replicated(inner: &Inner, name: &str, replicated: Option<bool>) -> Result<()> {
+fn check_replicated(ctx: Context<'_>, name: &str, replicated: Option<bool>) -> Result<()> {
     if replicated != Some(false) {
         return Ok(());
     }
-    if inner.config.replica_acks_required {
+    if ctx.config().replica_acks_required {
         return Err(Error::replica_acks(name));
     }
     log::warn!("keyholder: lock '{name}' released, but not acknowledged by the replicas");
@@ -94,7 +100,7 @@ fn check_replicated(inner: &Inner, name: &str, replicated: Option<bool>) -> Resu
 
 /// Releases one guard's share of `hold`: the last guard's hands the lock
 /// to a queued thread of this client when it may (see `hand_over`).
-pub(crate) fn release(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
+pub(crate) fn release(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Result<()> {
     let superseded = || entry.has_newer_hold(hold.thread, hold.id);
     if hold.lost_reason().is_none() || !superseded() {
         if hold.guards() == 1 {
@@ -102,9 +108,9 @@ pub(crate) fn release(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Re
         }
         if hold.guards() == 1
             && hold.token().is_none()
-            && let Some(successor) = entry.reserve_successor(hold.id, inner.config.fairness_window)
+            && let Some(successor) = entry.reserve_successor(hold.id, ctx.config().fairness_window)
         {
-            return hand_over(inner, entry, hold, successor);
+            return hand_over(ctx, entry, hold, successor);
         }
     }
     family::release::release(
@@ -114,12 +120,12 @@ pub(crate) fn release(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Re
             renews: true,
             send: |last| {
                 if last {
-                    release_last(inner, entry, &hold.owner, hold.lease_ms)
+                    release_last(ctx, entry, &hold.owner, hold.lease_ms)
                 } else {
-                    (release_nested(inner, entry, hold.thread, &hold.owner, hold.lease_ms), false)
+                    (release_nested(ctx, entry, hold.thread, &hold.owner, hold.lease_ms), false)
                 }
             },
-            finish: || finish(inner, entry, hold),
+            finish: || finish(ctx, entry, hold),
         },
     )
 }
@@ -128,26 +134,26 @@ pub(crate) fn release(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>) -> Re
 /// a queued thread of this client, in one script call. If another
 /// client was woken for its turn the script releases instead, and the
 /// successor contends in Redis like any waiter.
-fn hand_over(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
+fn hand_over(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Successor) -> Result<()> {
     let sent = Instant::now();
-    let outcome = inner.context().calls().run_latched(&entry.keys.name, hold.thread, true, |conn, latch| {
+    let outcome = ctx.calls().run_latched(&entry.keys.name, hold.thread, true, |conn, latch| {
         let args = HandoffArgs {
             name: &entry.keys.name,
             channel: &entry.keys.channel,
-            turns: Turns::of(&entry.keys, &inner.id),
+            turns: Turns::of(&entry.keys, ctx.id()),
             lease_ms: successor.lease_ms,
             from: &hold.owner,
             to: &successor.owner,
             latch,
-            listening: inner.subscribers.listening_for(&entry.keys.channel),
+            listening: ctx.waits().subscribers().listening_for(&entry.keys.channel),
         };
-        let outcome = scripts::handoff(&inner.scripts, conn, &args)?;
+        let outcome = scripts::handoff(ctx.calls().scripts(), conn, &args)?;
         Ok((outcome, conn.replicated()))
     });
     hold.drop_guard();
     let name = &entry.keys.name;
     let result = match outcome {
-        Ok((Handoff::HandedOver, Some(false))) if inner.config.replica_acks_required => {
+        Ok((Handoff::HandedOver, Some(false))) if ctx.config().replica_acks_required => {
             // Not on the replicas, and the successor must not be handed
             // a hold its client refuses. It takes the gate instead and
             // acquires afresh (the script finds its owner's count and
@@ -159,20 +165,20 @@ fn hand_over(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Suc
         Ok((Handoff::HandedOver, replicated)) => {
             let Successor { thread, owner, lease, lease_ms, .. } = successor;
             let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-            let handed = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(name), acquisition));
+            let handed = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition));
             if replicated == Some(false) {
                 // The hand-off is the new hold's acquisition: its
                 // acknowledgement is the hold's.
                 log::warn!("keyholder: lock '{name}' handed over, but not acknowledged by the replicas");
                 handed.mark_unreplicated();
             }
-            fresh::keep(inner, &handed, keeping(inner, entry));
+            fresh::keep(ctx, &handed, keeping(ctx, entry));
             entry.finish_handoff(Some(handed));
             Ok(())
         }
         Ok((Handoff::Released | Handoff::StillHeld, replicated)) => {
             entry.finish_handoff(None);
-            check_replicated(inner, name, replicated)
+            check_replicated(ctx, name, replicated)
         }
         Ok((Handoff::Declined, _)) => {
             // Redisson waiters listen: the lock goes through release.lua,
@@ -180,7 +186,7 @@ fn hand_over(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Suc
             // contends in Redis. Not before: while this hold lives, the
             // successor must not act on the gate (it gives back a grant
             // that arrived late for this hold's owner, see `Lock::contend`).
-            let released = match release_last(inner, entry, &hold.owner, hold.lease_ms) {
+            let released = match release_last(ctx, entry, &hold.owner, hold.lease_ms) {
                 (Ok(Release::Released | Release::StillHeld), _) => Ok(()),
                 (Ok(Release::NotOwner), true) if hold.lost_reason().is_none() => Ok(()),
                 (Ok(Release::NotOwner | Release::Gone), _) => Err(family::release::not_owner(hold, false)),
@@ -198,16 +204,16 @@ fn hand_over(inner: &Inner, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: Suc
             Err(e)
         }
     };
-    finish(inner, entry, hold);
+    finish(ctx, entry, hold);
     result
 }
 
 /// How a new hold of `entry`'s lock is kept: renewed with the hash
 /// layout's renewer, and listened for on its unlock channel (see
 /// `holds/foreign.rs`); a loss found there wakes the lock's local waiters.
-pub(crate) fn keeping(inner: &Inner, entry: &Arc<Entry>) -> Keeping {
+pub(crate) fn keeping(ctx: Context<'_>, entry: &Arc<Entry>) -> Keeping {
     Keeping {
-        renew: HashRenewal::of(inner),
+        renew: HashRenewal::of(ctx),
         renew_watchdog: None,
         channel: Some(Arc::clone(&entry.keys.channel)),
         on_lost: Some(Arc::clone(entry) as _),
@@ -215,6 +221,6 @@ pub(crate) fn keeping(inner: &Inner, entry: &Arc<Entry>) -> Keeping {
 }
 
 /// Ends a hold locally: no more renewal, the gate passes on.
-fn finish(inner: &Inner, entry: &Entry, hold: &Arc<Hold>) {
-    family::release::end(inner, hold, || entry.release_gate(hold.id));
+fn finish(ctx: Context<'_>, entry: &Entry, hold: &Arc<Hold>) {
+    family::release::end(ctx, hold, || entry.release_gate(hold.id));
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 
 use redis::Value;
 
-use crate::client::Inner;
+use crate::client::{Context, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
@@ -27,8 +27,8 @@ impl HashRenewal {
     const BATCH_KEY: &'static str = "hash";
 
     /// The renewer of `client`'s holds of the hash layout (one per client).
-    pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        client.renewers.get(Self::BATCH_KEY, || Arc::new(HashRenewal { client: client.weak() }))
+    pub(crate) fn of(ctx: Context<'_>) -> Arc<dyn Renew> {
+        ctx.holds().renewer(Self::BATCH_KEY, |client| Arc::new(HashRenewal { client }))
     }
 }
 

@@ -17,7 +17,7 @@ use crate::client::Client;
 /// `sentinel:<master>@<sentinels>` through Sentinel, `cluster:<seeds>` for a
 /// Redis Cluster (addresses normalised and sorted; no credentials).
 pub(crate) fn identity(client: &Client) -> String {
-    let config = &client.inner().config;
+    let config = client.context().config();
     if let Some(seeds) = &config.cluster {
         return format!("cluster:{}", sorted_addresses(&seeds.0));
     }

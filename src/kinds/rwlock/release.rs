@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::Result;
 use crate::holds::hold::Hold;
 use crate::kinds::family::reentry;
@@ -14,13 +14,13 @@ use crate::kinds::family::release as released;
 use crate::kinds::rwlock::scripts::{self, Release, RwKeys};
 
 /// Runs one release of `hold`, latched, retried once if the reply was lost.
-fn release_in_redis(inner: &Inner, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
+fn release_in_redis(ctx: Context<'_>, keys: &RwKeys, hold: &Hold, write: bool) -> Result<Release> {
     let owner = reader_of(hold, write);
-    inner.context().calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
+    ctx.calls().run_latched(&keys.name, hold.thread, true, |conn, latch| {
         if write {
-            scripts::write_release(&inner.scripts, conn, keys, owner, hold.lease_ms, latch)
+            scripts::write_release(ctx.calls().scripts(), conn, keys, owner, hold.lease_ms, latch)
         } else {
-            scripts::read_release(&inner.scripts, conn, keys, owner, latch)
+            scripts::read_release(ctx.calls().scripts(), conn, keys, owner, latch)
         }
     })
 }
@@ -33,19 +33,19 @@ fn reader_of(hold: &Hold, write: bool) -> &str {
 /// Releases one guard's share of `hold`, a hold of the side `noun`
 /// (`write`: the write side).
 pub(crate) fn release(
-    inner: &Inner,
+    ctx: Context<'_>,
     keys: &RwKeys,
     hold: &Arc<Hold>,
     write: bool,
     noun: &'static str,
 ) -> Result<()> {
     // The write script re-applies the lease.
-    released::release_registered(inner, noun, hold, write, |_| {
-        (release_in_redis(inner, keys, hold, write), false)
+    released::release_registered(ctx, noun, hold, write, |_| {
+        (release_in_redis(ctx, keys, hold, write), false)
     })
 }
 
 /// Ends a hold locally: no more renewal, no more re-entry.
-pub(crate) fn finish(inner: &Inner, hold: &Hold) {
-    released::end(inner, hold, || reentry::forget(hold.id));
+pub(crate) fn finish(ctx: Context<'_>, hold: &Hold) {
+    released::end(ctx, hold, || reentry::forget(hold.id));
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
-use crate::client::Inner;
+use crate::client::{Context, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
@@ -24,8 +24,8 @@ impl ReadRenewal {
     const BATCH_KEY: &'static str = "rwlock-read";
 
     /// The renewer of `client`'s read holds (one per client).
-    pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        client.renewers.get(Self::BATCH_KEY, || Arc::new(ReadRenewal { client: client.weak() }))
+    pub(crate) fn of(ctx: Context<'_>) -> Arc<dyn Renew> {
+        ctx.holds().renewer(Self::BATCH_KEY, |client| Arc::new(ReadRenewal { client }))
     }
 }
 
