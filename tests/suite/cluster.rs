@@ -106,7 +106,7 @@ fn a_waiter_on_each_shard_is_woken_by_the_release_of_another_client() {
         let shard_subscribers: Vec<(String, i64)> =
             redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel).query(&mut con).unwrap();
         // The holder's client listens there too, for a foreign unlock
-        // (tests/foreign_unlock.rs).
+        // (tests/suite/foreign_unlock.rs).
         assert_eq!(
             shard_subscribers[0].1, 2,
             "the waiter and the holder listen on the shard channel, on its primary"

@@ -9,8 +9,8 @@
 //! holder, that holder connects to Redis directly.
 //!
 //! Multi-process faults (SIGKILL, SIGSTOP, the mutual-exclusion run) are in
-//! `tests/processes.rs`; `tests/failures.rs` covers Redis stopped or paused
-//! under waiters and every call, and `tests/wakeup.rs` pub/sub connections
+//! `tests/suite/processes.rs`; `tests/suite/failures.rs` covers Redis stopped or paused
+//! under waiters and every call, and `tests/suite/wakeup.rs` pub/sub connections
 //! killed with `CLIENT KILL TYPE pubsub`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -141,7 +141,10 @@ fn the_watchdog_stops_renewing_when_the_last_guard_is_released() {
     assert_eq!(client.watched_locks(), 0, "still renewing after the release returned");
     let calls = script_calls(&mut con);
     std::thread::sleep(Duration::from_millis(500)); // five renewal periods
-    assert_eq!(script_calls(&mut con), calls, "the watchdog kept calling Redis after the release");
+    // A renewal round that took its list before the release may still land
+    // (once, and refused); a watchdog that kept renewing would call five times.
+    let after = script_calls(&mut con) - calls;
+    assert!(after <= 1, "the watchdog kept calling Redis after the release: {after} calls");
     assert!(!exists(&mut con, "stop"));
 
     // Likewise when the guard is dropped rather than unlocked.
@@ -248,7 +251,7 @@ fn a_force_unlock_elsewhere_marks_the_guard_lost() {
     assert!(noticed_after < 2 * SECOND, "noticed after {noticed_after:?}; the renewal period is 300 ms");
     // Told by the check its client makes when the subscription of the
     // lock's channel (or the unlock message there) arrives, before the
-    // renewal would have been refused (tests/foreign_unlock.rs).
+    // renewal would have been refused (tests/suite/foreign_unlock.rs).
     assert_eq!(guard.lost_reason(), Some(LostReason::Gone));
     assert!(eventually(2 * SECOND, || client.watched_locks() == 0), "a lost hold is still renewed");
 
