@@ -1,9 +1,10 @@
 //! The integration suite: one test binary, one module per behaviour area, all
 //! against real Redis (each test starts its own private `redis-server`, or
 //! uses the Redis Cluster the binary's tests share, `RedisCluster::shared`).
-//! One binary instead of one per file, as `rust-postgres` does: cargo links
-//! the library and its dependencies into each test binary, and 37 links
-//! took most of the build after a change to `src/`.
+//! One binary instead of one per file, as `rust-postgres` does: cargo
+//! compiles `tests/common` into each test binary and links the library and
+//! its dependencies into each, and 44 binaries made most of the build
+//! after a change to `src/`.
 //!
 //! Run one area with a filter: `cargo test --test suite fair_lock::`.
 //! Child processes re-run this binary with `--exact <module>::<test>`
