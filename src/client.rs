@@ -1,5 +1,7 @@
 //! The client: shared command connections, a pub/sub connection, a
-//! watchdog, and an id.
+//! watchdog, and an id. It only assembles them: the connections are made
+//! and checked by `endpoints/wiring.rs`, which this module hands itself
+//! back to through `Wired` once it exists.
 //!
 //! `Client` is a cheap handle (`Arc`) shared by locks and guards. The shared
 //! state, `Inner`, also belongs to the two background threads; they hold it
@@ -9,39 +11,35 @@
 //! keeps the threads running, but a live guard still releases its own lock
 //! when dropped.
 
+mod context;
+
+pub(crate) use context::{Calls, Context, Holds, Latch, Repeat};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use crate::config::{ClientBuilder, Config};
-#[cfg(feature = "tls")]
-use crate::endpoints::explain_tls;
 use crate::endpoints::{
-    FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
+    Background, BackgroundSignals, Connections, Wired, cluster_connections, primary_connections,
 };
 use crate::error::{Error, Result};
 use crate::holds::foreign::{self, ForeignUnlocks, HeldLocks};
 use crate::holds::renew::Renewers;
 use crate::holds::watchdog::{self, Registry, Renewals, Signals};
 use crate::names::LockKeys;
-use crate::pubsub::router::{Locate, NodeSubscriberSettings, NodeSubscribers, Primaries, Subscribers};
+use crate::pubsub::router::Subscribers;
 use crate::pubsub::sentinel_watch::SentinelWatch;
-use crate::pubsub::subscriber::Subscriber;
 use crate::pubsub::target::Target;
-use crate::store::batch::Wait;
-use crate::store::cluster::{Cluster, NodeSettings as ClusterNodes, Shard};
-use crate::store::connection::{Connector, Generation};
-use crate::store::lanes::{Lanes, Session};
-use crate::store::primary::Node;
+use crate::store::lanes::Session;
 use crate::store::routes::Routes;
 use crate::store::scripts::Scripts;
-use crate::store::slots::{Addr, key_slot};
-use crate::wait::channel::ChannelWait;
+use crate::store::slots::Addr;
+use crate::wait::channel::{ChannelWait, ChannelWaits, Wakes};
 use crate::wait::entry::Entry;
 use crate::wait::outage::{self, Outage, OutageClock};
 
@@ -93,7 +91,7 @@ pub(crate) struct Inner {
     /// Itself, for the renewers and waits that must not keep it alive.
     this: Weak<Inner>,
     /// The channel waits in use, by channel (see `wait/channel.rs`).
-    waits: Mutex<HashMap<String, Weak<ChannelWait>>>,
+    pub(crate) waits: ChannelWaits,
     pub(crate) uuid: uuid::Uuid,
     /// The client id: `uuid` as a string.
     pub(crate) id: String,
@@ -299,7 +297,7 @@ impl Client {
         subscribers.set_holders(Arc::clone(&foreign) as _);
         let inner = Arc::new_cyclic(|this| Inner {
             this: Weak::clone(this),
-            waits: Mutex::new(HashMap::new()),
+            waits: ChannelWaits::default(),
             uuid,
             id: uuid.to_string(),
             config,
@@ -319,7 +317,8 @@ impl Client {
             verify: verify_tx,
             outages: OutageClock::default(),
         });
-        if let Err(e) = on_start(&inner, &stop_rx, &short_id) {
+        let wired: Arc<dyn Wired> = Arc::clone(&inner) as Arc<Inner>;
+        if let Err(e) = on_start(&wired, &stop_rx, &short_id) {
             inner.shut_down();
             return Err(e);
         }
@@ -352,6 +351,11 @@ impl Client {
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.handle.inner
+    }
+
+    /// What a kind sees of this client (see `client/context.rs`).
+    pub(crate) fn context(&self) -> Context<'_> {
+        self.handle.inner.context()
     }
 
     /// This client's id: a v4 UUID made when it was built, the first half of
@@ -411,328 +415,9 @@ impl Renewals for Inner {
     }
 }
 
-impl HeldLocks for Inner {
-    fn foreign(&self) -> &ForeignUnlocks {
-        &self.foreign
-    }
-
+impl Wired for Inner {
     fn subscribers(&self) -> &Subscribers {
         &self.subscribers
-    }
-
-    fn check_group(&self, name: &str) -> Option<Addr> {
-        self.routes.node_of(name)
-    }
-}
-
-/// The channels a new client's background threads wait on.
-struct BackgroundSignals {
-    /// Dropped on shutdown.
-    stop_tx: Sender<()>,
-    stop_rx: Receiver<()>,
-    /// A hold to watch was registered.
-    kick_tx: Sender<()>,
-    kick_rx: Receiver<()>,
-    /// Every hold is worth verifying now.
-    verify_tx: Sender<()>,
-    verify_rx: Receiver<()>,
-}
-
-impl BackgroundSignals {
-    fn new() -> BackgroundSignals {
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let (kick_tx, kick_rx) = crossbeam_channel::bounded::<()>(1);
-        let (verify_tx, verify_rx) = crossbeam_channel::bounded::<()>(1);
-        BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx }
-    }
-}
-
-/// A new client's connections, checked, and what to start once the client
-/// exists (hooks that need it, reader threads).
-struct Connections {
-    routes: Routes,
-    subscribers: Subscribers,
-    /// Messages go out on shard channels (`SPUBLISH`).
-    sharded: bool,
-    wait: Option<Wait>,
-    on_start: OnStart,
-}
-
-/// Run once the client exists, with its stop channel and short id.
-type OnStart = Box<dyn FnOnce(&Arc<Inner>, &Receiver<()>, &str) -> Result<()>>;
-
-/// The connections of a client of one server, or of the primary Sentinel
-/// names: the first command connection (with the access check), the
-/// subscription check, the pub/sub connection.
-fn primary_connections(
-    config: &Config,
-    connection_name: &Arc<str>,
-    uuid: uuid::Uuid,
-    signals: &BackgroundSignals,
-) -> Result<Connections> {
-    let (primary, pubsub_tls, sentinel_watch) = primary_of(config, connection_name)?;
-    let pubsub_name = format!("{connection_name}:pubsub");
-    let target_of =
-        move |node: &Node| Target::from_info(node.info(), pubsub_name.clone(), pubsub_tls.as_ref().cloned());
-    // A URL's server is known before any I/O (and a URL keyholder
-    // cannot subscribe through is refused before any); through
-    // Sentinel, the access check finds the primary.
-    let fixed_target = if primary.is_discovered() { None } else { Some(target_of(&*locate(&primary)?)?) };
-    let generation = Arc::new(Generation::default());
-    let connector = Connector::new(
-        Arc::clone(&primary),
-        config.connect_timeout,
-        config.command_timeout,
-        Arc::clone(&generation),
-        Arc::clone(connection_name),
-    );
-    let first = connector.check_access();
-    #[cfg(feature = "tls")]
-    let first = match &fixed_target {
-        Some(target) => first.map_err(|e| explain_tls(e, target, config.connect_timeout)),
-        None => first,
-    };
-    let first = first?;
-    let target = match fixed_target {
-        Some(target) => target,
-        None => target_of(&*locate(&primary)?)?,
-    };
-    check_subscriptions(&target, &uuid.to_string(), config)?;
-    // A command connection found dead (Redis restarted, failed over, or
-    // a proxy dropped it) has every hold verified at once, as the pub/sub
-    // connection's reconnect does.
-    let verify = signals.verify_tx.clone();
-    generation.on_dead(move || {
-        let _ = verify.try_send(());
-    });
-    let subscriber = Arc::new(Subscriber::new(
-        target,
-        config.connect_timeout,
-        config.command_timeout,
-        signals.verify_tx.clone(),
-        false,
-    ));
-    let wait = wait_of(config);
-    let lanes = Lanes::new(
-        connector,
-        Some(first),
-        config.pool_max_size,
-        wait,
-        config.connect_timeout,
-        config.command_timeout,
-    );
-    let reader = Arc::clone(&subscriber);
-    let on_start: OnStart = Box::new(move |inner, stop_rx, short_id| {
-        if primary.is_discovered() {
-            let asked = Arc::clone(&primary);
-            reader.on_unreachable(move || asked.recheck());
-        }
-        let moved = Arc::downgrade(inner);
-        primary.on_move(move |node| {
-            if let Some(inner) = moved.upgrade() {
-                inner.primary_moved(target_of(node));
-            }
-        });
-        if let Some(watch) = sentinel_watch {
-            *inner.sentinel_watch.lock() = Some(Arc::clone(&watch));
-            let watch_stop = stop_rx.clone();
-            let watcher = Background::spawn(format!("keyholder-sentinel-{short_id}"), move || {
-                let first = primary.preferred_sentinel();
-                watch.run(first, &watch_stop, &FollowPrimary(primary));
-            })
-            .map_err(|e| Error::spawn("sentinel", e))?;
-            inner.threads.lock().push(watcher);
-        }
-        let subscriber_stop = stop_rx.clone();
-        let first = Arc::clone(&reader);
-        let thread = Background::spawn(format!("keyholder-pubsub-{short_id}"), move || {
-            reader.run(subscriber_stop);
-        })
-        .map_err(|e| Error::spawn("pub/sub", e))?;
-        inner.threads.lock().push(thread);
-        first.wait_first_attempt(inner.config.connect_timeout + inner.config.command_timeout);
-        Ok(())
-    });
-    Ok(Connections {
-        routes: Routes::Primary(Arc::new(lanes)),
-        subscribers: Subscribers::One(subscriber),
-        sharded: false,
-        wait,
-        on_start,
-    })
-}
-
-/// The connections of a Redis Cluster client: the slot map and the access
-/// check (see `store/cluster.rs`), whether the servers have shard
-/// channels, the subscription check, and a pub/sub connection per node,
-/// opened when a thread first waits for a lock there.
-fn cluster_connections(
-    config: &Config,
-    connection_name: &Arc<str>,
-    uuid: uuid::Uuid,
-    signals: &BackgroundSignals,
-    short_id: &str,
-) -> Result<Connections> {
-    let urls = config.cluster.as_ref().map(|seeds| seeds.0.as_slice()).unwrap_or_default();
-    let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-    let mut seeds = Vec::with_capacity(urls.len());
-    let mut template = None;
-    for url in urls {
-        let info =
-            redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?.get_connection_info().clone();
-        match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                seeds.push((host.clone(), *port));
-            }
-            _ => return Err(Error::invalid_config(format!("a cluster node is reached over TCP, not {url}"))),
-        }
-        if info.redis_settings().db() != 0 {
-            return Err(Error::invalid_config("a Redis Cluster has database 0 only".to_owned()));
-        }
-        template.get_or_insert(info.set_tcp_settings(nodelay.clone()));
-    }
-    let Some(template) = template else {
-        return Err(Error::invalid_config("a cluster client needs at least one seed node URL".to_owned()));
-    };
-    let (open, pubsub_tls) = node_opener(config, &template)?;
-    let wait = wait_of(config);
-    let cluster = Arc::new(Cluster::new(
-        seeds,
-        ClusterNodes {
-            template,
-            open,
-            connect_timeout: config.connect_timeout,
-            command_timeout: config.command_timeout,
-            lanes: config.pool_max_size,
-            wait,
-            name: Arc::clone(connection_name),
-        },
-    ));
-    let verify = signals.verify_tx.clone();
-    cluster.on_dead(move || {
-        let _ = verify.try_send(());
-    });
-    cluster.start()?;
-    // Redisson's AUTO mode: shard channels when the servers have them.
-    let sharded = match config.sharded_pubsub {
-        Some(sharded) => sharded,
-        None => {
-            let mut session = cluster.session(PROBE_CHANNEL)?;
-            session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
-        }
-    };
-    let pubsub_name = format!("{connection_name}:pubsub");
-    let target_of = Arc::new(move |shard: &Shard| {
-        Target::from_info(&shard.info, pubsub_name.clone(), pubsub_tls.as_ref().cloned())
-    });
-    check_subscriptions(&target_of(&*cluster.shard_of_slot(0)?)?, &uuid.to_string(), config)?;
-    let node = |shard: &Shard, target_of: &dyn Fn(&Shard) -> Result<Target>| {
-        Some((format!("{}:{}", shard.addr.0, shard.addr.1), target_of(shard).ok()?))
-    };
-    let (located, targets) = (Arc::clone(&cluster), Arc::clone(&target_of));
-    let locate: Locate =
-        Box::new(move |channel| node(&*located.shard_of_slot(key_slot(channel.as_bytes())).ok()?, &*targets));
-    let listed = Arc::clone(&cluster);
-    let primaries: Primaries =
-        Box::new(move || listed.shards().iter().filter_map(|shard| node(shard, &*target_of)).collect());
-    let refreshed = Arc::clone(&cluster);
-    let subscribers = NodeSubscribers::new(
-        locate,
-        primaries,
-        NodeSubscriberSettings {
-            sharded,
-            connect_timeout: config.connect_timeout,
-            command_timeout: config.command_timeout,
-            reconnected: signals.verify_tx.clone(),
-            unreachable: Arc::new(move || refreshed.refresh_soon()),
-            stop: signals.stop_rx.clone(),
-            thread_prefix: format!("keyholder-pubsub-{short_id}"),
-        },
-    );
-    let hooked = Arc::clone(&cluster);
-    let on_start: OnStart = Box::new(move |inner, _, _| {
-        if let Subscribers::PerNode(nodes) = &inner.subscribers {
-            nodes.watch();
-            nodes.wait_first_attempts(inner.config.connect_timeout + inner.config.command_timeout);
-        }
-        let moved = Arc::downgrade(inner);
-        hooked.on_change(move || {
-            if let Some(inner) = moved.upgrade() {
-                inner.slots_moved();
-            }
-        });
-        Ok(())
-    });
-    Ok(Connections {
-        routes: Routes::Cluster(cluster),
-        subscribers: Subscribers::PerNode(Box::new(subscribers)),
-        sharded,
-        wait,
-        on_start,
-    })
-}
-
-/// A background thread, and a channel that disconnects when it exits.
-struct Background {
-    handle: JoinHandle<()>,
-    exited: Receiver<()>,
-}
-
-impl Background {
-    fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> std::io::Result<Background> {
-        let (exiting, exited) = crossbeam_channel::bounded::<()>(0);
-        let handle = std::thread::Builder::new().name(name).spawn(move || {
-            let _exiting = exiting;
-            body();
-        })?;
-        Ok(Background { handle, exited })
-    }
-
-    /// Joins the thread if it exits within `bound` (it was told to stop),
-    /// and otherwise leaves it: shutdown must not hang on it. A thread
-    /// stopping itself (the last handle dropped on it) is not joined.
-    fn stop(self, bound: Duration) {
-        if self.handle.thread().id() == std::thread::current().id() {
-            return;
-        }
-        if let Err(RecvTimeoutError::Disconnected) = self.exited.recv_timeout(bound) {
-            let _ = self.handle.join();
-        }
-    }
-}
-
-impl Inner {
-    /// A weak handle on this client, for what it owns that must not keep
-    /// it alive (a hold's renewer).
-    pub(crate) fn weak(&self) -> Weak<Inner> {
-        Weak::clone(&self.this)
-    }
-
-    /// The wait on `channel` for the object `name`, shared by this client's
-    /// threads waiting there (one subscription for all of them); made on
-    /// first use, dropped with its last waiter.
-    /// A call's ride through outages (see `wait/outage.rs`): for at most
-    /// the client's outage budget if the call `waits`, else none (every
-    /// error returned at once). Failures further apart than a waiter's
-    /// longest pause plus two attempts are different outages.
-    pub(crate) fn outage(&self, waits: bool) -> Outage<'_> {
-        let budget = if waits { self.config.outage_budget } else { Duration::ZERO };
-        let attempt = self.config.connect_timeout + self.config.command_timeout;
-        Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
-    }
-
-    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> Arc<ChannelWait> {
-        let mut waits = self.waits.lock();
-        if let Some(wait) = waits.get(channel).and_then(Weak::upgrade) {
-            return wait;
-        }
-        let wait = Arc::new(ChannelWait::new(Arc::clone(name), channel.to_owned()));
-        waits.insert(channel.to_owned(), Arc::downgrade(&wait));
-        if waits.len() > MIN_SWEEP_AT && waits.len().is_power_of_two() {
-            // Forget waits nobody uses: amortised O(1).
-            waits.retain(|_, w| w.strong_count() > 0);
-        }
-        wait
     }
 
     /// The primary moved (a Sentinel failover): retire every command
@@ -756,6 +441,70 @@ impl Inner {
             nodes.slots_moved();
         }
         let _ = self.verify.try_send(());
+    }
+
+    fn keep_sentinel_watch(&self, watch: Arc<SentinelWatch>) {
+        *self.sentinel_watch.lock() = Some(watch);
+    }
+
+    fn keep_thread(&self, thread: Background) {
+        self.threads.lock().push(thread);
+    }
+}
+
+impl HeldLocks for Inner {
+    fn foreign(&self) -> &ForeignUnlocks {
+        &self.foreign
+    }
+
+    fn subscribers(&self) -> &Subscribers {
+        &self.subscribers
+    }
+
+    fn check_group(&self, name: &str) -> Option<Addr> {
+        self.routes.node_of(name)
+    }
+}
+
+impl Inner {
+    /// A weak handle on this client, for what it owns that must not keep
+    /// it alive (a hold's renewer).
+    pub(crate) fn weak(&self) -> Weak<Inner> {
+        Weak::clone(&self.this)
+    }
+
+    /// What a kind sees of this client (see `client/context.rs`).
+    pub(crate) fn context(&self) -> Context<'_> {
+        Context::new(self)
+    }
+
+    /// Runs a latched release (see [`Calls::run_latched`]), for the lock
+    /// kinds that do not take a [`Context`] yet.
+    pub(crate) fn run_latched<T>(
+        &self,
+        name: &str,
+        thread: u64,
+        retry: bool,
+        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.context().calls().run_latched(name, thread, retry, script)
+    }
+
+    /// A call's ride through outages (see `wait/outage.rs`): for at most
+    /// the client's outage budget if the call `waits`, else none (every
+    /// error returned at once). Failures further apart than a waiter's
+    /// longest pause plus two attempts are different outages.
+    pub(crate) fn outage(&self, waits: bool) -> Outage<'_> {
+        let budget = if waits { self.config.outage_budget } else { Duration::ZERO };
+        let attempt = self.config.connect_timeout + self.config.command_timeout;
+        Outage::new(&self.outages, budget, outage::MAX_BACKOFF + 2 * attempt)
+    }
+
+    /// A place among this client's threads waiting on `channel` for the
+    /// object `name`, where every message wakes them all (one subscription
+    /// for all of them; see `wait/channel.rs`).
+    pub(crate) fn channel_wait(&self, name: &Arc<str>, channel: &str) -> ChannelWait {
+        self.waits.join(name, channel, Wakes::All)
     }
 
     /// The client's command connections (for the admin calls of

@@ -3,7 +3,15 @@
 //! cluster's nodes (made from one template, with the builder's TLS
 //! settings); a URL refused with an error that says why; the subscription
 //! check every waiter's channels need; the TLS refusal redis-rs hides.
-//! No client state: `client.rs` assembles the client from these.
+//! No client state: `wiring.rs` makes a new client's connections from
+//! these, `client.rs` assembles the client from what it makes, and
+//! `background.rs` holds the client's threads.
+
+mod background;
+mod wiring;
+
+pub(crate) use background::Background;
+pub(crate) use wiring::{BackgroundSignals, Connections, Wired, cluster_connections, primary_connections};
 
 use std::sync::Arc;
 #[cfg(feature = "tls")]
@@ -22,7 +30,7 @@ use crate::store::sentinel::Sentinels;
 /// connection fails in transit, one handshake of our own tells. Not after a
 /// timeout: no refusal is one, and the bounds of `build()` stay as they were.
 #[cfg(feature = "tls")]
-pub(crate) fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
+fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
     let timed_out = std::error::Error::source(&e)
         .and_then(|source| source.downcast_ref::<redis::RedisError>())
         .is_some_and(redis::RedisError::is_timeout);
@@ -34,7 +42,7 @@ pub(crate) fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error
 
 /// Where the client's primary is, and the pub/sub connection's TLS
 /// configuration: a URL's server, or the master the sentinels name.
-pub(crate) fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
+fn primary_of(config: &Config, connection_name: &str) -> Result<PrimaryParts> {
     let nodelay = redis::io::tcp::TcpSettings::default().set_nodelay(true);
     if let Some(sentinel) = &config.sentinel {
         let watched = sentinel
@@ -90,10 +98,7 @@ pub(crate) fn primary_of(config: &Config, connection_name: &str) -> Result<Prima
 /// the builder's TLS certificates, when there are some), and the pub/sub
 /// connections' TLS configuration, for nodes found through Sentinel or a
 /// cluster's slot map.
-pub(crate) fn node_opener(
-    config: &Config,
-    template: &redis::ConnectionInfo,
-) -> Result<(OpenNode, Option<PubsubTls>)> {
+fn node_opener(config: &Config, template: &redis::ConnectionInfo) -> Result<(OpenNode, Option<PubsubTls>)> {
     #[cfg(feature = "tls")]
     {
         let options = config.tls.clone();
@@ -115,21 +120,21 @@ pub(crate) fn node_opener(
 }
 
 /// The replica acknowledgement every write asks for, if any.
-pub(crate) fn wait_of(config: &Config) -> Option<Wait> {
+fn wait_of(config: &Config) -> Option<Wait> {
     config
         .replica_acks
         .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) })
 }
 
 /// A channel name for probes: never subscribed or published to by locks.
-pub(crate) const PROBE_CHANNEL: &str = "keyholder:access-check";
+const PROBE_CHANNEL: &str = "keyholder:access-check";
 
 /// Where the primary is, the pub/sub connection's TLS configuration, and,
 /// through Sentinel, the watch that follows the master.
-pub(crate) type PrimaryParts = (Arc<Primary>, Option<PubsubTls>, Option<Arc<SentinelWatch>>);
+type PrimaryParts = (Arc<Primary>, Option<PubsubTls>, Option<Arc<SentinelWatch>>);
 
 /// Follows the sentinel watch's reports (see `pubsub/sentinel_watch.rs`).
-pub(crate) struct FollowPrimary(pub(crate) Arc<Primary>);
+struct FollowPrimary(Arc<Primary>);
 
 impl Switches for FollowPrimary {
     fn subscribed(&self, sentinel: usize) {
@@ -142,7 +147,7 @@ impl Switches for FollowPrimary {
 }
 
 /// The primary's node, found (through Sentinel) after the access check.
-pub(crate) fn locate(primary: &Primary) -> Result<Arc<Node>> {
+fn locate(primary: &Primary) -> Result<Arc<Node>> {
     primary.locate().map_err(Error::redis)
 }
 
@@ -150,7 +155,7 @@ pub(crate) fn locate(primary: &Primary) -> Result<Arc<Node>> {
 /// Fails `build()` with `AccessDenied` when the server refuses this client
 /// the subscriptions every wait needs: Redisson's unlock channels and
 /// keyholder's wake channels (an ACL user's `&pattern`s, or `-subscribe`).
-pub(crate) fn check_subscriptions(target: &Target, client_id: &str, config: &Config) -> Result<()> {
+fn check_subscriptions(target: &Target, client_id: &str, config: &Config) -> Result<()> {
     const PROBE: &str = PROBE_CHANNEL;
     let channels = [crate::names::unlock_channel(PROBE), crate::names::wake_channel(PROBE, client_id)];
     let channels = [channels[0].as_str(), channels[1].as_str()];
@@ -164,7 +169,7 @@ pub(crate) fn check_subscriptions(target: &Target, client_id: &str, config: &Con
     }
 }
 
-pub(crate) fn bad_url(url: &str, e: redis::RedisError) -> Error {
+fn bad_url(url: &str, e: redis::RedisError) -> Error {
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str()) {
         return Error::invalid_config(format!("{scheme}:// URLs need keyholder's `tls` cargo feature"));

@@ -16,9 +16,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Inner};
+use crate::client::{Calls, Client, Context, Repeat};
 use crate::error::{Error, Result};
-use crate::kinds::semaphore::scripts::{Repeat, eval, int, read_count};
+use crate::kinds::semaphore::scripts::{int, read_count};
 use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
 use crate::names::hash_tag;
 use crate::store::eval::LuaScript;
@@ -44,10 +44,10 @@ impl Client {
     /// (a name with its own `{tag}`: Redisson's channel wraps it in a
     /// second pair of braces).
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
-        let inner = self.inner();
-        inner.validate_name(name)?;
+        let ctx = self.context();
+        ctx.validate_name(name)?;
         let channel = channel_of(name);
-        if inner.routes.cluster().is_some() && hash_tag(channel.as_bytes()) != hash_tag(name.as_bytes()) {
+        if ctx.is_cluster() && hash_tag(channel.as_bytes()) != hash_tag(name.as_bytes()) {
             return Err(Error::invalid_argument(format!(
                 "latch name {name:?}: on a Redis Cluster its channel {channel:?} (Redisson's) would hash to \
                  another slot than the key; use a name without braces"
@@ -99,8 +99,12 @@ impl CountDownLatch {
         &self.name
     }
 
-    fn inner(&self) -> &Arc<Inner> {
-        self.client.inner()
+    fn ctx(&self) -> Context<'_> {
+        self.client.context()
+    }
+
+    fn calls(&self) -> Calls<'_> {
+        self.ctx().calls()
     }
 
     /// Closes an open latch with `count`, and publishes `1` (Redisson's
@@ -116,9 +120,9 @@ impl CountDownLatch {
         if count == 0 || i64::try_from(count).is_err() {
             return Err(Error::invalid_argument(format!("latch count {count} is outside 1 ..= i64::MAX")));
         }
-        let inner = self.inner();
-        let reply = eval(inner, &self.name, &TRY_SET_COUNT, Repeat::Safe, |call| {
-            call.key(&*self.name).key(&*self.channel).arg(count).arg(inner.scripts.publish());
+        let calls = self.calls();
+        let reply = calls.eval(&self.name, &TRY_SET_COUNT, Repeat::Safe, |call| {
+            call.key(&*self.name).key(&*self.channel).arg(count).arg(calls.publish());
         })?;
         match int("latch try_set_count", &reply)? {
             1 => Ok(true),
@@ -141,9 +145,9 @@ impl CountDownLatch {
     /// type sits at the name, `ErrorKind::Redis` for a string that is no
     /// count; connection failures.
     pub fn count_down(&self) -> Result<u64> {
-        let inner = self.inner();
-        let reply = eval(inner, &self.name, &COUNT_DOWN, Repeat::Once, |call| {
-            call.key(&*self.name).key(&*self.channel).arg(inner.scripts.publish());
+        let calls = self.calls();
+        let reply = calls.eval(&self.name, &COUNT_DOWN, Repeat::Once, |call| {
+            call.key(&*self.name).key(&*self.channel).arg(calls.publish());
         })?;
         match int("latch count_down", &reply)? {
             -1 => Err(Error::invalid_argument(format!(
@@ -161,7 +165,7 @@ impl CountDownLatch {
     ///
     /// As [`count_down`](CountDownLatch::count_down), but an open latch is 0.
     pub fn count(&self) -> Result<u64> {
-        let count = read_count(self.inner(), &self.name, "latch count")?;
+        let count = read_count(self.calls(), &self.name, "latch count")?;
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -173,9 +177,9 @@ impl CountDownLatch {
     /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when another
     /// type sits at the name (left untouched); connection failures.
     pub fn delete(&self) -> Result<bool> {
-        let inner = self.inner();
-        let reply = eval(inner, &self.name, &DELETE, Repeat::Safe, |call| {
-            call.key(&*self.name).key(&*self.channel).arg(inner.scripts.publish());
+        let calls = self.calls();
+        let reply = calls.eval(&self.name, &DELETE, Repeat::Safe, |call| {
+            call.key(&*self.name).key(&*self.channel).arg(calls.publish());
         })?;
         match int("latch delete", &reply)? {
             1 => Ok(true),
@@ -207,7 +211,7 @@ impl CountDownLatch {
     /// As [`count`](CountDownLatch::count); a failure ends the wait.
     pub fn await_until(&self, deadline: Instant) -> Result<bool> {
         let opened =
-            wait_loop::wait_for(self.inner(), &self.name, &self.channel, Patience::Until(deadline), || {
+            wait_loop::wait_for(self.ctx(), &self.name, &self.channel, Patience::Until(deadline), || {
                 Ok(if self.count()? == 0 { Attempt::Won(()) } else { Attempt::Refused { retry_in: None } })
             })?;
         Ok(opened.is_some())

@@ -39,7 +39,6 @@
 mod guard;
 mod held;
 pub(crate) mod scripts;
-mod wait;
 
 pub use guard::FairLockGuard;
 
@@ -56,9 +55,9 @@ use crate::kinds::lock::scripts::Confirm;
 use crate::lease::Lease;
 use crate::observe;
 use crate::owner;
+use crate::wait::channel::ChannelWait;
 
 use scripts::{Acquire, AcquireArgs, Attempt, FairKeys};
-use wait::FairWait;
 
 /// The default wait slot of a fair lock's waiters (Redisson's
 /// `fairLockWaitTimeout`): 5 minutes.
@@ -529,14 +528,14 @@ impl FairLock {
         }
         let name = &self.keys.name;
         let (channel, grant_channel) = (self.keys.wake_channel(owner), self.keys.grant_channel(owner));
-        let wait = Arc::new(FairWait::default());
+        let wait = ChannelWait::alone(Arc::clone(name), channel, Some(grant_channel));
         // Fenced acquisitions mint their token in their own script call:
         // they are never handed the lock.
         let ticket = (!self.fenced).then(|| NEXT_TICKET.fetch_add(1, Ordering::Relaxed));
         let expected = ticket.map(|t| format!("{owner}/{t}"));
         // Channels still lingering from this thread's last wait are taken
         // back without a round trip: the first refusal can sleep at once.
-        let mut subscription = wait.resume(&inner.subscribers, name, &channel, &grant_channel);
+        wait.resume(&inner.subscribers);
         let mut queued_at = None;
         // Redis unreachable for a while is waited out (`wait/outage.rs`).
         let mut outage = inner.outage(true);
@@ -569,18 +568,14 @@ impl FairLock {
                 break Ok(None);
             }
             obs.waiting();
-            if !subscription.as_ref().is_some_and(|s| s.is_live()) {
+            if !wait.is_subscribed() {
                 // Subscribe, then try again at once: a wake-up between the
                 // attempt and the subscription would otherwise go unheard.
-                match wait.subscribe(&inner.subscribers, name, &channel, &grant_channel, deadline) {
-                    Ok(s) => subscription = Some(s),
-                    Err(e) => match outage.ride(e, deadline) {
-                        Ok(until) => {
-                            wait.wait_past(seen, until);
-                            continue;
-                        }
+                if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
+                    match outage.ride(e, deadline) {
+                        Ok(until) => wait.wait_past(seen, until),
                         Err(e) => break Err(e),
-                    },
+                    };
                 }
                 continue;
             }
@@ -595,7 +590,7 @@ impl FairLock {
                 // Handed over by the release: held since about then. The
                 // releaser's WAIT acknowledged the grant, not this thread:
                 // confirm it, as an acquisition would.
-                let sent = wait::granted_at(&grant, queued_at);
+                let sent = grant.granted_at(queued_at);
                 match inner.confirm_grant(name, owner) {
                     Ok(Confirm::Held { replicated }) => {
                         break Ok(Some(Won { sent, token: None, replicated }));
@@ -606,7 +601,7 @@ impl FairLock {
                 }
             }
         };
-        drop(subscription);
+        drop(wait);
         match outcome {
             Ok(None) => {
                 // Out of time: leave the queue, passing on a turn (or a

@@ -49,7 +49,8 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for
     /// a name a lock could not have (see [`Client::lock`]).
     pub fn job(&self, name: &str) -> Result<Job> {
-        self.inner().validate_name(name)?;
+        let ctx = self.context();
+        ctx.validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(LockKeys::new(&name, self.id()));
         Ok(Job {
@@ -57,7 +58,7 @@ impl Client {
             keys,
             at_most: DEFAULT_JOB_AT_MOST,
             at_least: Duration::ZERO,
-            migration: self.inner().config.migration_mode,
+            migration: ctx.config().migration_mode,
         })
     }
 }
@@ -284,9 +285,10 @@ impl Job {
     /// [`run_with`](Job::run_with) inside its `keyholder.job` span.
     fn run_observed<T>(&self, job: impl FnOnce(&JobRun) -> T) -> Result<JobOutcome<T>> {
         self.validate()?;
-        let inner = self.client.inner();
-        inner.check_running()?;
-        let owner = owner::owner_id(&inner.id, owner::unique_owner_number());
+        let ctx = self.client.context();
+        ctx.check_running()?;
+        let calls = ctx.calls();
+        let owner = owner::owner_id(ctx.id(), owner::unique_owner_number());
         let at_most_ms = crate::lease::millis_ceil(self.at_most);
         let started = Instant::now();
         let args = AcquireArgs {
@@ -301,8 +303,8 @@ impl Job {
             legacy: self.migration,
         };
         // A new hold's acquire sets the count to 1: safe to repeat.
-        match inner.with_live_conn(&self.keys.name, |conn| scripts::acquire(&inner.scripts, conn, &args)) {
-            Ok(Acquire::Acquired { replicated: Some(false), .. }) if inner.config.replica_acks_required => {
+        match calls.with_live_conn(&self.keys.name, |conn| scripts::acquire(calls.scripts(), conn, &args)) {
+            Ok(Acquire::Acquired { replicated: Some(false), .. }) if calls.acks_required() => {
                 // Not on the replicas: a failover could lose it. Give it back.
                 let _ = self.finish(&owner, Duration::ZERO);
                 return Err(Error::replica_acks(&self.keys.name));
@@ -363,11 +365,11 @@ impl Job {
 
     /// Keeps the run's hold for `keep` more, or releases it now.
     fn finish(&self, owner: &str, keep: Duration) -> Result<JobFinish> {
-        let inner = self.client.inner();
+        let calls = self.client.context().calls();
         // Owner-checked and idempotent (shortening, or deleting our own
         // field's key): safe to repeat on a new connection.
-        inner.with_live_conn(&self.keys.name, |conn| {
-            scripts::job_finish(&inner.scripts, conn, &self.keys.name, &self.keys.channel, owner, keep)
+        calls.with_live_conn(&self.keys.name, |conn| {
+            scripts::job_finish(calls.scripts(), conn, &self.keys.name, &self.keys.channel, owner, keep)
         })
     }
 

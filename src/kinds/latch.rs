@@ -9,56 +9,8 @@
 //! key per owner: the script records its outcome there (with the request's
 //! number, keyholder's addition), and the one retry, on a fresh connection,
 //! returns that outcome instead of running again. A failure to connect means
-//! the script never ran, so it is not retried.
+//! the script never ran, so it is not retried. The retry is the client's
+//! call policy: `Calls::run_latched` (`client/context.rs`) runs it, with a
+//! [`Latch`] for the script.
 
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
-use crate::client::Inner;
-use crate::error::Result;
-use crate::names;
-use crate::store::lanes::Session;
-
-/// An unlock latch: the outcome of a release request, kept for its retry.
-/// A script that takes one checks it first (see `lua/lock/release.lua`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
-    /// The owner's latch key for the lock.
-    pub(crate) key: &'a str,
-    pub(crate) ttl_ms: u64,
-    /// Unique per release request; a retry sends the same.
-    pub(crate) request: u64,
-    pub(crate) retry: bool,
-}
-
-impl Inner {
-    /// Runs `script`, a latched release of `thread`'s hold on the lock
-    /// `name`; with `retry`, once more on a fresh connection if the first
-    /// reply was lost: the latch makes the retry return the first outcome
-    /// rather than release a second hold.
-    pub(crate) fn run_latched<T>(
-        &self,
-        name: &str,
-        thread: u64,
-        retry: bool,
-        script: impl Fn(&mut Session<'_>, Latch<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let key = names::unlock_latch(name, self.uuid.as_u128(), thread);
-        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let ttl_ms = crate::lease::millis_ceil(self.latch_ttl());
-        let latch = Latch { key: &key, ttl_ms, request, retry: false };
-        match self.with_conn(name, |conn| script(conn, latch)) {
-            Err(e) if retry && e.is_transport() => {
-                self.with_conn(name, |conn| script(conn, Latch { retry: true, ..latch }))
-            }
-            outcome => outcome,
-        }
-    }
-
-    /// How long an unlock latch must outlive its first use: a command
-    /// timeout for the lost reply, then a connect and a command timeout for
-    /// the retry, and a second of slack.
-    pub(crate) fn latch_ttl(&self) -> Duration {
-        self.config.command_timeout * 2 + self.config.connect_timeout + Duration::from_secs(1)
-    }
-}
+pub(crate) use crate::client::Latch;

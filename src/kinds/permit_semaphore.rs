@@ -23,7 +23,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::client::{Calls, Client};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
@@ -45,7 +45,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
     /// for a name [`Client::lock`] would refuse.
     pub fn permit_expirable_semaphore(&self, name: &str) -> Result<PermitExpirableSemaphore> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(Keys {
             timeouts: Arc::from(timeouts_of(&name)),
@@ -156,6 +156,10 @@ impl fmt::Debug for PermitExpirableSemaphore {
 }
 
 impl PermitExpirableSemaphore {
+    fn calls(&self) -> Calls<'_> {
+        self.client.context().calls()
+    }
+
     /// The semaphore's name (its Redis key).
     pub fn name(&self) -> &str {
         &self.keys.name
@@ -233,22 +237,23 @@ impl PermitExpirableSemaphore {
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<ExpirablePermits>> {
         check_permits(permits, "acquire")?;
         check_at_most(permits as usize)?;
-        let inner = self.client.inner();
-        let lease_ms = self.lease.ttl_ms(inner.config.watchdog_timeout);
+        let ctx = self.client.context();
+        let calls = ctx.calls();
+        let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::observed(inner, &self.keys.name, &self.keys.channel, patience, || {
+        let sent = wait_loop::observed(ctx, &self.keys.name, &self.keys.channel, patience, || {
             let sent = Instant::now();
-            Ok(match scripts::acquire(inner, &self.keys, &ids, Some(lease_ms))? {
+            Ok(match scripts::acquire(calls, &self.keys, &ids, Some(lease_ms))? {
                 Acquired::Yes { replicated } => Attempt::Won((sent, replicated)),
                 Acquired::No { retry_in } => Attempt::Refused { retry_in },
             })
         })?;
         let Some((sent, replicated)) = sent else { return Ok(None) };
-        if !replicated && inner.config.replica_acks_required {
+        if !replicated && calls.acks_required() {
             // Not on the replicas: a failover could lose them. Give them
             // back rather than hand out permits the caller refused.
-            if let Err(e) = scripts::release(inner, &self.keys, &ids) {
+            if let Err(e) = scripts::release(calls, &self.keys, &ids) {
                 log::warn!("keyholder: giving back unreplicated permits of '{}' failed: {e}", self.keys.name);
             }
             return Err(Error::replica_acks(&self.keys.name));
@@ -262,14 +267,14 @@ impl PermitExpirableSemaphore {
             token: None,
             sent,
         };
-        let hold = Arc::new(Hold::new(inner.next_hold_id(), Arc::clone(&self.keys.name), acquisition));
+        let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(&self.keys.name), acquisition));
         if !replicated {
             hold.mark_unreplicated();
         }
         if self.lease == Lease::Watchdog {
-            inner.watchdog.register(Arc::clone(&hold), None, PermitRenewal::of(inner));
+            ctx.holds().register(Arc::clone(&hold), None, PermitRenewal::of(ctx.holds()));
         }
-        Ok(Some(ExpirablePermits::new(Arc::clone(inner), Arc::clone(&self.keys), ids, hold)))
+        Ok(Some(ExpirablePermits::new(Arc::clone(self.client.inner()), Arc::clone(&self.keys), ids, hold)))
     }
 
     /// Gives back permits by id, held by this process or another (Java's
@@ -295,7 +300,7 @@ impl PermitExpirableSemaphore {
         if sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err(Error::invalid_argument("release_ids: a permit id is given twice"));
         }
-        match scripts::release(self.client.inner(), &self.keys, ids)? {
+        match scripts::release(self.calls(), &self.keys, ids)? {
             Released::Held { .. } => Ok(()),
             Released::NotHeld => Err(Error::not_owner(&self.keys.name)),
         }
@@ -311,7 +316,7 @@ impl PermitExpirableSemaphore {
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         check_permits(permits, "try_set_permits")?;
         crate::kinds::semaphore::scripts::try_set_permits(
-            self.client.inner(),
+            self.calls(),
             &self.keys.name,
             &self.keys.channel,
             permits,
@@ -334,7 +339,7 @@ impl PermitExpirableSemaphore {
         if delta == 0 {
             return Err(Error::invalid_argument("add_permits: a delta of 0 permits"));
         }
-        scripts::add_permits(self.client.inner(), &self.keys, delta)
+        scripts::add_permits(self.calls(), &self.keys, delta)
     }
 
     /// The permits available now, after reclaiming expired ones
@@ -344,7 +349,7 @@ impl PermitExpirableSemaphore {
     ///
     /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn available_permits(&self) -> Result<i64> {
-        scripts::status(self.client.inner(), &self.keys).map(|(available, _)| available)
+        scripts::status(self.calls(), &self.keys).map(|(available, _)| available)
     }
 
     /// The permits held now, by anyone, after reclaiming expired ones
@@ -354,7 +359,7 @@ impl PermitExpirableSemaphore {
     ///
     /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn acquired_permits(&self) -> Result<i64> {
-        scripts::status(self.client.inner(), &self.keys).map(|(_, held)| held)
+        scripts::status(self.calls(), &self.keys).map(|(_, held)| held)
     }
 
     /// Available plus held permits (Redisson's `getPermits`).
@@ -365,7 +370,7 @@ impl PermitExpirableSemaphore {
     /// [`ErrorKind::CountOverflow`](crate::ErrorKind::CountOverflow) when
     /// the sum is past `i64::MAX` (Java's `getPermits` would wrap).
     pub fn permits(&self) -> Result<i64> {
-        let (available, held) = scripts::status(self.client.inner(), &self.keys)?;
+        let (available, held) = scripts::status(self.calls(), &self.keys)?;
         available.checked_add(held).ok_or_else(|| {
             Error::count_overflow(&self.keys.name, format!("{available} available plus {held} held"))
         })

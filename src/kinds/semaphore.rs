@@ -20,7 +20,7 @@ pub use guard::SemaphorePermits;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::client::{Calls, Client};
 use crate::error::{Error, Result};
 use crate::lease::millis_ceil;
 use wait_loop::{Attempt, Patience};
@@ -38,7 +38,7 @@ impl Client {
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
     /// for a name [`Client::lock`] would refuse.
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
-        self.inner().validate_name(name)?;
+        self.context().validate_name(name)?;
         Ok(Semaphore { client: self.clone(), name: Arc::from(name), channel: Arc::from(channel_of(name)) })
     }
 }
@@ -95,6 +95,10 @@ impl std::fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
+    fn calls(&self) -> Calls<'_> {
+        self.client.context().calls()
+    }
+
     /// The semaphore's name (its Redis key).
     pub fn name(&self) -> &str {
         &self.name
@@ -151,9 +155,9 @@ impl Semaphore {
 
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<SemaphorePermits>> {
         check_permits(permits, "acquire")?;
-        let inner = self.client.inner();
-        wait_loop::observed(inner, &self.name, &self.channel, patience, || {
-            Ok(if scripts::try_acquire(inner, &self.name, &self.channel, permits)? {
+        let calls = self.calls();
+        wait_loop::observed(self.client.context(), &self.name, &self.channel, patience, || {
+            Ok(if scripts::try_acquire(calls, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {
                 Attempt::Refused { retry_in: None }
@@ -162,7 +166,7 @@ impl Semaphore {
         .map(|won| {
             won.map(|()| {
                 SemaphorePermits::new(
-                    Arc::clone(inner),
+                    Arc::clone(self.client.inner()),
                     Arc::clone(&self.name),
                     Arc::clone(&self.channel),
                     permits,
@@ -184,7 +188,7 @@ impl Semaphore {
     /// as [`try_acquire`](Semaphore::try_acquire).
     pub fn release(&self, permits: u32) -> Result<i64> {
         check_permits(permits, "release")?;
-        scripts::release(self.client.inner(), &self.name, &self.channel, permits)
+        scripts::release(self.calls(), &self.name, &self.channel, permits)
     }
 
     /// Sets the number of permits if the semaphore has none set yet (its
@@ -197,7 +201,7 @@ impl Semaphore {
     /// for 0 permits; connection failures.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
         check_permits(permits, "try_set_permits")?;
-        scripts::try_set_permits(self.client.inner(), &self.name, &self.channel, permits, None)
+        scripts::try_set_permits(self.calls(), &self.name, &self.channel, permits, None)
     }
 
     /// As [`try_set_permits`](Semaphore::try_set_permits), with the key
@@ -212,13 +216,7 @@ impl Semaphore {
         if ttl < Duration::from_millis(1) {
             return Err(Error::invalid_argument(format!("semaphore time to live {ttl:?} is under 1 ms")));
         }
-        scripts::try_set_permits(
-            self.client.inner(),
-            &self.name,
-            &self.channel,
-            permits,
-            Some(millis_ceil(ttl)),
-        )
+        scripts::try_set_permits(self.calls(), &self.name, &self.channel, permits, Some(millis_ceil(ttl)))
     }
 
     /// Adds `delta` permits (negative: takes them away, possibly below 0, as
@@ -237,7 +235,7 @@ impl Semaphore {
         if delta == 0 {
             return Err(Error::invalid_argument("add_permits: a delta of 0 permits"));
         }
-        scripts::add_permits(self.client.inner(), &self.name, &self.channel, delta)
+        scripts::add_permits(self.calls(), &self.name, &self.channel, delta)
     }
 
     /// The number of available permits now (0 when never set; negative
@@ -247,7 +245,7 @@ impl Semaphore {
     ///
     /// As [`try_acquire`](Semaphore::try_acquire).
     pub fn available_permits(&self) -> Result<i64> {
-        scripts::read_count(self.client.inner(), &self.name, "semaphore available_permits")
+        scripts::read_count(self.calls(), &self.name, "semaphore available_permits")
     }
 
     /// Takes every available permit at once, without a guard, and returns
@@ -257,6 +255,6 @@ impl Semaphore {
     ///
     /// As [`try_acquire`](Semaphore::try_acquire).
     pub fn drain_permits(&self) -> Result<i64> {
-        scripts::drain(self.client.inner(), &self.name)
+        scripts::drain(self.calls(), &self.name)
     }
 }

@@ -49,6 +49,10 @@ pub(crate) trait Waiters: Send + Sync {
     fn notify(&self);
     /// This client's turn came with the lock handed over to `grant.owner`.
     fn grant(&self, grant: Grant);
+    /// A message on another kind's channel (an [`Interest`] without a wake
+    /// channel), with its payload: the waiters decide whom it wakes (a
+    /// semaphore's count wakes at most that many threads).
+    fn message(&self, payload: &str);
 }
 
 /// What a held lock's channel tells: the client's holds of the lock may be
@@ -75,6 +79,17 @@ pub(crate) struct Grant {
     pub(crate) received: Instant,
 }
 
+impl Grant {
+    /// Where the granted hold's lease runs from, on this client's clock:
+    /// the grant came `elapsed` (server time) after the grantee's last
+    /// refused attempt reached Redis, which was after `queued_at`, that
+    /// attempt's send time; and before the grant was heard. So this instant
+    /// is never later than the grant.
+    pub(crate) fn granted_at(&self, queued_at: Instant) -> Instant {
+        queued_at + self.elapsed.min(self.received.saturating_duration_since(queued_at))
+    }
+}
+
 /// What a waiter subscribes for: a lock name, its channels, and whom to
 /// wake.
 pub(crate) struct Interest<'a> {
@@ -84,8 +99,9 @@ pub(crate) struct Interest<'a> {
     pub(crate) channel: &'a str,
     /// This client's wake channel for the lock, whose messages carry
     /// grants (the reentrant lock's). Without one (the other kinds), every
-    /// message on `channel` wakes the waiters: a permit count, a latch's
-    /// `0`, a fair lock's turn are all worth a look.
+    /// message on `channel` goes to the waiters with its payload
+    /// ([`Waiters::message`]): a permit count, a latch's `0`, a read-write
+    /// lock's release.
     pub(crate) wake_channel: Option<&'a str>,
     pub(crate) waiters: Weak<dyn Waiters>,
 }
@@ -154,7 +170,8 @@ enum Kind {
     Unlock,
     /// This client's wake channel for one lock: its turn has come.
     Wake,
-    /// Another kind's channel: every message wakes.
+    /// Another kind's channel: every message goes to the waiters, who
+    /// read its payload.
     Any,
     /// Subscribed for a held lock alone, no waiter yet: the first waiter
     /// sets the kind.
@@ -186,7 +203,8 @@ impl Channel {
     /// Whether a message with `payload` wakes this channel's waiters.
     ///
     /// A wake channel's message is this client's turn; any message on
-    /// another kind's channel wakes. On an unlock channel
+    /// another kind's channel goes to its waiters (who read it). On an
+    /// unlock channel
     /// `0` wakes one waiting thread and `1` all of them; behind the gate at
     /// most one thread of this client waits per lock, so both wake that
     /// thread, unless the `0` follows a `2`: a keyholder release sends that
@@ -860,9 +878,10 @@ impl Subscriber {
                 }
                 let grant = (kind == Kind::Wake).then(|| parse_grant(payload)).flatten();
                 for waiters in waiters {
-                    match &grant {
-                        Some(grant) => waiters.grant(grant.clone()),
-                        None => waiters.notify(),
+                    match (&grant, kind) {
+                        (Some(grant), _) => waiters.grant(grant.clone()),
+                        (None, Kind::Any) => waiters.message(payload),
+                        (None, _) => waiters.notify(),
                     }
                 }
             }
@@ -960,5 +979,15 @@ mod tests {
         assert_eq!(grant.elapsed, Duration::from_millis(25));
         assert!(parse_grant("").is_none(), "an empty message only wakes");
         assert!(parse_grant("owner:1 soon").is_none());
+    }
+
+    #[test]
+    fn a_granted_lease_runs_from_no_later_than_the_grant() {
+        let queued_at = Instant::now();
+        let received = queued_at + Duration::from_millis(40);
+        let grant = |ms| Grant { owner: "c:1/1".into(), elapsed: Duration::from_millis(ms), received };
+        assert_eq!(grant(30).granted_at(queued_at), queued_at + Duration::from_millis(30));
+        assert_eq!(grant(5_000).granted_at(queued_at), received);
+        assert_eq!(grant(0).granted_at(queued_at), queued_at);
     }
 }

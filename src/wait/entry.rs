@@ -463,6 +463,12 @@ impl Waiters for Entry {
     fn grant(&self, grant: Grant) {
         Entry::grant(self, grant);
     }
+
+    /// The lock's channels are unlock and wake channels, never another
+    /// kind's; any other message is a reason to look again.
+    fn message(&self, _payload: &str) {
+        Entry::notify(self);
+    }
 }
 
 impl State {

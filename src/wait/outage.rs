@@ -14,7 +14,7 @@
 //! `try_lock`, a query, a release) fail at once, as before.
 //!
 //! Waiting stays event-driven. Between attempts the thread sleeps on its
-//! own wake-up (the lock's entry, the channel's `ChannelWait`, the fair
+//! own wake-up (the lock's entry, or its `ChannelWait` on the kind's or the fair
 //! waiter's channels), which the pub/sub reader signals when its connection
 //! is back, that is when Redis is; the sleep is bounded by a back-off of
 //! 50 ms doubling to 1 s, for when the wake-up does not come (a waiter not

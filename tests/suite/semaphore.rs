@@ -11,8 +11,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::child::{self, ChildProcess};
-use common::{RedisServer, ServerExt, command_calls, exists, recv_within, spawn, wait_numsub};
-use keyholder::{Client, ErrorKind, Lease, PermitId};
+use common::{
+    RedisServer, ServerExt, calls_of, command_calls, eventually, exists, recv_within, spawn, wait_numsub,
+};
+use keyholder::{Client, ErrorKind, Lease, PermitId, SemaphorePermits};
 
 const SECOND: Duration = Duration::from_secs(1);
 const CHILD_URL: &str = "KEYHOLDER_TEST_SEM_CHILD_URL";
@@ -389,6 +391,80 @@ fn a_java_release_wakes_a_keyholder_waiter() {
         .invoke(&mut con)
         .unwrap();
     assert_eq!(recv_within(&rx, 15 * SECOND, "the waiter"), Some(1));
+}
+
+/// Script calls (`EVALSHA`, and `EVAL` for a script not cached yet) since
+/// the server started.
+fn script_calls(con: &mut redis::Connection) -> i64 {
+    calls_of(con, "evalsha") + calls_of(con, "eval")
+}
+
+/// A Java service's release of `permits`: the count raised and the new count
+/// published, as Redisson's release script does (sent as plain commands, so
+/// that the test's own release is no script call).
+fn java_release(con: &mut redis::Connection, name: &str, permits: i64) {
+    let count: i64 = redis::cmd("INCRBY").arg(name).arg(permits).query(con).unwrap();
+    let _: i64 = redis::cmd("PUBLISH").arg(sem_channel(name)).arg(count).query(con).unwrap();
+}
+
+/// Six threads of one client wait for a permit each, through `acquire`
+/// (one permit, at most a minute; `None` when refused); the caller has
+/// tried once already, which cached the script. Each tries twice (before and right after the
+/// subscription) and sleeps. A release of 2 wakes two of them, not six: two
+/// more script calls, both winning. The four others sleep on until a
+/// release of 4 wakes exactly them. What the winners took is kept until the
+/// counts are read (a guard given back would be a script call too).
+fn a_release_wakes_as_many_waiters_as_permits<G: Send + 'static>(
+    server: &RedisServer,
+    name: &str,
+    acquire: impl Fn() -> Option<G> + Clone + Send + 'static,
+) {
+    let mut con = server.conn();
+    let before = script_calls(&mut con);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..6 {
+        let (acquire, tx) = (acquire.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(acquire());
+        });
+    }
+    assert!(
+        eventually(20 * SECOND, || script_calls(&mut con) - before == 12),
+        "the six waiters never settled: {} script calls",
+        script_calls(&mut con) - before
+    );
+    let mut taken = Vec::new();
+    for (permits, calls) in [(2, 12 + 2), (4, 12 + 2 + 4)] {
+        java_release(&mut con, name, permits);
+        for _ in 0..permits {
+            taken.push(rx.recv_timeout(20 * SECOND).unwrap().expect("a woken waiter took its permit"));
+        }
+        assert_eq!(script_calls(&mut con) - before, calls, "{permits} permits woke {permits} waiters");
+    }
+    let count: i64 = redis::cmd("GET").arg(name).query(&mut con).unwrap();
+    assert_eq!(count, 0);
+}
+
+#[test]
+fn a_release_wakes_only_as_many_local_waiters_as_it_gives_permits() {
+    let server = RedisServer::start();
+    let sem = server.client().semaphore("herd").unwrap();
+    assert!(sem.try_acquire(1).unwrap().is_none(), "no permits yet (this also caches the script)");
+    a_release_wakes_as_many_waiters_as_permits(&server, "herd", move || {
+        sem.try_acquire_for(1, 60 * SECOND).unwrap().map(SemaphorePermits::forget)
+    });
+}
+
+#[test]
+fn an_expirable_semaphore_release_wakes_as_many_local_waiters_as_permits() {
+    let server = RedisServer::start();
+    // A fixed lease: no renewal calls while the permits are held.
+    let pes = server.client().permit_expirable_semaphore("herd-e").unwrap();
+    let pes = pes.with_lease(Lease::Fixed(60 * SECOND)).unwrap();
+    assert!(pes.try_acquire(1).unwrap().is_none(), "no permits yet (this also caches the script)");
+    a_release_wakes_as_many_waiters_as_permits(&server, "herd-e", move || {
+        pes.try_acquire_for(1, 60 * SECOND).unwrap()
+    });
 }
 
 #[test]

@@ -99,7 +99,7 @@ impl ExpirablePermits {
     pub fn lost_signal(&self) -> crossbeam_channel::Receiver<LostReason> {
         let signal = self.hold.lost_signal();
         if self.hold.lease != Lease::Watchdog && !self.hold.is_finished() {
-            self.client.watchdog.watch(Arc::clone(&self.hold), None);
+            self.client.context().holds().watch(Arc::clone(&self.hold), None);
         }
         signal
     }
@@ -120,9 +120,9 @@ impl ExpirablePermits {
     }
 
     fn give_back(&self) -> Result<()> {
-        self.client.watchdog.deregister(self.hold.id);
+        self.client.context().holds().deregister(self.hold.id);
         self.hold.start_release();
-        let outcome = scripts::release(&self.client, &self.keys, &self.ids);
+        let outcome = scripts::release(self.client.context().calls(), &self.keys, &self.ids);
         self.hold.finish();
         let reason = match outcome? {
             Released::Held { live } if live == self.ids.len() => return Ok(()),

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
-use crate::client::Inner;
+use crate::client::{Holds, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
@@ -25,8 +25,8 @@ impl PermitRenewal {
     const BATCH_KEY: &'static str = "permit_semaphore";
 
     /// The renewer of `client`'s permit holds (one per client).
-    pub(crate) fn of(client: &Inner) -> Arc<dyn Renew> {
-        client.renewers.get(Self::BATCH_KEY, || Arc::new(PermitRenewal { client: client.weak() }))
+    pub(crate) fn of(holds: Holds<'_>) -> Arc<dyn Renew> {
+        holds.renewer(Self::BATCH_KEY, |client| Arc::new(PermitRenewal { client }))
     }
 }
 
@@ -62,8 +62,9 @@ impl Renew for PermitRenewal {
                 spans.push((at, ids.len(), own.len()));
                 ids.extend(own);
             }
-            let (renewed, acked) = inner.with_live_conn(name, |session| {
-                let renewed = scripts::renew(&inner, session, &keys, &ids, lease_ms)?;
+            let calls = inner.context().calls();
+            let (renewed, acked) = calls.with_live_conn(name, |session| {
+                let renewed = scripts::renew(calls, session, &keys, &ids, lease_ms)?;
                 Ok((renewed, session.replicated() != Some(false)))
             })?;
             for (at, from, len) in spans {

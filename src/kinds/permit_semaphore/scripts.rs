@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::client::Inner;
+use crate::client::{Calls, Repeat};
 use crate::error::Result;
 use crate::kinds::permit_semaphore::{Keys, PermitId};
-use crate::kinds::semaphore::scripts::{Repeat, eval, eval_replicated, int};
+use crate::kinds::semaphore::scripts::int;
 use crate::store::lanes::Session;
 use crate::store::scripts::unexpected;
 
@@ -65,15 +65,15 @@ pub(crate) enum Acquired {
 /// permits never expire). Safe to repeat: a second run with the same ids
 /// finds them held and takes nothing more.
 pub(crate) fn acquire(
-    inner: &Inner,
+    calls: Calls<'_>,
     keys: &Keys,
     ids: &[PermitId],
     lease_ms: Option<u64>,
 ) -> Result<Acquired> {
-    let (reply, replicated) = eval_replicated(inner, &keys.name, &ACQUIRE, Repeat::Safe, |call| {
+    let (reply, replicated) = calls.eval_replicated(&keys.name, &ACQUIRE, Repeat::Safe, |call| {
         call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel);
         call.arg(ids.len()).arg(lease_ms.map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)));
-        call.arg(NEVER).arg(inner.scripts.publish());
+        call.arg(NEVER).arg(calls.publish());
         for id in ids {
             call.arg(id.as_bytes().as_slice());
         }
@@ -102,9 +102,9 @@ pub(crate) enum Released {
 
 /// `release.lua`: all the ids or none. Sent once (a repeat would find them
 /// gone).
-pub(crate) fn release(inner: &Inner, keys: &Keys, ids: &[PermitId]) -> Result<Released> {
-    let reply = eval(inner, &keys.name, &RELEASE, Repeat::Once, |call| {
-        call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(inner.scripts.publish());
+pub(crate) fn release(calls: Calls<'_>, keys: &Keys, ids: &[PermitId]) -> Result<Released> {
+    let reply = calls.eval(&keys.name, &RELEASE, Repeat::Once, |call| {
+        call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(calls.publish());
         for id in ids {
             call.arg(id.as_bytes().as_slice());
         }
@@ -118,18 +118,18 @@ pub(crate) fn release(inner: &Inner, keys: &Keys, ids: &[PermitId]) -> Result<Re
 
 /// `renew.lua` on `session`: per id, whether it is still held.
 pub(crate) fn renew(
-    inner: &Inner,
+    calls: Calls<'_>,
     session: &mut Session<'_>,
     keys: &Keys,
     ids: &[PermitId],
     lease_ms: u64,
 ) -> Result<Vec<bool>> {
     let mut call = RENEW.call();
-    call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(lease_ms).arg(inner.scripts.publish());
+    call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(lease_ms).arg(calls.publish());
     for id in ids {
         call.arg(id.as_bytes().as_slice());
     }
-    let (reply, acked) = call.invoke(session, inner.scripts.acks())?;
+    let (reply, acked) = call.invoke(session, calls.scripts().acks())?;
     session.note_replicated(acked);
     let reply = reply.map_err(|e| crate::error::Error::from_redis(&keys.name, e))?;
     match &reply {
@@ -141,9 +141,9 @@ pub(crate) fn renew(
 }
 
 /// `status.lua`: (available, held).
-pub(crate) fn status(inner: &Inner, keys: &Keys) -> Result<(i64, i64)> {
-    let reply = eval(inner, &keys.name, &STATUS, Repeat::Safe, |call| {
-        call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(inner.scripts.publish());
+pub(crate) fn status(calls: Calls<'_>, keys: &Keys) -> Result<(i64, i64)> {
+    let reply = calls.eval(&keys.name, &STATUS, Repeat::Safe, |call| {
+        call.key(&*keys.name).key(&*keys.timeouts).key(&*keys.channel).arg(calls.publish());
     })?;
     match &reply {
         Value::Array(items) if items.len() == 2 => {
@@ -154,9 +154,9 @@ pub(crate) fn status(inner: &Inner, keys: &Keys) -> Result<(i64, i64)> {
 }
 
 /// `add_permits.lua`: the new count.
-pub(crate) fn add_permits(inner: &Inner, keys: &Keys, delta: i64) -> Result<i64> {
-    let reply = eval(inner, &keys.name, &ADD_PERMITS, Repeat::Once, |call| {
-        call.key(&*keys.name).key(&*keys.channel).arg(delta).arg(inner.scripts.publish());
+pub(crate) fn add_permits(calls: Calls<'_>, keys: &Keys, delta: i64) -> Result<i64> {
+    let reply = calls.eval(&keys.name, &ADD_PERMITS, Repeat::Once, |call| {
+        call.key(&*keys.name).key(&*keys.channel).arg(delta).arg(calls.publish());
     })?;
     int("permit add_permits", &reply)
 }

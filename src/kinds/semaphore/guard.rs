@@ -55,7 +55,7 @@ impl SemaphorePermits {
     /// [`Semaphore::release`](crate::Semaphore::release) to give them back by hand).
     pub fn release(mut self) -> Result<i64> {
         self.done = true;
-        scripts::release(&self.client, &self.name, &self.channel, self.permits)
+        scripts::release(self.client.context().calls(), &self.name, &self.channel, self.permits)
     }
 
     /// Keeps the permits taken: the guard is consumed without giving them
@@ -71,7 +71,9 @@ impl Drop for SemaphorePermits {
         if self.done {
             return;
         }
-        if let Err(e) = scripts::release(&self.client, &self.name, &self.channel, self.permits) {
+        if let Err(e) =
+            scripts::release(self.client.context().calls(), &self.name, &self.channel, self.permits)
+        {
             log::warn!(
                 "keyholder: giving back {} permits of semaphore '{}' on drop failed: {e}",
                 self.permits,

@@ -3,24 +3,26 @@
 //! Try; if refused, subscribe to the object's channel (once per client,
 //! through [`ChannelWait`](crate::wait::channel::ChannelWait)) and try again
 //! at once, since a release between the first try and the subscription
-//! would otherwise go unheard; then sleep until a message on the channel,
-//! the bound the refusal gave (a permit's expiry), the caller's deadline, or
-//! at most [`recheck`] without any of these, and try again. Java's blocking
-//! calls wait for a message without limit; the re-check bound makes a
-//! message that never comes (a publisher that died between its write and
-//! its publish) cost latency, never a hang. A replaced pub/sub connection
-//! counts as a message, so a reconnect never loses a wake-up either. An
-//! attempt that fails because Redis is unreachable is tried again after a
-//! bounded sleep on the channel, within the deadline and the client's
-//! outage budget (`wait/outage.rs`).
+//! would otherwise go unheard; then sleep until a message on the channel (a
+//! semaphore's wakes at most as many of the client's threads as it counts
+//! permits, see [`Wakes`]), the bound the refusal gave (a permit's expiry),
+//! the caller's deadline, or at most the watchdog timeout without any of
+//! these (`Waits::recheck`), and try again. Java's blocking calls wait for a
+//! message without limit; the re-check bound makes a message that never
+//! comes (a publisher that died between its write and its publish) cost
+//! latency, never a hang. A replaced pub/sub connection counts as a
+//! message, so a reconnect never loses a wake-up either. An attempt that
+//! fails because Redis is unreachable is tried again after a bounded sleep
+//! on the channel, within the deadline and the client's outage budget
+//! (`wait/outage.rs`). The loop sees the client through its `Context`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::Inner;
+use crate::client::Context;
 use crate::error::Result;
 use crate::observe;
-use crate::wait::channel::ChannelWait;
+use crate::wait::channel::{ChannelWait, Wakes};
 
 /// The outcome of one attempt.
 pub(crate) enum Attempt<T> {
@@ -38,7 +40,7 @@ pub(crate) enum Patience {
     Once,
     /// Until this instant.
     Until(Instant),
-    /// As long as it takes (each sleep still bounded by [`recheck`]).
+    /// As long as it takes (each sleep still bounded by `Waits::recheck`).
     Forever,
 }
 
@@ -53,18 +55,20 @@ impl Patience {
     }
 }
 
-/// Runs a semaphore's acquire through `wait_for` inside a
+/// Runs a semaphore's acquire through `wait_for` (on a channel of
+/// [`Wakes::Permits`]) inside a
 /// `keyholder.acquire` span, counted by the acquire metrics (see
 /// docs/observability.md): the semaphore's name as the lock.
 pub(crate) fn observed<T>(
-    inner: &Inner,
+    ctx: Context<'_>,
     name: &Arc<str>,
     channel: &str,
     patience: Patience,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let obs = observe::Acquire::start(name, patience.mode());
-    let outcome = obs.in_scope(|| wait_for_observed(inner, name, channel, patience, Some(&obs), attempt));
+    let on = On { name, channel, wakes: Wakes::Permits };
+    let outcome = obs.in_scope(|| wait_for_observed(ctx, &on, patience, Some(&obs), attempt));
     obs.finish(|| match &outcome {
         Ok(Some(_)) => observe::AcquireOutcome::Acquired { reentrant: false },
         Ok(None) if matches!(patience, Patience::Once) => observe::AcquireOutcome::Busy,
@@ -74,33 +78,37 @@ pub(crate) fn observed<T>(
     outcome
 }
 
-/// The longest sleep without news: the client's watchdog timeout.
-pub(crate) fn recheck(inner: &Inner) -> Duration {
-    inner.config.watchdog_timeout
-}
-
 /// Runs `attempt` until it wins or `patience` runs out (`Ok(None)`),
-/// sleeping on `channel` between attempts.
+/// sleeping on `channel` between attempts, where every message wakes every
+/// waiting thread (the latch's).
 pub(crate) fn wait_for<T>(
-    inner: &Inner,
+    ctx: Context<'_>,
     name: &Arc<str>,
     channel: &str,
     patience: Patience,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    wait_for_observed(inner, name, channel, patience, None, attempt)
+    wait_for_observed(ctx, &On { name, channel, wakes: Wakes::All }, patience, None, attempt)
+}
+
+/// The channel a loop sleeps on, and what its messages say.
+struct On<'a> {
+    name: &'a Arc<str>,
+    channel: &'a str,
+    wakes: Wakes,
 }
 
 fn wait_for_observed<T>(
-    inner: &Inner,
-    name: &Arc<str>,
-    channel: &str,
+    ctx: Context<'_>,
+    on: &On<'_>,
     patience: Patience,
     obs: Option<&observe::Acquire<'_>>,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    let mut wait: Option<Arc<ChannelWait>> = None;
-    let (waits, deadline) = match patience {
+    let mut wait: Option<ChannelWait> = None;
+    let waits = ctx.waits();
+    let join = || waits.join(on.name, on.channel, on.wakes);
+    let (patient, deadline) = match patience {
         Patience::Once => (false, None),
         Patience::Until(deadline) => (true, Some(deadline)),
         Patience::Forever => (true, None),
@@ -109,9 +117,9 @@ fn wait_for_observed<T>(
     // expirable permit's attempt is recognised when repeated (its ids);
     // permits a plain semaphore's attempt took with its reply lost are
     // lost whether the call returns the error or tries again.
-    let mut outage = inner.outage(waits);
+    let mut outage = waits.outage(patient);
     loop {
-        inner.check_running()?;
+        ctx.check_running()?;
         let seen = wait.as_ref().map(|w| w.seen());
         let retry_in = match attempt() {
             Ok(Attempt::Won(won)) => return Ok(Some(won)),
@@ -121,18 +129,18 @@ fn wait_for_observed<T>(
             }
             Err(e) => {
                 let until = outage.ride(e, deadline)?;
-                let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+                let wait = wait.get_or_insert_with(join);
                 wait.wait_past(seen.unwrap_or_else(|| wait.seen()), until);
                 continue;
             }
         };
         let now = Instant::now();
-        if !waits || deadline.is_some_and(|d| now >= d) {
+        if !patient || deadline.is_some_and(|d| now >= d) {
             return Ok(None);
         }
-        let wait = wait.get_or_insert_with(|| inner.channel_wait(name, channel));
+        let wait = wait.get_or_insert_with(join);
         if !wait.is_subscribed() {
-            if let Err(e) = wait.subscribe(&inner.subscribers, deadline) {
+            if let Err(e) = wait.subscribe(waits.subscribers(), deadline) {
                 let until = outage.ride(e, deadline)?;
                 wait.wait_past(seen.unwrap_or_else(|| wait.seen()), until);
             }
@@ -145,7 +153,8 @@ fn wait_for_observed<T>(
             obs.waiting();
         }
         // At least 1 ms: a permit expiring now is reclaimed by the next try.
-        let nap = retry_in.map_or(recheck(inner), |r| r.clamp(Duration::from_millis(1), recheck(inner)));
+        let recheck = waits.recheck();
+        let nap = retry_in.map_or(recheck, |r| r.clamp(Duration::from_millis(1), recheck));
         let until = deadline.map_or(now + nap, |d| d.min(now + nap));
         wait.wait_past(seen, until);
     }
