@@ -2,7 +2,10 @@
 //! redis-servers they start themselves, and the demo once against a private
 //! Redis Cluster (`--cluster`, about 3 s more to start). `cargo test` builds examples before it
 //! runs tests. (The benchmark, a crate of its own, has its smoke test in
-//! `bench/tests/quick.rs`.)
+//! `bench/tests/quick.rs`.) A test binary of its own, not a module of
+//! `tests/suite`: it runs `cargo build` for each example (a first build
+//! compiles the library without features), which must not load the machine
+//! under the suite's timing-bound tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;

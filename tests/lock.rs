@@ -1,5 +1,8 @@
 //! API basics of a lock handle: the acquire forms, inspection, force unlock,
 //! the wire format, and refusal of bad input and bad configuration.
+//!
+//! A test binary of its own, not a module of `tests/suite`: .ci/test runs
+//! it again in the default build (without `tls`, `rediss://` is refused).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

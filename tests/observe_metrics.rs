@@ -4,7 +4,8 @@
 //! The watchdog and the pub/sub reader are threads of their own, which a
 //! thread-local recorder would not see, so this binary installs a global
 //! `DebuggingRecorder`, and runs its checks as one test, in order: no other
-//! test in the process can touch the counters.
+//! test in the process can touch the counters. Hence a test binary of its
+//! own, not a module of `tests/suite`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

@@ -4,7 +4,9 @@
 //! Acquire, release and job spans belong to the calling thread, so most
 //! tests install the subscriber for their own thread only. The watchdog's
 //! events come from its own thread: one test installs the collector as the
-//! global default and looks only at its own lock's records.
+//! global default and looks only at its own lock's records. Hence a test
+//! binary of its own, not a module of `tests/suite`, whose other tests
+//! would all report to that subscriber.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -264,7 +266,7 @@ fn renewal_rounds_and_a_lost_hold_are_events_of_the_watchdog() {
     let round = &collector.events("keyholder.renewal")[0];
     assert_eq!(field(&round.fields, "failed"), "false");
     // Deleted without a message (a force unlock would be heard at once,
-    // tests/foreign_unlock.rs): the watchdog's renewal is refused.
+    // tests/suite/foreign_unlock.rs): the watchdog's renewal is refused.
     let _: i64 = redis::cmd("DEL").arg("trace:renewed").query(&mut server.conn()).unwrap();
     assert_eq!(lost.recv_timeout(LIMIT).unwrap(), LostReason::RenewalRefused);
     let lost_events: Vec<EventRec> = collector

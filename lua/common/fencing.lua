@@ -6,7 +6,7 @@
 -- defines three local functions: the check, and the two reply shapes of a
 -- fenced acquisition. lua/lock/acquire.lua keeps inline copies of the
 -- marked regions (its common case builds no closure, ADR 39);
--- tests/script_headers.rs checks that the copies are identical.
+-- tests/suite/script_headers.rs checks that the copies are identical.
 
 -- An error reply when `counter` cannot give a next token: WRONGTYPE for a
 -- key of another type, BADCOUNTER for anything but a decimal integer from

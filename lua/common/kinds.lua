@@ -5,7 +5,7 @@
 -- header names it (see docs/design.md, "Lua scripts"); defines two local
 -- strings and no function, so it costs no closure. lua/lock/acquire.lua
 -- and lua/lock/release.lua keep inline copies of the marked regions;
--- tests/script_headers.rs checks that the copies are identical.
+-- tests/suite/script_headers.rs checks that the copies are identical.
 
 -- Said by the Lock, SpinLock and FairLock scripts of a read-write lock.
 -- <common:rwlock_here>

@@ -7,7 +7,7 @@
 -- whose header names it (see docs/design.md, "Lua scripts"); defines two
 -- local functions. lua/lock/release.lua keeps an inline copy of the
 -- marked regions (its common case builds no closure, ADR 39);
--- tests/script_headers.rs checks that the copies are identical.
+-- tests/suite/script_headers.rs checks that the copies are identical.
 
 -- The latch to record into (nil when there is none, or when a key that is
 -- not a latch sits at its name) and, for a retry (`retry` true) of the

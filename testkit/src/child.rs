@@ -29,6 +29,9 @@ pub struct ChildProcess {
 
 impl ChildProcess {
     /// Re-runs this test binary as a child that runs only `test`, with `env`.
+    /// `test` is libtest's full name, with the module path in a binary of
+    /// modules (`fair_lock::child_fair_holder` in `tests/suite`): a name
+    /// that matches no test makes a child that exits before answering.
     pub fn spawn(test: &str, env: &[(&str, &str)]) -> ChildProcess {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command

@@ -36,7 +36,7 @@ impl ServerExt for RedisServer {
 /// The text keyholder sends to Redis for script `lua/<path>`: the
 /// `lua/common/` files its header lists on its `-- Prepended:` line, in
 /// that order, then the script itself (as the kinds' `LuaScript` statics
-/// assemble it with `concat!`; `tests/script_headers.rs` checks they agree).
+/// assemble it with `concat!`; `tests/suite/script_headers.rs` checks they agree).
 pub fn lua(path: &str) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = std::fs::read_to_string(root.join("lua").join(path)).unwrap();

@@ -1,0 +1,602 @@
+//! The operators' tool: the admin API (`Client::inspect`, `list_locks`,
+//! `watch`) and the `keyholder` binary driven as a process, against a
+//! private redis-server, the shared Redis Cluster (Redis 7: shard
+//! channels) and a Sentinel set, all on 127.0.0.1. Every wait is bounded;
+//! a child process that overruns its bound is killed and the test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, ServerExt, eventually, exists, recv_within, spawn};
+use keyholder::{Client, Lease, LockKind};
+use keyholder_testkit::cluster::RedisCluster;
+use serde_json::Value;
+
+const SECOND: Duration = Duration::from_secs(1);
+/// How long any one run of the binary may take.
+const RUN_LIMIT: Duration = Duration::from_secs(20);
+
+fn bin() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_keyholder"));
+    // The environment must not pick the deployment for the tests.
+    for var in ["KEYHOLDER_URL", "KEYHOLDER_SENTINELS", "KEYHOLDER_MASTER", "KEYHOLDER_CLUSTER"] {
+        command.env_remove(var);
+    }
+    command.arg("--redis-timeout").arg("2");
+    command
+}
+
+/// Runs the binary with `args` and standard input closed (not a
+/// terminal), within [`RUN_LIMIT`].
+fn run(args: &[&str]) -> Output {
+    let child =
+        bin().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    finish(child, RUN_LIMIT)
+}
+
+/// Waits for `child` to exit within `limit`, killing it otherwise.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("keyholder did not exit within {limit:?}: {}", text(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The run's standard output, after checking it exited with `code`.
+#[track_caller]
+fn expect_exit(output: &Output, code: i32) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
+fn json(stdout: &str) -> Value {
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// A name whose slot `cluster` serves on `primary`, made from `prefix`.
+fn name_on(cluster: &RedisCluster, primary: u16, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}:{i}"))
+        .find(|name| cluster.primary_of_key(name) == primary)
+        .expect("some name lands on every primary")
+}
+
+fn cluster_client(cluster: &RedisCluster) -> Client {
+    Client::builder_cluster(cluster.seed_urls()).build().unwrap()
+}
+
+/// `--cluster URL` for each seed.
+fn cluster_args(cluster: &RedisCluster) -> Vec<String> {
+    cluster.seed_urls().into_iter().flat_map(|url| ["--cluster".to_owned(), url]).collect()
+}
+
+/// A thread of `client` that waits (at most 15 s) for `name` and reports
+/// whether it got it.
+fn waiter(client: &Client, name: &str) -> mpsc::Receiver<bool> {
+    let lock = client.lock(name).unwrap();
+    spawn(move || lock.try_lock_for(15 * SECOND).unwrap().is_some())
+}
+
+// ---- The admin API ---------------------------------------------------------
+
+#[test]
+fn inspect_shows_holder_count_lease_token_subscribers_and_queue() {
+    let server = RedisServer::start();
+    let (holder, other) = (server.client(), server.client());
+    let lock = holder.lock("inspect:held").unwrap().fenced();
+    let _outer = lock.lock().unwrap();
+    let _inner = lock.lock().unwrap();
+    let waiting = waiter(&other, "inspect:held");
+    assert!(
+        eventually(5 * SECOND, || {
+            let info = holder.inspect("inspect:held").unwrap();
+            // The waiter's client, and the holder's (for a foreign unlock).
+            info.subscribers >= 2 && info.queued_clients.iter().any(|id| id == other.id())
+        }),
+        "the waiter never showed: {:?}",
+        holder.inspect("inspect:held").unwrap()
+    );
+    let info = holder.inspect("inspect:held").unwrap();
+    assert_eq!(info.kind, LockKind::Reentrant);
+    assert!(info.is_locked());
+    assert_eq!(info.redis_type, "hash");
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].client_id, holder.id());
+    assert_eq!(info.holders[0].count, 2);
+    assert_eq!(info.holders[0].owner, format!("{}:{}", holder.id(), info.holders[0].thread_id));
+    let lease = info.remaining_lease.expect("a watchdog lease");
+    assert!(lease > Duration::ZERO && lease <= holder.watchdog_timeout(), "{lease:?}");
+    assert_eq!(info.fencing_token, lock.last_fencing_token().unwrap());
+    assert!(info.fencing_token.is_some());
+    assert_eq!(info.unlock_channel, "redisson_lock__channel:{inspect:held}");
+    assert_eq!(info.node, None);
+    drop((_inner, _outer));
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"));
+}
+
+#[test]
+fn inspect_tells_free_legacy_and_foreign_keys_apart() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let free = client.inspect("inspect:free").unwrap();
+    assert_eq!((free.kind, free.redis_type.as_str(), free.is_locked()), (LockKind::Free, "none", false));
+    assert!(free.holders.is_empty() && free.remaining_lease.is_none() && free.fencing_token.is_none());
+
+    let _: () =
+        redis::cmd("SET").arg("inspect:legacy").arg("token-1").arg("PX").arg(60_000).query(&mut con).unwrap();
+    let legacy = client.inspect("inspect:legacy").unwrap();
+    assert_eq!(legacy.kind, LockKind::Legacy);
+    assert_eq!(legacy.legacy_token.as_deref(), Some("token-1"));
+    assert!(legacy.remaining_lease.is_some_and(|l| l > 50 * SECOND));
+
+    // Redisson's read-write lock, and a plain hash: no locks of this kind.
+    let _: () = redis::cmd("HSET").arg("inspect:rw").arg("mode").arg("read").query(&mut con).unwrap();
+    let _: () = redis::cmd("SADD").arg("inspect:set").arg("x").query(&mut con).unwrap();
+    for name in ["inspect:rw", "inspect:set"] {
+        let other = client.inspect(name).unwrap();
+        assert_eq!(other.kind, LockKind::Other, "{name}");
+        assert!(other.holders.is_empty());
+    }
+
+    // A run-once job's run is a reentrant lock too, with a fixed lease.
+    let job = client.job("inspect:job").unwrap().at_most(60 * SECOND);
+    let outcome = job.run(|| client.inspect("inspect:job").unwrap()).unwrap();
+    let seen = outcome.output().expect("the job ran");
+    assert_eq!(seen.kind, LockKind::Reentrant);
+    assert_eq!(seen.holders[0].client_id, client.id());
+    assert!(seen.remaining_lease.is_some_and(|l| l > 50 * SECOND));
+    assert!(client.inspect("bad\nname").unwrap_err().is_invalid());
+}
+
+#[test]
+fn list_finds_locks_by_pattern_and_skips_derived_keys_and_other_keys() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let mut con = server.conn();
+    let guards: Vec<_> =
+        (0..5).map(|i| client.lock(&format!("list:{i}")).unwrap().fenced().lock().unwrap()).collect();
+    let fixed = client.lock_with_lease("list:fixed", Lease::Fixed(60 * SECOND)).unwrap().lock().unwrap();
+    let _: () = redis::cmd("SET").arg("list:legacy").arg("t").arg("PX").arg(60_000).query(&mut con).unwrap();
+    let _: () = redis::cmd("HSET").arg("list:plain").arg("a").arg("b").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET").arg("other:0").arg("t").query(&mut con).unwrap();
+
+    let all = client.list_locks("*", 100).unwrap();
+    let names: Vec<&str> = all.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["list:0", "list:1", "list:2", "list:3", "list:4", "list:fixed"], "{all:?}");
+    assert!(all.iter().all(|l| l.kind == LockKind::Reentrant && l.holders[0].client_id == client.id()));
+    assert!(all.iter().all(|l| l.remaining_lease.is_some() && l.node.is_none()));
+    assert_eq!(client.list_locks("list:[0-2]", 100).unwrap().len(), 3);
+    assert_eq!(client.list_locks("*", 2).unwrap().len(), 2);
+    assert!(client.list_locks("nothing:*", 10).unwrap().is_empty());
+    assert!(client.list_locks("*", 0).unwrap_err().is_invalid());
+
+    // In migration mode, a string with a TTL is a hand-rolled lock.
+    let migrating = server.builder().migration_mode(true).build().unwrap();
+    let listed = migrating.list_locks("list:*", 100).unwrap();
+    let legacy: Vec<&str> =
+        listed.iter().filter(|l| l.kind == LockKind::Legacy).map(|l| l.name.as_str()).collect();
+    assert_eq!(legacy, ["list:legacy"]);
+    drop((guards, fixed));
+    assert!(client.list_locks("list:*", 100).unwrap().is_empty());
+}
+
+#[test]
+fn on_a_cluster_inspect_names_the_node_and_list_scans_every_primary() {
+    let cluster = RedisCluster::shared();
+    let client = cluster_client(cluster);
+    let names: Vec<String> =
+        cluster.primaries().iter().map(|&port| name_on(cluster, port, "clist")).collect();
+    let guards: Vec<_> = names.iter().map(|name| client.lock(name).unwrap().lock().unwrap()).collect();
+    let listed = client.list_locks("clist:*", 100).unwrap();
+    let found: Vec<&String> = listed.iter().map(|l| &l.name).collect();
+    let mut expected: Vec<&String> = names.iter().collect();
+    expected.sort();
+    assert_eq!(found, expected);
+    for lock in &listed {
+        let port = cluster.primary_of_key(&lock.name);
+        assert_eq!(lock.node.as_deref(), Some(format!("127.0.0.1:{port}").as_str()));
+        let info = client.inspect(&lock.name).unwrap();
+        assert_eq!(info.node, lock.node);
+        assert_eq!(info.holders[0].client_id, client.id());
+        assert_eq!(client.node_of(&lock.name), lock.node);
+    }
+    drop(guards);
+}
+
+#[test]
+fn on_a_cluster_a_waiter_shows_on_the_shard_channel_and_watch_hears_the_release() {
+    let cluster = RedisCluster::shared();
+    let (holder, other) = (cluster_client(cluster), cluster_client(cluster));
+    let name = name_on(cluster, cluster.primaries()[1], "cwatch");
+    let guard = holder.lock(&name).unwrap().lock().unwrap();
+    let waiting = waiter(&other, &name);
+    assert!(
+        // The waiter's client, and the holder's (for a foreign unlock).
+        eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 2),
+        "PUBSUB SHARDNUMSUB never counted the waiter"
+    );
+    let mut watch = holder.watch(&name).unwrap();
+    assert_eq!(watch.node(), format!("127.0.0.1:{}", cluster.primaries()[1]));
+    assert!(watch.next_message(Duration::from_millis(50)).unwrap().is_none());
+    drop(guard);
+    let message = watch.next_message(5 * SECOND).unwrap().expect("an unlock message");
+    assert_eq!(message.channel, format!("redisson_lock__channel:{{{name}}}"));
+    assert!(["0", "2"].contains(&message.payload.as_str()), "{message:?}");
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"));
+}
+
+// ---- The binary --------------------------------------------------------------
+
+#[test]
+fn the_binary_inspects_as_a_table_and_as_json() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("bin:inspect").unwrap().fenced();
+    let _guard = lock.lock().unwrap();
+    let _again = lock.lock().unwrap();
+    let url = server.url();
+    // Once its client listens on the channel (for a foreign unlock).
+    let channel = "redisson_lock__channel:{bin:inspect}";
+    assert!(eventually(5 * SECOND, || common::numsub(&mut server.conn(), channel) == 1));
+
+    let table = expect_exit(&run(&["--url", &url, "inspect", "bin:inspect"]), 0);
+    assert!(table.contains("reentrant lock"), "{table}");
+    assert!(table.contains(client.id()), "{table}");
+    assert!(table.contains("redisson_lock__channel:{bin:inspect}"), "{table}");
+    let holder_row = table.lines().find(|line| line.starts_with(client.id())).expect("a holder row");
+    assert_eq!(holder_row.split_whitespace().last(), Some("2"), "{table}");
+
+    let parsed = json(&expect_exit(&run(&["--url", &url, "--json", "inspect", "bin:inspect"]), 0));
+    assert_eq!(parsed["name"], "bin:inspect");
+    assert_eq!(parsed["kind"], "reentrant");
+    assert_eq!(parsed["holders"][0]["client_id"], client.id());
+    assert_eq!(parsed["holders"][0]["count"], 2);
+    assert_eq!(parsed["fencing_token"].as_u64(), lock.last_fencing_token().unwrap());
+    assert!(parsed["remaining_lease_ms"].as_u64().is_some_and(|ms| ms > 0));
+    // No waiter: the holder's client alone listens (for a foreign unlock).
+    assert_eq!(parsed["subscribers"], 1);
+    assert_eq!(parsed["node"], Value::Null);
+
+    // Options after the command, the URL from the environment.
+    let child = bin()
+        .env("KEYHOLDER_URL", &url)
+        .args(["inspect", "bin:free", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(json(&expect_exit(&finish(child, RUN_LIMIT), 0))["kind"], "free");
+}
+
+#[test]
+fn the_binary_reports_errors_with_a_non_zero_exit() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let refused = run(&["--url", "redis://127.0.0.1:1/", "inspect", "x"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = text(&refused.stderr);
+    assert!(said.starts_with("keyholder: ") && said.contains("refused"), "{said}");
+    assert_eq!(run(&["--url", &url, "inspect", ""]).status.code(), Some(1));
+    assert_eq!(run(&["--url", &url, "--cluster", &url, "inspect", "x"]).status.code(), Some(1));
+    assert_eq!(run(&["--url", &url, "no-such-command"]).status.code(), Some(2));
+}
+
+#[test]
+fn the_binary_lists_locks_on_every_shard_of_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let client = cluster_client(cluster);
+    let names: Vec<String> =
+        cluster.primaries().iter().map(|&port| name_on(cluster, port, "blist")).collect();
+    let _guards: Vec<_> = names.iter().map(|name| client.lock(name).unwrap().lock().unwrap()).collect();
+    let mut args = cluster_args(cluster);
+    args.extend(["--json".to_owned(), "list".to_owned(), "blist:*".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let parsed = json(&expect_exit(&run(&args), 0));
+    let locks = parsed["locks"].as_array().unwrap();
+    let mut expected = names.clone();
+    expected.sort();
+    let found: Vec<&str> = locks.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(found, expected);
+    let nodes: std::collections::HashSet<&str> = locks.iter().map(|l| l["node"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), 3, "one lock on each primary: {parsed}");
+    assert_eq!(parsed["limit_reached"], false);
+
+    let mut args = cluster_args(cluster);
+    args.extend(["list".to_owned(), "blist:*".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let table = expect_exit(&run(&args), 0);
+    assert!(names.iter().all(|name| table.contains(name.as_str())), "{table}");
+    assert!(table.contains("3 lock(s)"), "{table}");
+}
+
+#[test]
+fn force_unlock_refuses_without_yes_when_no_one_can_answer() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("bin:refuse").unwrap();
+    let _guard = lock.lock().unwrap();
+    let refused = run(&["--url", &server.url(), "force-unlock", "bin:refuse"]);
+    assert_eq!(refused.status.code(), Some(3), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("--yes"));
+    assert!(lock.is_locked().unwrap());
+    // A free lock needs no confirmation: there is nothing to do.
+    let free = run(&["--url", &server.url(), "--json", "force-unlock", "bin:nothing"]);
+    assert_eq!(json(&expect_exit(&free, 0))["unlocked"], false);
+}
+
+#[test]
+fn force_unlock_asks_on_a_terminal_and_takes_no_for_an_answer() {
+    // `script` gives the binary a terminal and types the answers.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    }
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("bin:ask").unwrap();
+    let _guard = lock.lock().unwrap();
+    let command = format!(
+        "{} --redis-timeout 2 --url {} force-unlock bin:ask",
+        env!("CARGO_BIN_EXE_keyholder"),
+        server.url()
+    );
+    for (answer, code, locked) in [("n", 3, true), ("", 3, true), ("y", 0, false)] {
+        let mut child = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut prompt = Vec::new();
+        // The prompt ends with "[y/N] " and no newline: read up to "]".
+        stdout.read_until(b']', &mut prompt).unwrap();
+        assert!(text(&prompt).contains("Force-unlock 'bin:ask'"), "{}", text(&prompt));
+        writeln!(child.stdin.as_mut().unwrap(), "{answer}").unwrap();
+        let output = finish(child, RUN_LIMIT);
+        assert_eq!(output.status.code(), Some(code), "answer {answer:?}");
+        assert_eq!(lock.is_locked().unwrap(), locked, "answer {answer:?}");
+    }
+}
+
+#[test]
+fn force_unlock_with_yes_hands_the_lock_to_a_waiting_thread() {
+    let server = RedisServer::start();
+    let (holder, other) = (server.client(), server.client());
+    let guard = holder.lock("bin:force").unwrap().lock().unwrap();
+    let waiting = waiter(&other, "bin:force");
+    // The waiter's client, and the holder's (for a foreign unlock).
+    assert!(eventually(5 * SECOND, || holder.inspect("bin:force").unwrap().subscribers >= 2));
+    let started = Instant::now();
+    let output = run(&["--url", &server.url(), "--json", "force-unlock", "bin:force", "--yes"]);
+    let parsed = json(&expect_exit(&output, 0));
+    assert_eq!(parsed["unlocked"], true);
+    assert_eq!(parsed["holders"][0]["client_id"], holder.id());
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"), "the waiter got the lock");
+    // Woken by the unlock message, long before the 30 s lease would end.
+    assert!(started.elapsed() < 10 * SECOND);
+    assert!(guard.unlock().is_err(), "the old holder's release finds the lock gone");
+}
+
+/// Starts `keyholder watch` with `args` and returns once it is subscribed.
+fn start_watch(args: &[&str]) -> Child {
+    let mut child =
+        bin().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    match rx.recv_timeout(RUN_LIMIT) {
+        Ok(line) if line.contains("watching") => child,
+        other => {
+            let _ = child.kill();
+            panic!("watch did not start: {other:?}");
+        }
+    }
+}
+
+#[test]
+fn watch_prints_unlock_messages_and_exits_after_count() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("bin:watch").unwrap();
+    let watch = start_watch(&[
+        "--url",
+        &server.url(),
+        "--json",
+        "watch",
+        "bin:watch",
+        "--count",
+        "1",
+        "--timeout",
+        "15",
+    ]);
+    lock.lock().unwrap().unlock().unwrap();
+    let output = finish(watch, RUN_LIMIT);
+    let parsed = json(&expect_exit(&output, 0));
+    assert_eq!(parsed["channel"], "redisson_lock__channel:{bin:watch}");
+    assert_eq!(parsed["payload"], "0");
+    assert!(parsed["at"].as_str().is_some_and(|at| at.ends_with('Z')));
+
+    // As a table, and a timeout before the count is exit status 4.
+    let watch =
+        start_watch(&["--url", &server.url(), "watch", "bin:watch", "--count", "2", "--timeout", "1"]);
+    lock.lock().unwrap().unlock().unwrap();
+    let output = finish(watch, RUN_LIMIT);
+    let table = expect_exit(&output, 4);
+    assert!(table.contains("redisson_lock__channel:{bin:watch}  0  unlocked"), "{table}");
+}
+
+#[test]
+fn watch_on_a_cluster_subscribes_to_the_shard_channel_on_the_right_node() {
+    let cluster = RedisCluster::shared();
+    let client = cluster_client(cluster);
+    let name = name_on(cluster, cluster.primaries()[2], "bwatch");
+    let mut args = cluster_args(cluster);
+    args.extend(["watch", &name, "--count", "1", "--timeout", "15"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let watch = start_watch(&args);
+    client.lock(&name).unwrap().lock().unwrap().unlock().unwrap();
+    let table = expect_exit(&finish(watch, RUN_LIMIT), 0);
+    assert!(table.contains(&format!("redisson_lock__channel:{{{name}}}  0")), "{table}");
+}
+
+#[test]
+fn the_binary_finds_the_primary_through_sentinel() {
+    let set = keyholder_testkit::SentinelSet::start();
+    let client = Client::builder_sentinel(set.sentinel_urls(), keyholder_testkit::sentinel::MASTER_NAME)
+        .build()
+        .unwrap();
+    let _guard = client.lock("bin:sentinel").unwrap().lock().unwrap();
+    let mut args: Vec<String> =
+        set.sentinel_urls().into_iter().flat_map(|url| ["--sentinel".to_owned(), url]).collect();
+    args.extend(
+        ["--master", keyholder_testkit::sentinel::MASTER_NAME, "--json", "inspect", "bin:sentinel"]
+            .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let parsed = json(&expect_exit(&run(&args), 0));
+    assert_eq!(parsed["holders"][0]["client_id"], client.id());
+    let mut con = set.primary().conn();
+    assert!(exists(&mut con, "bin:sentinel"));
+}
+
+#[test]
+fn the_binary_reaches_a_server_over_a_unix_socket() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("bin:unix").unwrap();
+    let _guard = lock.lock().unwrap();
+    let parsed = json(&expect_exit(&run(&["--url", &server.unix_url(), "--json", "inspect", "bin:unix"]), 0));
+    assert_eq!(parsed["holders"][0]["client_id"], client.id());
+    let watch =
+        start_watch(&["--url", &server.unix_url(), "watch", "bin:unix", "--count", "1", "--timeout", "15"]);
+    drop(_guard);
+    let table = expect_exit(&finish(watch, RUN_LIMIT), 0);
+    assert!(table.contains("redisson_lock__channel:{bin:unix}  0"), "{table}");
+}
+
+/// Mutual TLS: the CA, the client certificate and its key from files.
+#[cfg(feature = "tls")]
+#[test]
+fn the_binary_speaks_mutual_tls_with_certificates_from_files() {
+    use keyholder_testkit::ClientAuth;
+
+    let server = RedisServer::start_tls(ClientAuth::Required);
+    let tls = server.tls();
+    let dir = std::env::temp_dir().join(format!("keyholder-cli-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = [
+        ("ca.pem", tls.ca.cert_pem()),
+        ("client.pem", tls.client.cert.as_str()),
+        ("client.key", tls.client.key.as_str()),
+    ];
+    for (file, pem) in files {
+        std::fs::write(dir.join(file), pem).unwrap();
+    }
+    let path = |file: &str| dir.join(file).display().to_string();
+    let client = Client::builder(server.url())
+        .tls_ca_certificate(tls.ca.cert_pem())
+        .tls_client_certificate(tls.client.cert.as_str(), tls.client.key.as_str())
+        .build()
+        .unwrap();
+    let guard = client.lock("bin:tls").unwrap().lock().unwrap();
+    let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
+    let url = server.url();
+    let tls_args = [
+        "--url",
+        url.as_str(),
+        "--tls-ca",
+        ca.as_str(),
+        "--tls-cert",
+        cert.as_str(),
+        "--tls-key",
+        key.as_str(),
+    ];
+    let mut args = tls_args.to_vec();
+    args.extend(["--json", "inspect", "bin:tls"]);
+    let parsed = json(&expect_exit(&run(&args), 0));
+    assert_eq!(parsed["holders"][0]["client_id"], client.id());
+    let mut args = tls_args.to_vec();
+    args.extend(["watch", "bin:tls", "--count", "1", "--timeout", "15"]);
+    let watch = start_watch(&args);
+    drop(guard);
+    let table = expect_exit(&finish(watch, RUN_LIMIT), 0);
+    assert!(table.contains("redisson_lock__channel:{bin:tls}  0"), "{table}");
+    // Without the client certificate the server refuses the handshake.
+    let refused = run(&["--url", url.as_str(), "--tls-ca", ca.as_str(), "inspect", "bin:tls"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Redisson's plain-channel mode on a cluster (`shardedSubscriptionMode`
+/// off): unlock messages go out with PUBLISH, and watch uses SUBSCRIBE.
+#[test]
+fn watch_on_a_cluster_without_shard_channels_uses_plain_subscribe() {
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).sharded_pubsub(false).build().unwrap();
+    let name = name_on(cluster, cluster.primaries()[0], "pwatch");
+    let mut args = cluster_args(cluster);
+    args.extend(
+        ["--sharded-pubsub", "false", "--json", "watch", &name, "--count", "1", "--timeout", "15"]
+            .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let watch = start_watch(&args);
+    let guard = client.lock(&name).unwrap().lock().unwrap();
+    let waiting = waiter(&client, &name);
+    assert!(
+        eventually(5 * SECOND, || client.inspect(&name).unwrap().subscribers >= 1),
+        "NUMSUB counts the waiter"
+    );
+    drop(guard);
+    let parsed = json(&expect_exit(&finish(watch, RUN_LIMIT), 0));
+    assert_eq!(parsed["channel"], format!("redisson_lock__channel:{{{name}}}"));
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"));
+}
+
+#[test]
+fn force_unlock_on_a_cluster_frees_the_lock_on_its_node_and_wakes_the_waiter() {
+    let cluster = RedisCluster::shared();
+    let (holder, other) = (cluster_client(cluster), cluster_client(cluster));
+    let name = name_on(cluster, cluster.primaries()[2], "cforce");
+    let guard = holder.lock(&name).unwrap().lock().unwrap();
+    let waiting = waiter(&other, &name);
+    // The waiter's client, and the holder's (for a foreign unlock).
+    assert!(eventually(5 * SECOND, || holder.inspect(&name).unwrap().subscribers >= 2));
+    let mut args = cluster_args(cluster);
+    args.extend(["--json", "force-unlock", &name, "--yes"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let parsed = json(&expect_exit(&run(&args), 0));
+    assert_eq!(parsed["unlocked"], true);
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter"), "the waiter got the lock");
+    assert!(guard.unlock().is_err(), "the old holder's release finds the lock gone");
+}

@@ -1,0 +1,160 @@
+//! Waiting across clients: keyholder clients queue in Redis, a release wakes
+//! (or hands the lock to) exactly the next one, and a Redisson waiter, which
+//! knows nothing of the queue, still gets its turns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, ServerExt, calls_of, channel_of, exists, recv_within, spawn, wait_numsub};
+use keyholder::Lease;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Ten clients of one thread each wait for a lock; each unlock must cost at
+/// most one acquire call (none when the lock is handed over), not one per
+/// waiting client.
+#[test]
+fn each_unlock_costs_at_most_one_acquire_call_however_many_clients_wait() {
+    const WAITERS: usize = 10;
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let holder = server.client();
+    let guard = holder.lock("herd").unwrap().lock().unwrap();
+    let clients: Vec<_> = (0..WAITERS).map(|_| server.client()).collect();
+    let done: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let lock = client.lock("herd").unwrap();
+            spawn(move || {
+                let guard = lock.try_lock_for(20 * SECOND).unwrap().expect("never got the lock");
+                std::thread::sleep(Duration::from_millis(2));
+                guard.unlock().unwrap();
+            })
+        })
+        .collect();
+    // The waiters' clients, and the holder's (for a foreign unlock).
+    wait_numsub(&mut con, &channel_of("herd"), WAITERS as i64 + 1);
+    // A waiter queues on its second attempt, once subscribed: wait for all.
+    let queued = || -> usize {
+        redis::cmd("ZCARD").arg("keyholder_lock_queue:{herd}").query(&mut server.conn()).unwrap()
+    };
+    assert!(common::eventually(5 * SECOND, || queued() == WAITERS), "only {} clients queued", queued());
+    // acquire.lua runs EXISTS once per new-hold attempt; nothing else here does.
+    let attempts_before = calls_of(&mut con, "exists");
+    guard.unlock().unwrap();
+    for rx in &done {
+        recv_within(rx, 30 * SECOND, "waiter");
+    }
+    let attempts = calls_of(&mut con, "exists") - attempts_before;
+    assert!(attempts <= WAITERS as i64, "{attempts} acquire calls for {WAITERS} unlocks");
+    assert!(!exists(&mut con, "herd"));
+}
+
+/// A waiter handed the lock keeps a lease no longer than the server's: its
+/// guard reports the loss no later than the key expires.
+#[test]
+fn a_handed_over_hold_is_never_believed_longer_than_the_server_keeps_it() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let (holder, waiter) = (server.client(), server.client());
+    let guard = holder.lock("handed").unwrap().lock().unwrap();
+    let lock = waiter.lock_with_lease("handed", Lease::Fixed(Duration::from_millis(600))).unwrap();
+    let mut watcher = server.conn();
+    let got = spawn(move || {
+        let guard = lock.try_lock_for(10 * SECOND).unwrap().expect("never got the lock");
+        let started = Instant::now();
+        // Poll the key until it expires; the guard must know by then.
+        while started.elapsed() < 5 * SECOND && exists(&mut watcher, "handed") {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        (guard.is_lost(), started.elapsed())
+    });
+    wait_numsub(&mut con, &channel_of("handed"), 2); // and the holder's client
+    std::thread::sleep(Duration::from_millis(300)); // the waiter has waited a while
+    guard.unlock().unwrap();
+    let (lost, held) = recv_within(&got, 20 * SECOND, "waiter");
+    assert!(held < 5 * SECOND, "the key never expired");
+    assert!(lost, "the key expired after {held:?} while the guard believed it held");
+}
+
+/// A Redisson `RLock` waiter, as Redisson runs it: try the acquire script,
+/// and while refused wait for a `0` on the unlock channel or the holder's
+/// PTTL, then try again. Returns the longest single wait for the lock.
+fn redisson_waiter(url: &str, name: &str, rounds: usize, stop: &AtomicBool) -> Duration {
+    let owner = "9b2e7c1a-0000-4000-8000-00000000beef:1";
+    let acquire = redis::Script::new(include_str!("../../lua/lock/acquire.lua"));
+    let release = redis::Script::new(include_str!("../../lua/lock/release.lua"));
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut sub = client.get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel_of(name)).unwrap();
+    let mut worst = Duration::ZERO;
+    for _ in 0..rounds {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let asked = Instant::now();
+        loop {
+            let ttl: Option<i64> = acquire.key(name).arg(30_000).arg(owner).invoke(&mut con).unwrap();
+            let Some(ttl) = ttl else { break };
+            assert!(asked.elapsed() < 10 * SECOND, "the Redisson waiter starved");
+            let wait = Duration::from_millis(u64::try_from(ttl).unwrap_or(100).clamp(1, 1000));
+            pubsub.set_read_timeout(Some(wait)).unwrap();
+            // Any message or the timeout: try again (a "2" is ignored by
+            // Redisson, but trying again is harmless here).
+            let _ = pubsub.get_message();
+        }
+        worst = worst.max(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(1));
+        let released: Option<i64> =
+            release.key(name).key(channel_of(name)).arg("0").arg(30_000).arg(owner).invoke(&mut con).unwrap();
+        assert_eq!(released, Some(1));
+        // Other work before asking again, so the keyholder clients run too.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worst
+}
+
+/// Keyholder clients hammering a lock do not lock a Redisson waiter out:
+/// with a Redisson waiter listening, a release wakes the next keyholder
+/// client and publishes `0`, and the Redisson waiter races for each release.
+#[test]
+fn a_redisson_waiter_gets_its_turns_among_busy_keyholder_clients() {
+    let server = RedisServer::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acquired = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = server.client().lock("shared").unwrap();
+            let (stop, acquired) = (Arc::clone(&stop), Arc::clone(&acquired));
+            spawn(move || {
+                let started = Instant::now();
+                while !stop.load(Ordering::Acquire) && started.elapsed() < 20 * SECOND {
+                    if let Some(guard) = lock.try_lock_for(SECOND).unwrap() {
+                        std::thread::sleep(Duration::from_millis(1));
+                        drop(guard);
+                        acquired.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let url = server.url();
+    let java = {
+        let stop = Arc::clone(&stop);
+        spawn(move || redisson_waiter(&url, "shared", 40, &stop))
+    };
+    let worst = recv_within(&java, 60 * SECOND, "Redisson waiter");
+    stop.store(true, Ordering::Release);
+    for worker in &workers {
+        recv_within(worker, 30 * SECOND, "keyholder worker");
+    }
+    let acquired = acquired.load(Ordering::Relaxed);
+    assert!(acquired > 100, "the keyholder clients hardly ran: {acquired} acquisitions");
+    assert!(worst < 2 * SECOND, "a Redisson waiter waited {worst:?} for one acquisition");
+}
