@@ -16,8 +16,10 @@
 --          ids of keyholder waiters, scored in arrival order
 -- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
 --          HASH from a queued client id to "<owner id> <lease ms> <server
---          ms>": the thread a release may hand the lock to directly, its
---          lease, and the server's clock when it was last refused; and the
+--          ms> <ticket>": the thread a release may hand the lock to
+--          directly, its lease, the server's clock when it was last refused,
+--          and the ticket of that thread's wait (ARGV[7]), which the grant's
+--          message carries back; and the
 --          fields of release.lua's foreign turns, which no client id can
 --          be: "~turns", the count of the queue's turns since the last
 --          foreign turn, which a refusal decrements (to -8 at most) when
@@ -54,9 +56,11 @@
 --          it was woken and lost the race to a client that ignores the
 --          queue), and the queue's TTL is made to outlast the caller's wait
 -- ARGV[6]  slack in milliseconds added to the queue's TTL (with ARGV[5])
--- ARGV[7]  optional "1" (with ARGV[5]) when the caller accepts the lock
---          handed to it by a release (see release.lua): its entry in KEYS[4]
---          is written; otherwise removed
+-- ARGV[7]  optional (with ARGV[5]): when the caller accepts the lock
+--          handed to it by a release (see release.lua), the ticket of its
+--          wait, a decimal number above 0 that the client never uses for
+--          another wait: its entry in KEYS[4] is written with it; "0" or
+--          absent: the entry is removed
 -- ARGV[8]  optional "1": migration mode. A STRING at KEYS[1] is a lock
 --          held by a hand-rolled `SET key token NX PX` holder: it is read
 --          (TYPE, PTTL) and never modified, and the caller is refused with
@@ -225,10 +229,10 @@ local function enqueue(wait, front)
         end
         redis.call('zadd', queue, score, client)
     end
-    if ARGV[7] == '1' then
+    if ARGV[7] and ARGV[7] ~= '0' then
         local now = redis.call('time')
         local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms)
+        redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms .. ' ' .. ARGV[7])
     else
         redis.call('hdel', grants, client)
     end

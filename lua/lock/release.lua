@@ -57,7 +57,11 @@
 --            to; or, they listening, on the queue's turn when foreign turns
 --            rotate, see below): the lock is given to the entry's owner id
 --            with count 1 and the entry's lease, and the wake message is
---            "<owner id> <ms since the entry was written>"; nothing is
+--            "<owner id>/<ticket> <ms since the entry was written>" (the
+--            entry's ticket: the grantee's client tells this grant from one
+--            made during an earlier wait of the same thread, whose message
+--            may still be on its way; an entry without a ticket, written by
+--            an older keyholder, gets "<owner id> <ms ...>"); nothing is
 --            published on KEYS[2];
 --   woken    otherwise: the wake message is empty, the marker names the
 --            client for ARGV[9] ms, and "2" then ARGV[1] are published on
@@ -243,13 +247,14 @@ local function pass_on(now, others, foreign)
         if has_grants then
             redis.call('hdel', grants, head)
         end
-        local grantee, lease, since = false, nil, nil
+        local grantee, lease, since, ticket = false, nil, nil, nil
         if entry and others <= 0 and not foreign then
-            grantee, lease, since = string.match(entry, '^(%S+) (%d+) (%d+)$')
+            grantee, lease, since, ticket = string.match(entry, '^(%S+) (%d+) (%d+) ?(%d*)$')
         end
         local message = ''
         if grantee then
-            message = grantee .. ' ' .. math.max(0, now - tonumber(since))
+            local to = ticket ~= '' and grantee .. '/' .. ticket or grantee
+            message = to .. ' ' .. math.max(0, now - tonumber(since))
         end
         if redis.call(publish, ARGV[8] .. ':' .. head, message) > 0 then
             if grantee then

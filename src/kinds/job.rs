@@ -299,7 +299,7 @@ impl Job {
             owner: &owner,
             fresh: true,
             enqueue: false,
-            grantable: false,
+            grant_ticket: None,
             legacy: self.migration,
         };
         // A new hold's acquire sets the count to 1: safe to repeat.

@@ -324,20 +324,26 @@ impl Reentrant {
         let ctx = self.client.context();
         let (owner, lease_ms) = (me.owner.as_str(), me.lease_ms);
         if let Some(stale) = entry.take_grant()
-            && stale.owner != owner
+            && granted_owner(&stale) != owner
         {
             // The lock was handed to a thread of this client that has since
             // given up (without leaving the queue, since this thread took
             // over its place): give it back, which passes it on.
-            let _ = release::release_orphan(ctx, entry, &stale.owner, lease_ms);
+            let _ = release::release_orphan(ctx, entry, granted_owner(&stale), lease_ms);
         }
+        // This wait's ticket: a grant answers the wait whose ticket it
+        // carries. A grant to this thread made during an earlier wait, which
+        // that wait's own attempt took over before the message arrived (and
+        // which has since been released), may still be on its way.
+        let ticket = (!me.fenced).then(|| ctx.holds().next_id());
         let mut contender = Contending {
             lock: self,
             ctx,
             entry,
             owner,
             lease_ms,
-            grantable: !me.fenced,
+            ticket,
+            granted_to: ticket.map(|t| format!("{owner}/{t}")),
             block,
             no_ttl_since: None,
         };
@@ -384,9 +390,9 @@ impl Reentrant {
     fn try_acquire(&self, entry: &Entry, owner: &str, lease_ms: u64, attempt: Attempt) -> Result<Acquire> {
         let ctx = self.client.context();
         ctx.check_running()?;
-        let (fresh, enqueue, grantable, mint) = match attempt {
-            Attempt::Reentry { mint } => (false, false, false, mint),
-            Attempt::Fresh { enqueue, grantable } => (true, enqueue, grantable, true),
+        let (fresh, enqueue, grant_ticket, mint) = match attempt {
+            Attempt::Reentry { mint } => (false, false, None, mint),
+            Attempt::Fresh { enqueue, grant_ticket } => (true, enqueue, grant_ticket, true),
         };
         let args = AcquireArgs {
             name: &self.name,
@@ -397,7 +403,7 @@ impl Reentrant {
             owner,
             fresh,
             enqueue,
-            grantable,
+            grant_ticket,
             legacy: self.migration,
         };
         if fresh {
@@ -433,8 +439,8 @@ enum Attempt {
     /// that has none.
     Reentry { mint: bool },
     /// A new hold; `enqueue` once the thread listens on its wake channel;
-    /// `grantable` unless it must mint a fencing token.
-    Fresh { enqueue: bool, grantable: bool },
+    /// `grant_ticket`, its wait's ticket, unless it must mint a fencing token.
+    Fresh { enqueue: bool, grant_ticket: Option<u64> },
 }
 
 /// The reentrant lock's side of the contention loop.
@@ -444,9 +450,11 @@ struct Contending<'a> {
     entry: &'a Arc<Entry>,
     owner: &'a str,
     lease_ms: u64,
-    /// A release may hand the lock over (not to a fenced acquisition, which
-    /// mints its token in its own script call).
-    grantable: bool,
+    /// This wait's ticket, when a release may hand the lock over (not to a
+    /// fenced acquisition, which mints its token in its own script call).
+    ticket: Option<u64>,
+    /// What a grant for this wait names: `<owner id>/<ticket>`.
+    granted_to: Option<String>,
     block: bool,
     /// When a legacy holder's string was first seen without a TTL.
     no_ttl_since: Option<Instant>,
@@ -456,7 +464,7 @@ impl Contender for Contending<'_> {
     fn attempt(&mut self, sent: Instant, listening: bool) -> Result<Step> {
         // Once the thread listens on its wake channel, a refusal queues
         // this client in Redis.
-        let attempt = Attempt::Fresh { enqueue: listening, grantable: self.grantable };
+        let attempt = Attempt::Fresh { enqueue: listening, grant_ticket: self.ticket };
         let refused = |retry_in| Ok(Step::Refused { retry_in, queued: listening });
         // A fresh attempt is safe to repeat: one whose reply was lost found
         // this owner's field and takes it.
@@ -487,7 +495,7 @@ impl Contender for Contending<'_> {
     }
 
     fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
-        match queued_at.filter(|_| grant.owner == self.owner) {
+        match queued_at.filter(|_| self.granted_to.as_deref() == Some(grant.owner.as_str())) {
             Some(queued_at) => {
                 let sent = grant.granted_at(queued_at);
                 // The releaser's WAIT acknowledged the grant, not this
@@ -498,14 +506,25 @@ impl Contender for Contending<'_> {
                     Confirm::Gone => Ok(None),
                 }
             }
+            // This thread's grant from an earlier wait, which that wait's
+            // own attempt took over: long released, nothing to give back
+            // (the field may be a newer, genuine grant by now).
+            None if granted_owner(&grant) == self.owner => Ok(None),
             // Handed to a thread of this client that gave up since: give it
             // back, which passes it on.
             None => {
-                let _ = release::release_orphan(self.ctx, self.entry, &grant.owner, self.lease_ms);
+                let _ = release::release_orphan(self.ctx, self.entry, granted_owner(&grant), self.lease_ms);
                 Ok(None)
             }
         }
     }
+}
+
+/// The owner id a grant gave the lock to: its message names
+/// `<owner id>/<ticket>` (an older keyholder's release: `<owner id>`; see
+/// `lua/lock/release.lua`).
+fn granted_owner(grant: &Grant) -> &str {
+    grant.owner.rsplit_once('/').map_or(grant.owner.as_str(), |(owner, _)| owner)
 }
 
 /// The reentrant lock waits on its entry: the gate's sticky wake-up slot,

@@ -158,3 +158,60 @@ fn a_redisson_waiter_gets_its_turns_among_busy_keyholder_clients() {
     assert!(acquired > 100, "the keyholder clients hardly ran: {acquired} acquisitions");
     assert!(worst < 2 * SECOND, "a Redisson waiter waited {worst:?} for one acquisition");
 }
+
+/// A thread's own attempt can take the lock that a release granted it while
+/// it was woken for another reason; the grant's message, still on its way,
+/// then concerns a hold already taken and released. Arriving during that
+/// thread's next wait, it must not hand the thread a lock that another
+/// client holds: the waiter is given the lock only when the holder lets it
+/// go, and then really holds it.
+#[test]
+fn a_grant_from_an_earlier_wait_does_not_give_the_lock_in_a_later_one() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let (holder, waiter) = (server.client(), server.client());
+    let name = "late-grant";
+    let grants = format!("keyholder_lock_grants:{{{name}}}");
+    let wake = format!("keyholder_lock__wake:{{{name}}}:{}", waiter.id());
+    let entry = |con: &mut redis::Connection| -> Option<String> {
+        redis::cmd("HGET").arg(&grants).arg(waiter.id()).query(con).unwrap()
+    };
+    let holder_lock = holder.lock(name).unwrap();
+    let guard = holder_lock.lock().unwrap();
+    let lock = waiter.lock(name).unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let rounds = spawn(move || {
+        let mut outcomes = Vec::new();
+        for _ in 0..2 {
+            let guard = lock.try_lock_for(20 * SECOND).unwrap().expect("never got the lock");
+            outcomes.push((lock.is_held_by_current_thread().unwrap(), guard.unlock().map_err(|e| e.kind())));
+            let _ = go_rx.recv_timeout(20 * SECOND);
+        }
+        outcomes
+    });
+    // First wait: queued, ready for a grant. Its grant's message is the one
+    // a late delivery would replay.
+    assert!(common::eventually(5 * SECOND, || entry(&mut con).is_some()), "the waiter never queued");
+    let first = entry(&mut con).unwrap();
+    guard.unlock().unwrap();
+    assert!(common::eventually(5 * SECOND, || !exists(&mut con, name)), "the first wait never ended");
+    // Second wait, behind a new holder.
+    let guard = holder_lock.lock().unwrap();
+    go_tx.send(()).unwrap();
+    assert!(common::eventually(5 * SECOND, || entry(&mut con).is_some()), "the waiter never queued again");
+    // The first wait's grant message, delivered late.
+    let mut fields = first.split(' ');
+    let owner = fields.next().unwrap();
+    let stale = match fields.nth(2) {
+        Some(ticket) => format!("{owner}/{ticket} 0"),
+        None => format!("{owner} 0"),
+    };
+    let _: i64 = redis::cmd("PUBLISH").arg(&wake).arg(&stale).query(&mut con).unwrap();
+    // Give a wrongly trusted grant time to show (the outcome does not depend on it).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(holder_lock.is_held_by_current_thread().unwrap());
+    guard.unlock().unwrap();
+    go_tx.send(()).unwrap();
+    let outcomes = recv_within(&rounds, 30 * SECOND, "waiter");
+    assert_eq!(outcomes, vec![(true, Ok(())), (true, Ok(()))], "(held in Redis, unlock) per wait");
+}

@@ -904,3 +904,46 @@ fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
     assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
     assert_eq!(unlocks.next(Duration::from_millis(200)), None);
 }
+
+/// A grant's wake message carries back the ticket the grantee's wait queued
+/// with (its client tells it from a grant of an earlier wait whose message
+/// arrives late); an entry without one, as older keyholders write, gets
+/// the message without it.
+#[test]
+fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let wake = format!("{}:{}", wake_prefix_of("tk"), client_of(OWNER_B));
+    let listener = Listener::start(&server, &[&wake]);
+    for (ticket, expected) in [(Some(7), format!("{OWNER_B}/7")), (None, OWNER_B.to_owned())] {
+        assert_eq!(acquire(&mut con, "tk", 10_000, OWNER_A).unwrap(), Value::Nil);
+        let script = acquire_script();
+        let mut invocation = script.key("tk");
+        invocation.key(marker_of("tk")).key(queue_of("tk")).key(grants_of("tk")).key(recent_of("tk"));
+        invocation.arg(10_000).arg(OWNER_B).arg("1").arg(client_of(OWNER_B)).arg(1).arg(1_000);
+        invocation.arg(ticket.unwrap_or(1));
+        assert!(matches!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(ms) if ms > 0));
+        let entry: String =
+            redis::cmd("HGET").arg(grants_of("tk")).arg(client_of(OWNER_B)).query(&mut con).unwrap();
+        let fields: Vec<&str> = entry.split(' ').collect();
+        assert_eq!((fields.len(), fields[0]), (4, OWNER_B), "entry {entry}");
+        if ticket.is_none() {
+            // An older keyholder's entry: no ticket.
+            let old = fields[..3].join(" ");
+            let _: () = redis::cmd("HSET")
+                .arg(grants_of("tk"))
+                .arg(client_of(OWNER_B))
+                .arg(old)
+                .query(&mut con)
+                .unwrap();
+        }
+        assert_eq!(release_queued(&mut con, "tk", OWNER_A, 0).unwrap(), Value::Int(1));
+        let (channel, message) = listener.next(Duration::from_secs(5)).expect("no grant message");
+        assert_eq!(channel, wake);
+        let (to, elapsed) = message.split_once(' ').unwrap();
+        assert_eq!(to, expected);
+        assert!(elapsed.parse::<u64>().is_ok(), "message {message}");
+        assert_eq!(hgetall(&mut con, "tk"), one_field(OWNER_B, "1"));
+        let _: () = redis::cmd("DEL").arg("tk").query(&mut con).unwrap();
+    }
+}

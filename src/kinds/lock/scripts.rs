@@ -151,8 +151,10 @@ pub(crate) struct AcquireArgs<'a> {
     /// The caller listens on its wake channel: if refused, its client
     /// joins the queue.
     pub(crate) enqueue: bool,
-    /// The caller takes the lock handed over by a release (unfenced).
-    pub(crate) grantable: bool,
+    /// The caller takes the lock handed over by a release (unfenced): the
+    /// ticket of its wait, never used by this client for another wait, which
+    /// the grant's message carries back (`Some(ticket)`, above 0).
+    pub(crate) grant_ticket: Option<u64>,
     /// Migration mode: a string key at the name is a hand-rolled lock's
     /// holder (refused with its PTTL), not a `WRONGTYPE` error.
     pub(crate) legacy: bool,
@@ -196,7 +198,7 @@ pub(crate) fn acquire(
     session: &mut Session<'_>,
     args: &AcquireArgs<'_>,
 ) -> Result<Acquire> {
-    let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grantable, legacy } = *args;
+    let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grant_ticket, legacy } = *args;
     let mut invocation = ACQUIRE.call();
     invocation.key(name).key(turns.marker);
     invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
@@ -205,7 +207,7 @@ pub(crate) fn acquire(
     // Redis six arguments on the most common call of all.
     if enqueue || legacy || token_key.is_some() {
         invocation.key(turns.queue).key(turns.grants).key(turns.recent);
-        invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(u8::from(grantable));
+        invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(grant_ticket.unwrap_or(0));
     }
     if legacy {
         invocation.arg(1);
