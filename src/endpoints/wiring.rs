@@ -12,8 +12,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::background::Background;
 #[cfg(feature = "tls")]
-use super::explain_tls;
-use super::{
+use super::nodes::explain_tls;
+use super::nodes::{
     FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
 };
 use crate::config::Config;

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use super::layout::{Keys, PermitId};
+use super::scripts::{self, Released};
 use crate::client::Inner;
 use crate::error::{Error, LostReason, Result};
 use crate::holds::hold::Hold;
-use crate::kinds::permit_semaphore::scripts::{self, Released};
-use crate::kinds::permit_semaphore::{Keys, PermitId};
 use crate::lease::Lease;
 
 /// Permits taken from a

@@ -8,11 +8,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
+use super::layout::{Keys, PermitId, timeouts_of};
+use super::scripts;
 use crate::client::{Holds, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
-use crate::kinds::permit_semaphore::{Keys, PermitId, scripts, timeouts_of};
 use crate::kinds::semaphore::channel_of;
 
 /// Renews permit holds.

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::layout::{Keys, PermitId};
 use crate::client::{Calls, Repeat};
 use crate::error::Result;
-use crate::kinds::permit_semaphore::{Keys, PermitId};
 use crate::kinds::semaphore::scripts::int;
 use crate::store::lanes::Session;
 use crate::store::scripts::unexpected;
