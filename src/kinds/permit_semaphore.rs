@@ -221,7 +221,7 @@ impl PermitExpirableSemaphore {
     }
 
     /// Gives back permits by id, held by this process or another (Java's
-    /// ids parse with [`PermitId::from_str`]): all of them or none.
+    /// ids parse into a [`PermitId`] with [`str::parse`]): all of them or none.
     /// Permits whose lease had run out but were not reclaimed yet are given
     /// back too. A guard does this by itself.
     ///
