@@ -336,17 +336,8 @@ impl Reentrant {
         // that wait's own attempt took over before the message arrived (and
         // which has since been released), may still be on its way.
         let ticket = (!me.fenced).then(|| ctx.holds().next_id());
-        let mut contender = Contending {
-            lock: self,
-            ctx,
-            entry,
-            owner,
-            lease_ms,
-            ticket,
-            granted_to: ticket.map(|t| format!("{owner}/{t}")),
-            block,
-            no_ttl_since: None,
-        };
+        let mut contender =
+            Contending { lock: self, ctx, entry, owner, lease_ms, ticket, block, no_ttl_since: None };
         let wait = GateWait { entry, ctx, lock: self };
         let bounds = Bounds::of(ctx, deadline, block, obs, self.rides_outages);
         let Contended { outcome, queued_at } = contend::contend(&mut contender, &wait, bounds);
@@ -453,8 +444,6 @@ struct Contending<'a> {
     /// This wait's ticket, when a release may hand the lock over (not to a
     /// fenced acquisition, which mints its token in its own script call).
     ticket: Option<u64>,
-    /// What a grant for this wait names: `<owner id>/<ticket>`.
-    granted_to: Option<String>,
     block: bool,
     /// When a legacy holder's string was first seen without a TTL.
     no_ttl_since: Option<Instant>,
@@ -495,7 +484,8 @@ impl Contender for Contending<'_> {
     }
 
     fn granted(&mut self, grant: Grant, queued_at: Option<Instant>) -> Result<Option<Won>> {
-        match queued_at.filter(|_| self.granted_to.as_deref() == Some(grant.owner.as_str())) {
+        match queued_at.filter(|_| self.ticket.is_some() && granted_ticket(&grant, self.owner) == self.ticket)
+        {
             Some(queued_at) => {
                 let sent = grant.granted_at(queued_at);
                 // The releaser's WAIT acknowledged the grant, not this
@@ -525,6 +515,13 @@ impl Contender for Contending<'_> {
 /// `lua/lock/release.lua`).
 fn granted_owner(grant: &Grant) -> &str {
     grant.owner.rsplit_once('/').map_or(grant.owner.as_str(), |(owner, _)| owner)
+}
+
+/// The ticket of `owner`'s wait that a grant answers, if it names one
+/// (compared without building the expected text: `contend` runs on every
+/// fresh acquisition).
+fn granted_ticket(grant: &Grant, owner: &str) -> Option<u64> {
+    grant.owner.strip_prefix(owner)?.strip_prefix('/')?.parse().ok()
 }
 
 /// The reentrant lock waits on its entry: the gate's sticky wake-up slot,
