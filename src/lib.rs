@@ -237,7 +237,9 @@ mod endpoints;
 mod wait;
 // Holds, and the watchdog that renews them.
 mod holds;
-// Connections: pub/sub, and the Redis layer (shared connections, scripts).
+// Connections: pub/sub, and the Redis layer (shared connections, scripts),
+// both over the sockets of `net`.
+mod net;
 mod pubsub;
 mod store;
 // Vocabulary every layer shares.

@@ -8,9 +8,6 @@
 mod resp;
 pub(crate) mod router;
 pub(crate) mod sentinel_watch;
-pub(crate) mod stream;
 pub(crate) mod subscriber;
 pub(crate) mod target;
-#[cfg(feature = "tls")]
-mod tls_stream;
 pub(crate) mod watch;

@@ -2,7 +2,7 @@
 //! collects, checked once, and made into what each kind of connection needs.
 //!
 //! The command and pub/sub connections are keyholder's own (see
-//! `pubsub/tls_stream.rs`) and take a rustls configuration built here, once
+//! `net/tls_stream.rs`) and take a rustls configuration built here, once
 //! per node, from the PEM bytes. The few redis-rs connections left (`CLUSTER
 //! SLOTS` on a cluster node) connect through redis-rs's own rustls support,
 //! which takes the same PEM bytes, so all trust the same roots and present

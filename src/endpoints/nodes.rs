@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::net::stream::TlsConfig;
 use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
-use crate::pubsub::stream::PubsubTls;
 use crate::pubsub::target::Target;
 use crate::store::batch::Wait;
 use crate::store::primary::{Node, OpenNode, Primary};
@@ -93,7 +93,7 @@ pub(super) fn primary_of(config: &Config, connection_name: &str) -> Result<Prima
 pub(super) fn node_opener(
     config: &Config,
     template: &redis::ConnectionInfo,
-) -> Result<(OpenNode, Option<PubsubTls>)> {
+) -> Result<(OpenNode, Option<TlsConfig>)> {
     #[cfg(feature = "tls")]
     {
         let options = config.tls.clone();
@@ -126,7 +126,7 @@ pub(super) const PROBE_CHANNEL: &str = "keyholder:access-check";
 
 /// Where the primary is, the pub/sub connection's TLS configuration, and,
 /// through Sentinel, the watch that follows the master.
-pub(super) type PrimaryParts = (Arc<Primary>, Option<PubsubTls>, Option<Arc<SentinelWatch>>);
+pub(super) type PrimaryParts = (Arc<Primary>, Option<TlsConfig>, Option<Arc<SentinelWatch>>);
 
 /// Follows the sentinel watch's reports (see `pubsub/sentinel_watch.rs`).
 pub(super) struct FollowPrimary(pub(super) Arc<Primary>);

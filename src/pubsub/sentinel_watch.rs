@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
+use crate::net::stream::Stream;
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::Stream;
 use crate::pubsub::target::Target;
 
 /// What the watch reports (the client follows the primary with it; the

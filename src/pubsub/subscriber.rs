@@ -36,8 +36,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
+use crate::net::stream::Stream;
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::Stream;
 use crate::pubsub::target::Target;
 
 /// What a subscription wakes: the waiting threads of one lock name in this

@@ -8,8 +8,8 @@ use std::io::{self, BufReader};
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::net::stream::{Address, Stream, TlsConfig};
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::{Address, PubsubTls, Stream};
 
 /// Where and how to connect.
 #[derive(Clone)]
@@ -40,7 +40,7 @@ impl Target {
     pub(crate) fn from_info(
         info: &redis::ConnectionInfo,
         name: String,
-        tls: Option<PubsubTls>,
+        tls: Option<TlsConfig>,
     ) -> Result<Target> {
         let address = Address::of(info, tls)?;
         Ok(Target {

@@ -13,8 +13,8 @@
 use std::io::{self, BufRead, BufReader};
 use std::time::{Duration, Instant};
 
+use crate::net::stream::Stream;
 use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::stream::Stream;
 use crate::pubsub::target::Target;
 
 /// The shortest read timeout set on the socket (zero means none to it).

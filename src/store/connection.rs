@@ -2,7 +2,7 @@
 //! failures.
 //!
 //! **keyholder's own socket.** A command connection is a socket of
-//! `pubsub/stream.rs` (TCP, TLS, a Unix socket) and a reply reader of
+//! `net/stream.rs` (TCP, TLS, a Unix socket) and a reply reader of
 //! `replies.rs`, not a `redis::Connection`: redis-rs's reader zero-fills
 //! up to 8 KiB before every socket read, which was over a third of the
 //! client's instructions (docs/performance.md). redis-rs still parses URLs,
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use redis::{RedisError, Value};
 
 use crate::error::{Error, Result};
-use crate::pubsub::stream::Stream;
+use crate::net::stream::Stream;
 use crate::store::primary::{Node, Primary};
 use crate::store::replies::Replies;
 

@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
-use crate::pubsub::stream::{Address, PubsubTls};
+use crate::net::stream::{Address, TlsConfig};
 use crate::store::sentinel::{MasterAddr, Sentinels};
 
 /// Where the command and pub/sub connections go.
@@ -85,7 +85,7 @@ pub(crate) struct Node {
 impl Node {
     /// The node `client` describes, reached over TLS with `tls` when its
     /// URL says `rediss://`.
-    pub(crate) fn new(client: redis::Client, tls: Option<PubsubTls>) -> Result<Node> {
+    pub(crate) fn new(client: redis::Client, tls: Option<TlsConfig>) -> Result<Node> {
         let address = Address::of(client.get_connection_info(), tls)?;
         Ok(Node { client, address })
     }

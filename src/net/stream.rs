@@ -1,7 +1,7 @@
 //! keyholder's sockets to Redis: TCP, TLS over TCP for `rediss://` URLs
 //! (the `tls` feature; see `tls_stream.rs`), or a Unix domain socket for
 //! `redis+unix://` and `unix://` URLs. The pub/sub connections and the
-//! command connections (`store/connection.rs`) both connect through here.
+//! command connections (`store/connection.rs`) both connect through here, in `net/`, below both.
 //! The subscriber needs a little more than `Read` and `Write` of it: a
 //! clone for the writing half, timeouts, and a shutdown that wakes the
 //! reader.
@@ -17,16 +17,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 #[cfg(feature = "tls")]
-use crate::pubsub::tls_stream::TlsStream;
+use crate::net::tls_stream::TlsStream;
 
 /// What a socket of keyholder's own (pub/sub, commands) needs for TLS: the rustls configuration
 /// (nothing can be given without the `tls` feature).
 #[cfg(feature = "tls")]
-pub(crate) type PubsubTls = Arc<rustls::ClientConfig>;
+pub(crate) type TlsConfig = Arc<rustls::ClientConfig>;
 /// What a socket of keyholder's own (pub/sub, commands) needs for TLS: the rustls configuration
 /// (nothing can be given without the `tls` feature).
 #[cfg(not(feature = "tls"))]
-pub(crate) type PubsubTls = std::convert::Infallible;
+pub(crate) type TlsConfig = std::convert::Infallible;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ impl Address {
     /// or, with the `tls` feature, TLS over TCP with `tls` (the configuration
     /// made from the client's TLS settings). Used by the pub/sub connections
     /// and the command connections alike.
-    pub(crate) fn of(info: &redis::ConnectionInfo, tls: Option<PubsubTls>) -> Result<Address> {
+    pub(crate) fn of(info: &redis::ConnectionInfo, tls: Option<TlsConfig>) -> Result<Address> {
         match (info.addr(), tls) {
             (redis::ConnectionAddr::Tcp(host, port), _) => {
                 Ok(Address::Tcp { host: host.clone(), port: *port })
