@@ -17,3 +17,4 @@ pub(crate) mod routes;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod slots;
+pub(crate) mod wire;
