@@ -26,14 +26,19 @@
 //! left without replies; the callers queued behind it are sent by the next
 //! leader on a new connection.
 
+#[cfg(all(test, loom))]
+mod model;
+mod sync;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
 
+use self::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex};
 use crate::store::batch::{Batch, Replies, Request, Wait};
 use crate::store::connection::Generation;
 use crate::store::wire::{Dial, Wire};

@@ -38,6 +38,7 @@ use crate::store::batch::{Replies, Request, Wait};
 use crate::store::connection::{Conn, Connector};
 use crate::store::lane::{Failure, Lane, Wiring};
 use crate::store::slots::{self, Redirect};
+use crate::store::wire::Wire;
 
 /// How long a batch may wait for its replies before callers stop joining
 /// its lane while another will do: far above a round trip, even on a
@@ -120,33 +121,11 @@ impl Lanes {
         Ok(())
     }
 
-    /// Claims a lane for the calling thread: the lane with the largest
-    /// batch being formed, if any; else an idle lane (one with a
-    /// connection first); else the least loaded, where a batch starts to
-    /// form. Lanes whose batch in flight is stalled are joined only when
-    /// all are. Looks from the thread's own lane on.
+    /// Claims a lane for the calling thread (see [`claim_among`]), looking
+    /// from the thread's own lane on.
     fn claim(&self) -> &Lane<Conn> {
-        let count = self.lanes.len();
-        let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
-        let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
-        // The clock is read only when some lane is busy.
-        let now = std::cell::OnceCell::new();
-        let moving = || order().filter(|lane| !lane.is_stalled(|| *now.get_or_init(Instant::now), STALLED));
-        let forming = moving().filter(|lane| lane.queued() > 0).max_by_key(|lane| lane.queued());
-        if let Some(lane) = forming {
-            lane.claim();
-            return lane;
-        }
-        if let Some(lane) = order().find(|lane| lane.is_connected() && lane.claim_idle()) {
-            return lane;
-        }
-        if let Some(lane) = order().find(|lane| lane.claim_idle()) {
-            return lane;
-        }
-        let lane = moving().min_by_key(|lane| lane.load());
-        let lane = lane.or_else(|| order().min_by_key(|lane| lane.load())).unwrap_or(&self.lanes[home]);
-        lane.claim();
-        lane
+        let home = usize::try_from(owner::current_thread_id() % self.lanes.len() as u64).unwrap_or(0);
+        claim_among(&self.lanes, home, Instant::now)
     }
 
     /// Opens this node's connections.
@@ -187,6 +166,34 @@ impl Lanes {
     fn nanos_since_start(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
     }
+}
+
+/// Claims one of `lanes`: the lane with the largest batch being formed,
+/// if any; else an idle lane (one with a connection first); else the least
+/// loaded, where a batch starts to form. Lanes whose batch in flight is
+/// stalled (by `clock`) are joined only when all are. Looks from `home`
+/// on; `lanes` is not empty.
+fn claim_among<W: Wire>(lanes: &[Lane<W>], home: usize, clock: impl Fn() -> Instant) -> &Lane<W> {
+    let count = lanes.len();
+    let order = || (home..count).chain(0..home).map(|i| &lanes[i]);
+    // The clock is read only when some lane is busy.
+    let now = std::cell::OnceCell::new();
+    let moving = || order().filter(|lane| !lane.is_stalled(|| *now.get_or_init(&clock), STALLED));
+    let forming = moving().filter(|lane| lane.queued() > 0).max_by_key(|lane| lane.queued());
+    if let Some(lane) = forming {
+        lane.claim();
+        return lane;
+    }
+    if let Some(lane) = order().find(|lane| lane.is_connected() && lane.claim_idle()) {
+        return lane;
+    }
+    if let Some(lane) = order().find(|lane| lane.claim_idle()) {
+        return lane;
+    }
+    let lane = moving().min_by_key(|lane| lane.load());
+    let lane = lane.or_else(|| order().min_by_key(|lane| lane.load())).unwrap_or(&lanes[home]);
+    lane.claim();
+    lane
 }
 
 /// What a Redis Cluster session needs to follow a node's redirections
@@ -359,4 +366,70 @@ impl Session<'_> {
 
 fn decode<T: FromRedisValue>(value: Value) -> RedisResult<T> {
     Ok(T::from_redis_value(value.extract_error()?)?)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::thread;
+
+    use crossbeam_channel::{Receiver, bounded};
+
+    use super::*;
+    use crate::store::lane::Failure;
+    use crate::store::wire::Dial;
+    use crate::store::wire::fake::{FakeDial, FakeWire, LIMIT, Release, answer, echo, fake};
+
+    type Outcome = std::result::Result<Replies, Failure>;
+
+    fn call(lanes: &Arc<[Lane<FakeWire>; 2]>, dial: &Arc<FakeDial>, id: &'static str) -> Receiver<Outcome> {
+        let (done, outcome) = bounded(1);
+        let (lanes, dial) = (Arc::clone(lanes), Arc::clone(dial));
+        thread::spawn(move || {
+            lanes[0].claim();
+            let _ = done.send(lanes[0].call(echo(id), LIMIT, Wiring { dial: &*dial, wait: None }));
+        });
+        outcome
+    }
+
+    #[test]
+    fn a_caller_joins_the_batch_being_formed_unless_its_lane_is_stalled() {
+        let (dial, control) = fake(true);
+        let (lanes, dial) = (Arc::new([Lane::new(None), Lane::new(None)]), Arc::new(dial));
+        // Lane 0: a batch in flight, its reply held, and a caller queued
+        // behind it.
+        // A clock stopped before the batch was written: not stalled yet.
+        let before = Instant::now();
+        let first = call(&lanes, &dial, "first");
+        control.event();
+        control.event();
+        let queued = call(&lanes, &dial, "queued");
+        let started = Instant::now();
+        while lanes[0].queued() == 0 {
+            assert!(started.elapsed() < LIMIT, "the second caller never queued");
+            thread::yield_now();
+        }
+        let later = || Instant::now() + STALLED * 2;
+        assert!(std::ptr::eq(claim_among(&*lanes, 1, || before), &lanes[0]), "joins the batch being formed");
+        assert!(std::ptr::eq(claim_among(&*lanes, 0, later), &lanes[1]), "skips the stalled lane");
+        assert!(std::ptr::eq(claim_among(&lanes[..1], 0, later), &lanes[0]), "every lane is stalled");
+
+        control.release(Release::Answer);
+        control.release(Release::Answer);
+        assert_eq!(answer(&first.recv_timeout(LIMIT).unwrap().unwrap()), "first");
+        assert_eq!(answer(&queued.recv_timeout(LIMIT).unwrap().unwrap()), "queued");
+    }
+
+    #[test]
+    fn an_idle_lane_with_a_connection_is_taken_first_then_any_idle_one() {
+        let (dial, _control) = fake(false);
+        let lanes = [Lane::new(None), Lane::new(None), Lane::new(None)];
+        lanes[0].adopt(dial.connect().unwrap());
+        assert!(std::ptr::eq(claim_among(&lanes, 1, Instant::now), &lanes[0]));
+        assert!(std::ptr::eq(claim_among(&lanes, 1, Instant::now), &lanes[1]), "the home lane");
+        assert!(std::ptr::eq(claim_among(&lanes, 1, Instant::now), &lanes[2]));
+        // None idle: the least loaded.
+        lanes[0].claim();
+        lanes[2].claim();
+        assert!(std::ptr::eq(claim_among(&lanes, 0, Instant::now), &lanes[1]));
+    }
 }

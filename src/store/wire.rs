@@ -10,6 +10,9 @@
 //! pool tomorrow) plugs in as a [`Dial`]. The lanes use the concrete types,
 //! so the generics are monomorphised: no dynamic dispatch per call.
 
+#[cfg(all(test, not(loom)))]
+pub(crate) mod fake;
+
 use redis::{RedisError, Value};
 
 use crate::store::connection::{Conn, Connector, Generation};
