@@ -25,6 +25,13 @@
 //! write or read retires the connection, and fails only the requests it
 //! left without replies; the callers queued behind it are sent by the next
 //! leader on a new connection.
+//!
+//! **Tested without Redis.** The lane needs only a [`Wire`] and a [`Dial`]
+//! (`store/wire.rs`), so a scripted fake drives it in `lane/tests.rs`, and
+//! a `loom` model (`lane/model.rs`, `cfg(loom)`) explores the interleavings
+//! of callers handing the reading on, over this very code: its lock,
+//! condition variable and atomics come from `lane/sync.rs`, which swaps in
+//! loom's for the model.
 
 #[cfg(all(test, loom))]
 mod model;

@@ -18,6 +18,8 @@
 //! `give_up_lead`) is left to the unit tests (`lane/tests.rs`); nor the
 //! lane selection of `lanes.rs`, nor real I/O.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::VecDeque;
 
 use redis::Value;

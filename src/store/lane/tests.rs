@@ -5,6 +5,8 @@
 //! from the fake's events, holds each read until it releases it, and waits
 //! for nothing longer than [`LIMIT`].
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::thread;
 
 use crossbeam_channel::{Receiver, bounded};

@@ -10,6 +10,8 @@
 //! refuse them or make the next write fail. Every wait of the fake is
 //! bounded ([`LIMIT`]): a test that goes wrong fails, it does not hang.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
