@@ -31,25 +31,33 @@ use super::*;
 const PATIENT: Duration = Duration::from_secs(3600);
 
 /// A connection that answers every `ECHO <id>` written on it with `id`,
-/// at once; its first read fails as a reset when `dies`.
+/// at once. When `doomed`, its first read fails as a reset, and the ids
+/// written on it before are noted there.
 struct EchoWire {
     pending: VecDeque<Value>,
     generation: u64,
-    dies: bool,
+    doomed: Option<Arc<Mutex<Vec<String>>>>,
     broken: bool,
     dead: bool,
 }
 
-/// Opens [`EchoWire`]s; the first dies at its first read when `first_dies`.
+/// Opens [`EchoWire`]s; the first is doomed when `first_dies`.
 struct EchoDial {
     generation: Generation,
     connects: AtomicUsize,
     first_dies: bool,
+    /// The ids written on the doomed connection before it died.
+    cut_short: Arc<Mutex<Vec<String>>>,
 }
 
 impl EchoDial {
     fn new(first_dies: bool) -> EchoDial {
-        EchoDial { generation: Generation::default(), connects: AtomicUsize::new(0), first_dies }
+        EchoDial {
+            generation: Generation::default(),
+            connects: AtomicUsize::new(0),
+            first_dies,
+            cut_short: Arc::new(Mutex::new(Vec::new())),
+        }
     }
 }
 
@@ -61,7 +69,7 @@ impl Dial for EchoDial {
         Ok(EchoWire {
             pending: VecDeque::new(),
             generation: self.generation.current(),
-            dies: first && self.first_dies,
+            doomed: (first && self.first_dies).then(|| Arc::clone(&self.cut_short)),
             broken: false,
             dead: false,
         })
@@ -81,13 +89,16 @@ impl Wire for EchoWire {
                 && let Some(id) = tokens.get(at + 2)
             {
                 self.pending.push_back(Value::BulkString(id.as_bytes().to_vec()));
+                if let Some(doomed) = &self.doomed {
+                    doomed.lock().push((*id).to_owned());
+                }
             }
         }
         Ok(())
     }
 
     fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
-        if std::mem::take(&mut self.dies) {
+        if self.doomed.take().is_some() {
             self.broken = true;
             self.dead = true;
             return (Vec::new(), Some(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()));
@@ -111,10 +122,11 @@ impl Wire for EchoWire {
 }
 
 /// One caller: claims the lane, calls, and checks it got its own reply
-/// (or, on a connection that dies, a failure that says so).
-fn caller(lane: &Lane<EchoWire>, dial: &EchoDial, id: &str) -> bool {
+/// (or, on a connection that dies, a failure that says so). `None` when
+/// answered; its id when cut short.
+fn caller(lane: &Lane<EchoWire>, dial: &EchoDial, id: String) -> Option<String> {
     lane.claim();
-    let request = Request::command(redis::cmd("ECHO").arg(id));
+    let request = Request::command(redis::cmd("ECHO").arg(&id));
     match lane.call(request, PATIENT, Wiring { dial, wait: None }) {
         Ok(replies) => {
             assert_eq!(
@@ -122,30 +134,32 @@ fn caller(lane: &Lane<EchoWire>, dial: &EchoDial, id: &str) -> bool {
                 vec![Value::BulkString(id.as_bytes().to_vec())],
                 "{id} got another's reply"
             );
-            true
+            None
         }
-        Err(Failure::Transport { dead: true, .. }) if dial.first_dies => false,
+        Err(Failure::Transport { dead: true, .. }) if dial.first_dies => Some(id),
         Err(other) => panic!("{id} failed: {other:?}"),
     }
 }
 
 /// `callers` callers on one lane, each on a thread of its own but the
-/// last, which runs on the model's main thread (loom allows four threads).
+/// last, which runs on the model's main thread (loom allows four threads);
+/// the connection first opened dies at its first read when `first_dies`;
+/// the main thread closes the lane before it calls when `close_too`.
 fn run(callers: usize, first_dies: bool, close_too: bool) {
     let lane = Arc::new(Lane::new(None));
     let dial = Arc::new(EchoDial::new(first_dies));
     let threads: Vec<_> = (1..callers)
         .map(|n| {
             let (lane, dial) = (Arc::clone(&lane), Arc::clone(&dial));
-            loom::thread::spawn(move || caller(&lane, &dial, &format!("c{n}")))
+            loom::thread::spawn(move || caller(&lane, &dial, format!("c{n}")))
         })
         .collect();
     if close_too {
         lane.close();
     }
-    let mut answered = usize::from(caller(&lane, &dial, "c0"));
+    let mut cut_short: Vec<String> = caller(&lane, &dial, "c0".to_owned()).into_iter().collect();
     for thread in threads {
-        answered += usize::from(thread.join().unwrap_or_else(|_| panic!("a caller panicked")));
+        cut_short.extend(thread.join().unwrap_or_else(|_| panic!("a caller panicked")));
     }
     let state = lane.state.lock();
     assert!(!state.leading, "a leader is left");
@@ -153,16 +167,20 @@ fn run(callers: usize, first_dies: bool, close_too: bool) {
     assert_eq!(lane.load(), 0);
     assert_eq!(lane.queued(), 0);
     assert_eq!(lane.is_connected(), !close_too && state.conn.is_some());
-    if !first_dies {
-        assert_eq!(answered, callers);
-        if !close_too {
-            assert_eq!(dial.connects.load(Ordering::SeqCst), 1, "a connection was opened for nothing");
-        }
-    } else {
-        // Only the first batch dies; whoever queued behind it is answered
-        // on a second connection.
-        assert!(answered < callers);
+    if !first_dies && !close_too {
+        assert_eq!(dial.connects.load(Ordering::SeqCst), 1, "a connection was opened for nothing");
+    }
+    if first_dies {
+        // Exactly the callers of the batch the dead connection cut short
+        // fail; whoever queued behind it is answered on a new connection.
+        let mut written = dial.cut_short.lock().clone();
+        written.sort();
+        cut_short.sort();
+        assert!(!written.is_empty());
+        assert_eq!(cut_short, written);
         assert_eq!(dial.generation.current(), 1);
+    } else {
+        assert!(cut_short.is_empty());
     }
 }
 
