@@ -212,4 +212,51 @@ mod tests {
         assert!(check(Step::Label, error("NOPERM no"), &address).is_ok(), "best effort");
         assert!(check(Step::Auth, Value::Okay, &address).is_ok());
     }
+
+    /// The setup against real servers: one write, the name and library
+    /// set, a replica refused when a master is required.
+    mod on_a_server {
+        use keyholder_testkit::RedisServer;
+
+        use super::*;
+
+        const TIMEOUT: Duration = Duration::from_millis(500);
+
+        fn query(opened: &mut Opened, command: &redis::Cmd) -> Value {
+            write_commands(&mut opened.stream, std::slice::from_ref(command)).unwrap();
+            opened.replies.next(&mut opened.stream).unwrap()
+        }
+
+        #[test]
+        fn names_the_connection_and_refuses_a_replica_where_a_master_is_required() {
+            let primary = RedisServer::start();
+            let replica = RedisServer::start();
+            let _: () = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(primary.port())
+                .query(&mut replica.conn())
+                .unwrap();
+            let at = |server: &RedisServer| Address::Tcp { host: "127.0.0.1".into(), port: server.port() };
+            let setup =
+                Setup { username: None, password: None, db: 0, name: "kh-setup", require_master: true };
+
+            let mut opened = open(&at(&primary), &setup, TIMEOUT, TIMEOUT).unwrap();
+            assert_eq!(
+                query(&mut opened, redis::cmd("CLIENT").arg("GETNAME")),
+                Value::BulkString(b"kh-setup".to_vec())
+            );
+            let Value::BulkString(info) = query(&mut opened, redis::cmd("CLIENT").arg("INFO")) else {
+                panic!()
+            };
+            // Redis before 7.2 refuses SETINFO (and lists no library),
+            // which the setup takes in its stride.
+            let info = String::from_utf8_lossy(&info);
+            assert!(!info.contains("lib-name=") || info.contains("lib-name=keyholder"), "{info}");
+
+            let e = open(&at(&replica), &setup, TIMEOUT, TIMEOUT).err().unwrap();
+            assert!(e.is_connection_dropped() && e.to_string().contains("is not a master"), "{e}");
+            let anywhere = Setup { require_master: false, ..setup };
+            assert!(open(&at(&replica), &anywhere, TIMEOUT, TIMEOUT).is_ok());
+        }
+    }
 }
