@@ -201,7 +201,7 @@ impl UnlockWatch {
                 std::io::ErrorKind::ConnectionAborted,
                 format!("the server dropped {}: lock '{}' moved to another node", self.channel, self.name),
             )))),
-            Err(e) => Err(Error::redis(e.into())),
+            Err(e) => Err(Error::redis(e)),
         }
     }
 
@@ -397,7 +397,7 @@ impl Client {
             config.connect_timeout,
             config.command_timeout,
         )
-        .map_err(|e| Error::connect(e.into()))?;
+        .map_err(Error::connect)?;
         Ok(UnlockWatch { conn, name: name.to_owned(), channel, node: target.describe() })
     }
 

@@ -12,7 +12,6 @@ pub(crate) mod eval;
 pub(crate) mod lane;
 pub(crate) mod lanes;
 pub(crate) mod primary;
-pub(crate) mod replies;
 pub(crate) mod routes;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;

@@ -160,7 +160,7 @@ pub(super) fn check_subscriptions(target: &Target, client_id: &str, config: &Con
             "this user may not subscribe to keyholder's channels ({}, {}), which waiting needs: {refusal}",
             channels[0], channels[1]
         ))),
-        Err(e) => Err(Error::connect(e.into())),
+        Err(e) => Err(Error::connect(e)),
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) struct TlsStream {
     consumed: usize,
     /// Where ciphertext is read to (reading half only): allocated and
     /// zeroed on the first read, then reused, since every reply of a
-    /// command connection is a read (see `store/replies.rs`).
+    /// connection is a read (see `replies.rs`).
     ciphertext: Vec<u8>,
 }
 

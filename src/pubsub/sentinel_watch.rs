@@ -7,7 +7,7 @@
 //! watch asks for the master again (through [`Switches::subscribed`]): a
 //! switch may have happened while no sentinel was listened to.
 //!
-//! It runs on keyholder's own socket and RESP, as the subscriber does, for
+//! It runs on keyholder's own socket and wire (`net/`), as the subscriber does, for
 //! one reason: [`SentinelWatch::shut_down`] closes the socket and the
 //! reader thread returns at once. Behind redis-rs's `PubSub`, whose socket
 //! cannot be reached, dropping a client would wait for the read timeout (3 s
@@ -15,15 +15,16 @@
 //! timeout of silence the watch PINGs, and a PING unanswered for another
 //! one moves it to the next sentinel.
 
-use std::io::{self, BufRead, BufReader};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
+use redis::{Msg, PushKind, RedisResult, Value};
 
+use crate::net::commands::write_commands;
 use crate::net::stream::Stream;
-use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::target::Target;
+use crate::pubsub::push::{message_of, payload_of, push_of};
+use crate::pubsub::target::{Incoming, Target};
 
 /// What the watch reports (the client follows the primary with it; the
 /// watch knows nothing of primaries).
@@ -104,12 +105,12 @@ impl SentinelWatch {
 
     /// One subscription to sentinel `at`, until it fails or the watch is
     /// shut down (`Ok`).
-    fn follow(&self, at: usize, switches: &dyn Switches) -> io::Result<()> {
+    fn follow(&self, at: usize, switches: &dyn Switches) -> RedisResult<()> {
         let Some(target) = self.sentinels.get(at) else { return Ok(()) };
-        let (mut reader, mut writer) = target.open(self.connect_timeout, self.command_timeout)?;
-        resp::write_command(&mut writer, &[b"SUBSCRIBE", SWITCH_CHANNEL.as_bytes()])?;
-        if let Resp::Error(e) = resp::read_value(&mut reader)? {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
+        let (mut incoming, mut writer) = target.open(self.connect_timeout, self.command_timeout)?;
+        write_commands(&mut writer, &[redis::cmd("SUBSCRIBE").arg(SWITCH_CHANNEL).clone()])?;
+        if let Value::ServerError(refusal) = incoming.next()? {
+            return Err(refusal.into());
         }
         {
             let mut st = self.state.lock();
@@ -121,7 +122,7 @@ impl SentinelWatch {
         }
         // Subscribed first, asked second: no switch falls in between.
         switches.subscribed(at);
-        let outcome = self.read_switches(&mut reader, switches);
+        let outcome = self.read_switches(&mut incoming, switches);
         let mut st = self.state.lock();
         if let Some(socket) = st.socket.take() {
             socket.shutdown();
@@ -130,27 +131,23 @@ impl SentinelWatch {
     }
 
     /// Reads pushes until the connection fails or stays silent through a
-    /// PING.
-    fn read_switches(&self, reader: &mut BufReader<Stream>, switches: &dyn Switches) -> io::Result<()> {
+    /// PING (the read timeout, the command timeout, is the silence allowed).
+    fn read_switches(&self, incoming: &mut Incoming, switches: &dyn Switches) -> RedisResult<()> {
         let mut ping_outstanding = false;
         loop {
-            if reader.buffer().is_empty() {
-                match reader.fill_buf() {
-                    Ok([]) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                    Ok(_) => {}
-                    Err(e) if is_timeout(&e) && !ping_outstanding => {
-                        let mut st = self.state.lock();
-                        let Some(socket) = st.socket.as_mut() else { return Ok(()) };
-                        resp::write_command(socket, &[b"PING"])?;
-                        ping_outstanding = true;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
+            let value = match incoming.next() {
+                Ok(value) => value,
+                Err(e) if e.is_timeout() && !ping_outstanding => {
+                    let mut st = self.state.lock();
+                    let Some(socket) = st.socket.as_mut() else { return Ok(()) };
+                    write_commands(socket, &[redis::cmd("PING")])?;
+                    ping_outstanding = true;
+                    continue;
                 }
-            }
-            let value = resp::read_value(reader)?;
+                Err(e) => return Err(e),
+            };
             ping_outstanding = false;
-            if let Some((host, port)) = switch_of(&value, &self.master) {
+            if let Some((host, port)) = switch_of(value, &self.master) {
                 log::info!("keyholder: sentinel reports master {} moved to {host}:{port}", self.master);
                 switches.switched(host, port);
             }
@@ -170,15 +167,20 @@ impl SentinelWatch {
 /// The new address in a `+switch-master` message
 /// (`<master name> <old ip> <old port> <new ip> <new port>`), if `value` is
 /// one about `master`.
-fn switch_of(value: &Resp, master: &str) -> Option<(String, u16)> {
-    let Resp::Array(Some(items)) = value else { return None };
-    if items.first().and_then(Resp::text) != Some("message") {
+fn switch_of(value: Value, master: &str) -> Option<(String, u16)> {
+    let push = push_of(value)?;
+    if push.kind != PushKind::Message {
         return None;
     }
-    if items.get(1).and_then(Resp::text) != Some(SWITCH_CHANNEL) {
+    switch_in(&message_of(push)?, master)
+}
+
+/// The new address in a message on the switch channel about `master`.
+fn switch_in(message: &Msg, master: &str) -> Option<(String, u16)> {
+    if message.get_channel_name() != SWITCH_CHANNEL {
         return None;
     }
-    parse_switch(items.get(2).and_then(Resp::text)?, master)
+    parse_switch(payload_of(message)?, master)
 }
 
 /// The new address in a `+switch-master` payload, if it is about `master`.
@@ -191,16 +193,12 @@ fn parse_switch(payload: &str, master: &str) -> Option<(String, u16)> {
     Some(((*host).to_owned(), port.parse().ok()?))
 }
 
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bulk(text: &str) -> Resp {
-        Resp::Bulk(Some(text.as_bytes().to_vec()))
+    fn array(items: &[&str]) -> Value {
+        Value::Array(items.iter().map(|item| Value::BulkString(item.as_bytes().to_vec())).collect())
     }
 
     #[test]
@@ -216,12 +214,10 @@ mod tests {
 
     #[test]
     fn only_messages_on_the_switch_channel_count() {
-        let message = |channel: &str| {
-            Resp::Array(Some(vec![bulk("message"), bulk(channel), bulk("orders 10.0.0.1 1 10.0.0.2 2")]))
-        };
-        assert_eq!(switch_of(&message(SWITCH_CHANNEL), "orders"), Some(("10.0.0.2".to_owned(), 2)));
-        assert_eq!(switch_of(&message("+sdown"), "orders"), None);
-        let pong = Resp::Array(Some(vec![bulk("pong"), bulk("")]));
-        assert_eq!(switch_of(&pong, "orders"), None);
+        let message = |channel: &str| array(&["message", channel, "orders 10.0.0.1 1 10.0.0.2 2"]);
+        assert_eq!(switch_of(message(SWITCH_CHANNEL), "orders"), Some(("10.0.0.2".to_owned(), 2)));
+        assert_eq!(switch_of(message("+sdown"), "orders"), None);
+        assert_eq!(switch_of(array(&["pong", ""]), "orders"), None);
+        assert_eq!(switch_of(array(&["subscribe", SWITCH_CHANNEL]), "orders"), None);
     }
 }

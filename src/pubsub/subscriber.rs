@@ -27,18 +27,19 @@
 //! missed), is told to them, so that they can check their holds.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufReader};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
+use redis::{PushKind, RedisResult, Value};
 
 use crate::error::{Error, Result};
+use crate::net::commands::write_commands;
 use crate::net::stream::Stream;
-use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::target::Target;
+use crate::pubsub::push::{channel_of, message_of, payload_of, push_of};
+use crate::pubsub::target::{Incoming, Target};
 
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
@@ -258,9 +259,9 @@ struct State {
 impl State {
     /// Writes a command; a failed write drops the connection for the reader
     /// to notice and replace.
-    fn send(&mut self, args: &[&[u8]]) {
+    fn send(&mut self, command: &redis::Cmd) {
         if let Some(writer) = self.writer.as_mut()
-            && resp::write_command(writer, args).is_err()
+            && write_commands(writer, std::slice::from_ref(command)).is_err()
         {
             writer.shutdown();
             self.writer = None;
@@ -268,12 +269,12 @@ impl State {
     }
 
     fn send_subscribe(&mut self, channels: &[String]) {
-        let verb: &[u8] = if self.sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
+        let verb = if self.sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
         self.send_counted(verb, channels, |st| &mut st.acks_pending);
     }
 
     fn send_unsubscribe(&mut self, channels: &[String]) {
-        let verb: &[u8] = if self.sharded { b"SUNSUBSCRIBE" } else { b"UNSUBSCRIBE" };
+        let verb = if self.sharded { "SUNSUBSCRIBE" } else { "UNSUBSCRIBE" };
         self.send_counted(verb, channels, |st| &mut st.unsubscribes_pending);
     }
 
@@ -281,7 +282,7 @@ impl State {
     /// still to come in the map `pending` picks.
     fn send_counted(
         &mut self,
-        verb: &[u8],
+        verb: &str,
         channels: &[String],
         pending: impl Fn(&mut State) -> &mut HashMap<String, u32>,
     ) {
@@ -291,9 +292,7 @@ impl State {
         for channel in channels {
             *pending(self).entry(channel.clone()).or_insert(0) += 1;
         }
-        let mut args: Vec<&[u8]> = vec![verb];
-        args.extend(channels.iter().map(|c| c.as_bytes()));
-        self.send(&args);
+        self.send(redis::cmd(verb).arg(channels));
     }
 
     /// Drops the channels `moved` names (their slot moved to another node)
@@ -719,7 +718,7 @@ impl Subscriber {
                     reconnecting = true;
                     continue;
                 }
-                Ok((mut reader, writer)) => {
+                Ok((mut incoming, writer)) => {
                     backoff = FIRST_BACKOFF;
                     let attached = self.attach(writer, epoch);
                     self.note_attempt();
@@ -731,7 +730,7 @@ impl Subscriber {
                         self.wake_all();
                         let _ = self.reconnected.try_send(());
                     }
-                    self.read_until_failure(&mut reader);
+                    self.read_until_failure(&mut incoming);
                     self.detach();
                     self.wake_all();
                     reconnecting = true;
@@ -758,7 +757,7 @@ impl Subscriber {
         }
     }
 
-    fn connect(&self) -> io::Result<(BufReader<Stream>, Stream)> {
+    fn connect(&self) -> RedisResult<(Incoming, Stream)> {
         let target = self.target.lock().clone();
         target.open(self.connect_timeout, self.command_timeout)
     }
@@ -808,62 +807,52 @@ impl Subscriber {
     /// Reads pushes until the connection fails or stays silent through a PING.
     ///
     /// The read timeout is the command timeout, or [`LINGER`] while a channel
-    /// lingers, so that it is unsubscribed on time.
-    fn read_until_failure(&self, reader: &mut BufReader<Stream>) {
+    /// lingers, so that it is unsubscribed on time. A read timeout is
+    /// silence (a push half arrived is finished by the next read): after a
+    /// command timeout of it the reader PINGs, and silence through the PING
+    /// (a stalled or black-holed connection) replaces the connection.
+    fn read_until_failure(&self, incoming: &mut Incoming) {
         let mut ping_outstanding = false;
         let mut last_heard = Instant::now();
         loop {
-            // Between values, a read timeout means an idle connection: probe
-            // it. A timeout inside a value means a stalled one: replace it.
-            if reader.buffer().is_empty() {
-                match io::BufRead::fill_buf(reader) {
-                    Ok([]) => return,
-                    Ok(_) => {}
-                    Err(e) if is_timeout(&e) => {
-                        let now = Instant::now();
-                        let mut st = self.state.lock();
-                        let lingering = st.expire_lingering(now);
-                        if now.duration_since(last_heard) >= self.command_timeout {
-                            if ping_outstanding {
-                                log::debug!(
-                                    "keyholder pub/sub connection silent through a PING; reconnecting"
-                                );
-                                return;
-                            }
-                            if !st.channels.is_empty() {
-                                st.send(&[b"PING"]);
-                                ping_outstanding = true;
-                                last_heard = now;
-                            }
-                        }
-                        drop(st);
-                        let timeout =
-                            if lingering { LINGER.min(self.command_timeout) } else { self.command_timeout };
-                        let _ = reader.get_ref().set_read_timeout(Some(timeout));
-                        continue;
-                    }
-                    Err(_) => return,
-                }
-            }
-            match resp::read_value(reader) {
+            match incoming.next() {
                 Ok(value) => {
                     ping_outstanding = false;
                     last_heard = Instant::now();
                     self.dispatch(value);
                     self.state.lock().expire_lingering(last_heard);
                 }
+                Err(e) if e.is_timeout() => {
+                    let now = Instant::now();
+                    let mut st = self.state.lock();
+                    let lingering = st.expire_lingering(now);
+                    if now.duration_since(last_heard) >= self.command_timeout {
+                        if ping_outstanding {
+                            log::debug!("keyholder pub/sub connection silent through a PING; reconnecting");
+                            return;
+                        }
+                        if !st.channels.is_empty() {
+                            st.send(&redis::cmd("PING"));
+                            ping_outstanding = true;
+                            last_heard = now;
+                        }
+                    }
+                    drop(st);
+                    let timeout =
+                        if lingering { LINGER.min(self.command_timeout) } else { self.command_timeout };
+                    let _ = incoming.set_read_timeout(timeout);
+                }
                 Err(_) => return,
             }
         }
     }
 
-    fn dispatch(&self, value: Resp) {
-        let Resp::Array(Some(items)) = value else { return };
-        match items.first().and_then(Resp::text) {
-            Some("message" | "smessage") => {
-                let (Some(channel), Some(payload)) =
-                    (items.get(1).and_then(Resp::text), items.get(2).and_then(Resp::text))
-                else {
+    fn dispatch(&self, value: Value) {
+        let Some(push) = push_of(value) else { return };
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                let Some(message) = message_of(push) else { return };
+                let (channel, Some(payload)) = (message.get_channel_name(), payload_of(&message)) else {
                     return;
                 };
                 let (kind, waiters, held): (Kind, Vec<Arc<dyn Waiters>>, bool) = {
@@ -885,8 +874,8 @@ impl Subscriber {
                     }
                 }
             }
-            Some("sunsubscribe" | "unsubscribe") => {
-                let Some(channel) = items.get(1).and_then(Resp::text) else { return };
+            PushKind::SUnsubscribe | PushKind::Unsubscribe => {
+                let Some(channel) = channel_of(&push) else { return };
                 let mut st = self.state.lock();
                 match st.unsubscribes_pending.get_mut(channel) {
                     Some(pending) => {
@@ -905,8 +894,8 @@ impl Subscriber {
                     }
                 }
             }
-            Some("subscribe" | "ssubscribe") => {
-                let Some(channel) = items.get(1).and_then(Resp::text) else { return };
+            PushKind::Subscribe | PushKind::SSubscribe => {
+                let Some(channel) = channel_of(&push) else { return };
                 let mut st = self.state.lock();
                 if let Some(pending) = st.acks_pending.get_mut(channel) {
                     *pending = pending.saturating_sub(1);
@@ -937,10 +926,6 @@ fn parse_grant(payload: &str) -> Option<Grant> {
         elapsed: Duration::from_millis(elapsed.parse().ok()?),
         received: Instant::now(),
     })
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
 #[cfg(test)]

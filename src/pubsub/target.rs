@@ -1,15 +1,23 @@
 //! Where a pub/sub-style connection goes and how it logs in: an address
 //! (TCP, TLS over TCP, a Unix socket), credentials and a connection name.
 //! The subscriber connects to the primary with it, the sentinel watch to
-//! each sentinel.
+//! each sentinel, the operators' watch to a lock's node. Opening one is
+//! the setup every connection goes through (`net/handshake.rs`), without
+//! `SELECT` (channels belong to no database), and gives a reading half
+//! (one thread reads) and a writing half (any thread writes).
 
 use std::fmt;
-use std::io::{self, BufReader};
+use std::io;
 use std::time::Duration;
 
+use redis::{RedisResult, Value};
+
 use crate::error::Result;
+use crate::net::commands::write_commands;
+use crate::net::handshake::{self, Opened, Setup};
+use crate::net::replies::ReplyReader;
 use crate::net::stream::{Address, Stream, TlsConfig};
-use crate::pubsub::resp::{self, Resp};
+use crate::pubsub::push::refusal_text;
 
 /// Where and how to connect.
 #[derive(Clone)]
@@ -59,6 +67,7 @@ impl Target {
     /// another reason than TLS.
     #[cfg(feature = "tls")]
     pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<crate::error::Error> {
+        use std::io::Read;
         if !matches!(self.address, Address::Tls { .. }) {
             return None;
         }
@@ -67,43 +76,59 @@ impl Target {
             stream.set_read_timeout(Some(timeout))?;
             stream.set_write_timeout(Some(timeout))?;
             // A server that refuses this client's certificate says so after
-            // the handshake (TLS 1.3): read one reply.
-            resp::write_command(&mut stream, &[b"PING"])?;
-            resp::read_value(&mut BufReader::new(stream)).map(drop)
+            // the handshake (TLS 1.3), at the first read: its first bytes
+            // are the verdict, and the reply is not parsed (the TLS error
+            // is wanted as the socket gives it, not as a `RedisError`).
+            write_commands(&mut stream, &[redis::cmd("PING")])?;
+            stream.read(&mut [0; 16]).map(drop)
         };
         crate::tls::refusal(probe().err()?).ok()
     }
 }
 
+/// The reading half of a pub/sub connection: the socket, shared with the
+/// writing half, and the connection's reader.
+pub(crate) struct Incoming {
+    stream: Stream,
+    replies: ReplyReader,
+}
+
+impl Incoming {
+    /// The next reply or push. A read timeout leaves a push that was
+    /// arriving to the next call (see `net/replies.rs`); after any other
+    /// error the connection is dropped.
+    pub(crate) fn next(&mut self) -> RedisResult<Value> {
+        self.replies.next(&mut self.stream)
+    }
+
+    /// How long a read waits for the next bytes.
+    pub(crate) fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.stream.set_read_timeout(Some(timeout))
+    }
+}
+
 impl Target {
-    /// Connects, logs in (when the target has a password) and names the
-    /// connection (best effort: an ACL may deny `CLIENT SETNAME`), all
-    /// within the connect timeout and a command timeout per reply; returns
-    /// the read half (read timeout: the command timeout) and the write half.
+    /// Connects and sets the connection up in one round trip: logs in
+    /// (when the target has a password) and names the connection (best
+    /// effort: an ACL may deny `CLIENT SETNAME`), within the connect
+    /// timeout; returns the read half (read timeout: the command timeout)
+    /// and the write half.
     pub(crate) fn open(
         &self,
         connect_timeout: Duration,
         command_timeout: Duration,
-    ) -> io::Result<(BufReader<Stream>, Stream)> {
-        let stream = self.address.connect(connect_timeout)?;
-        stream.set_write_timeout(Some(command_timeout))?;
-        stream.set_read_timeout(Some(command_timeout))?;
-        let mut writer = stream.try_clone()?;
-        let mut reader = BufReader::new(stream);
-        if let Some(password) = self.password.as_deref() {
-            match self.username.as_deref() {
-                Some(user) => {
-                    resp::write_command(&mut writer, &[b"AUTH", user.as_bytes(), password.as_bytes()])?
-                }
-                None => resp::write_command(&mut writer, &[b"AUTH", password.as_bytes()])?,
-            }
-            if let Resp::Error(e) = resp::read_value(&mut reader)? {
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
-            }
-        }
-        resp::write_command(&mut writer, &[b"CLIENT", b"SETNAME", self.name.as_bytes()])?;
-        resp::read_value(&mut reader)?;
-        Ok((reader, writer))
+    ) -> RedisResult<(Incoming, Stream)> {
+        let setup = Setup {
+            username: self.username.as_deref(),
+            password: self.password.as_deref(),
+            db: 0,
+            name: &self.name,
+            require_master: false,
+        };
+        let Opened { stream, replies } =
+            handshake::open(&self.address, &setup, connect_timeout, command_timeout)?;
+        let writer = stream.try_clone()?;
+        Ok((Incoming { stream, replies }, writer))
     }
 
     /// Subscribes to `channels` on a connection of its own, and closes it
@@ -115,23 +140,21 @@ impl Target {
         connect_timeout: Duration,
         command_timeout: Duration,
         channels: &[&str],
-    ) -> io::Result<Option<String>> {
-        let (mut reader, mut writer) = self.open(connect_timeout, command_timeout)?;
-        let mut command: Vec<&[u8]> = vec![b"SUBSCRIBE"];
-        command.extend(channels.iter().map(|c| c.as_bytes()));
-        resp::write_command(&mut writer, &command)?;
+    ) -> RedisResult<Option<String>> {
+        let (mut incoming, mut writer) = self.open(connect_timeout, command_timeout)?;
+        write_commands(&mut writer, &[redis::cmd("SUBSCRIBE").arg(channels).clone()])?;
         // One confirmation per channel, or one error for the command.
         for _ in channels {
-            if let Resp::Error(refusal) = resp::read_value(&mut reader)? {
-                return Ok(Some(refusal));
+            if let Value::ServerError(refusal) = incoming.next()? {
+                return Ok(Some(refusal_text(&refusal)));
             }
         }
         // Leave as the server sees it: QUIT, its +OK, then the server's
         // close (end of file), so that no probe outlives `build()` in
         // `CLIENT LIST`.
-        resp::write_command(&mut writer, &[b"QUIT"])?;
+        write_commands(&mut writer, &[redis::cmd("QUIT")])?;
         for _ in 0..2 {
-            if resp::read_value(&mut reader).is_err() {
+            if incoming.next().is_err() {
                 break;
             }
         }

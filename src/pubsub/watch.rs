@@ -6,27 +6,29 @@
 //! It subscribes with `SUBSCRIBE`, or `SSUBSCRIBE` for a shard channel (a
 //! Redis Cluster with shard channels, where the scripts publish with
 //! `SPUBLISH`), and waits for the server's confirmation. Each
-//! [`next`](ChannelWatch::next) waits at most its timeout for the first
-//! byte of a push; once one has come, the rest of it is read within the
-//! command timeout, so a timeout never leaves half a push behind.
+//! [`next`](ChannelWatch::next) waits at most its timeout; a push still
+//! arriving when it ends is finished by the next call (the reader keeps
+//! what came).
 
-use std::io::{self, BufRead, BufReader};
+use std::io;
 use std::time::{Duration, Instant};
 
+use redis::{PushKind, RedisResult, Value};
+
+use crate::net::commands::write_commands;
 use crate::net::stream::Stream;
-use crate::pubsub::resp::{self, Resp};
-use crate::pubsub::target::Target;
+use crate::pubsub::push::{channel_of, message_of, push_of};
+use crate::pubsub::target::{Incoming, Target};
 
 /// The shortest read timeout set on the socket (zero means none to it).
 const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// One subscribed channel on a connection of its own.
 pub(crate) struct ChannelWatch {
-    reader: BufReader<Stream>,
+    incoming: Incoming,
     writer: Stream,
     channel: String,
     sharded: bool,
-    command_timeout: Duration,
 }
 
 impl std::fmt::Debug for ChannelWatch {
@@ -54,32 +56,33 @@ impl ChannelWatch {
     ///
     /// # Errors
     ///
-    /// A connection failure, or the server's refusal (`PermissionDenied`
-    /// for an ACL refusal, `InvalidData` for another error reply, such as
-    /// `MOVED`).
+    /// A connection failure, or the server's refusal: its error reply
+    /// (`NOPERM` for an ACL refusal, `MOVED`...), or an `InvalidData` I/O
+    /// error for another reply than a confirmation.
     pub(crate) fn open(
         target: &Target,
         channel: &str,
         sharded: bool,
         connect_timeout: Duration,
         command_timeout: Duration,
-    ) -> io::Result<ChannelWatch> {
-        let (mut reader, mut writer) = target.open(connect_timeout, command_timeout)?;
-        let command: &[u8] = if sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
-        resp::write_command(&mut writer, &[command, channel.as_bytes()])?;
-        match resp::read_value(&mut reader)? {
-            Resp::Array(Some(items)) if items.first().and_then(Resp::text).is_some_and(is_confirmation) => {}
-            Resp::Error(e) if e.starts_with("NOPERM") => {
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
-            }
-            other => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("unexpected reply to {}: {other:?}", String::from_utf8_lossy(command)),
-                ));
-            }
+    ) -> RedisResult<ChannelWatch> {
+        let (mut incoming, mut writer) = target.open(connect_timeout, command_timeout)?;
+        let verb = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
+        write_commands(&mut writer, &[redis::cmd(verb).arg(channel).clone()])?;
+        match incoming.next()? {
+            Value::ServerError(refusal) => return Err(refusal.into()),
+            reply => match push_of(reply) {
+                Some(push) if matches!(push.kind, PushKind::Subscribe | PushKind::SSubscribe) => {}
+                other => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("unexpected reply to {verb}: {other:?}"),
+                    )
+                    .into());
+                }
+            },
         }
-        Ok(ChannelWatch { reader, writer, channel: channel.to_owned(), sharded, command_timeout })
+        Ok(ChannelWatch { incoming, writer, channel: channel.to_owned(), sharded })
     }
 
     /// The next message on the channel, waiting at most `wait`; `None`
@@ -88,31 +91,19 @@ impl ChannelWatch {
     /// # Errors
     ///
     /// The connection failed or closed, or sent something that is not RESP.
-    pub(crate) fn next(&mut self, wait: Duration) -> io::Result<Option<Push>> {
+    pub(crate) fn next(&mut self, wait: Duration) -> RedisResult<Option<Push>> {
         let deadline = Instant::now() + wait;
         loop {
-            if self.reader.buffer().is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                self.reader.get_ref().set_read_timeout(Some(left.max(MIN_WAIT)))?;
-                match self.reader.fill_buf() {
-                    Ok([]) => {
-                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed"));
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.incoming.set_read_timeout(left.max(MIN_WAIT))?;
+            match self.incoming.next() {
+                Ok(value) => {
+                    if let Some(push) = self.push(value) {
+                        return Ok(Some(push));
                     }
-                    Ok(_) => {}
-                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                        if Instant::now() >= deadline {
-                            return Ok(None);
-                        }
-                        continue;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
                 }
-            }
-            self.reader.get_ref().set_read_timeout(Some(self.command_timeout))?;
-            let value = resp::read_value(&mut self.reader)?;
-            if let Some(push) = self.push(value) {
-                return Ok(Some(push));
+                Err(e) if e.is_timeout() => {}
+                Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
                 return Ok(None);
@@ -121,16 +112,15 @@ impl ChannelWatch {
     }
 
     /// A push about the watched channel, or `None` for one to skip.
-    fn push(&self, value: Resp) -> Option<Push> {
-        let Resp::Array(Some(items)) = value else { return None };
-        let kind = items.first().and_then(Resp::text)?;
-        let channel = items.get(1).and_then(Resp::text)?;
-        if channel != self.channel {
-            return None;
-        }
-        match (kind, items.get(2)) {
-            ("message" | "smessage", Some(Resp::Bulk(Some(payload)))) => Some(Push::Message(payload.clone())),
-            ("sunsubscribe", _) => Some(Push::Dropped),
+    fn push(&self, value: Value) -> Option<Push> {
+        let push = push_of(value)?;
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                let message = message_of(push)?;
+                (message.get_channel_name() == self.channel)
+                    .then(|| Push::Message(message.get_payload_bytes().to_vec()))
+            }
+            PushKind::SUnsubscribe if channel_of(&push) == Some(self.channel.as_str()) => Some(Push::Dropped),
             _ => None,
         }
     }
@@ -140,8 +130,4 @@ impl Drop for ChannelWatch {
     fn drop(&mut self) {
         self.writer.shutdown();
     }
-}
-
-fn is_confirmation(kind: &str) -> bool {
-    kind.eq_ignore_ascii_case("subscribe") || kind.eq_ignore_ascii_case("ssubscribe")
 }

@@ -2,16 +2,15 @@
 //! failures.
 //!
 //! **keyholder's own socket.** A command connection is a socket of
-//! `net/stream.rs` (TCP, TLS, a Unix socket) and a reply reader of
-//! `replies.rs`, not a `redis::Connection`: redis-rs's reader zero-fills
-//! up to 8 KiB before every socket read, which was over a third of the
-//! client's instructions (docs/performance.md). redis-rs still parses URLs,
-//! packs commands and provides `Value` and `RedisError`; replies come out as
-//! the same values and errors it gives. Opening one does what redis-rs's
-//! `get_connection_with_timeout` did for RESP2 (see [`Connector::open`]):
-//! connect, TLS handshake and one setup round trip (`AUTH`, `SELECT`,
-//! `CLIENT SETINFO`) within the connect timeout. `CLIENT SETNAME` goes out
-//! in front of the first commands, in the same write.
+//! `net/stream.rs` (TCP, TLS, a Unix socket) and the reply reader of
+//! `net/replies.rs`, not a `redis::Connection`: the lanes pipeline many
+//! callers' scripts on it and read their replies by position. redis-rs
+//! still parses URLs, packs commands and provides `Value` and `RedisError`;
+//! replies come out as the same values and errors it gives. Opening one is
+//! `net/handshake.rs`'s setup (see [`Connector::open`]): connect, TLS
+//! handshake and one setup round trip (`AUTH`, `SELECT`, `CLIENT SETNAME`,
+//! `CLIENT SETINFO`, and `ROLE` for a primary a sentinel named) within the
+//! connect timeout.
 //!
 //! **Timeouts.** Both socket timeouts are set to the command timeout, so a
 //! black-holed Redis cannot hang a caller, and any I/O error or timeout
@@ -30,48 +29,36 @@
 //! connection in use, not one failed call per connection.
 
 use std::fmt;
-use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{RedisError, Value};
 
 use crate::error::{Error, Result};
+use crate::net::commands::write_packed;
+use crate::net::handshake::{self, Opened, Setup};
+use crate::net::replies::ReplyReader;
 use crate::net::stream::Stream;
 use crate::store::primary::{Node, Primary};
-use crate::store::replies::Replies;
 
 /// A command connection that remembers whether an I/O error left it in an
 /// unknown state.
 pub(crate) struct Conn {
     stream: Stream,
     /// The read buffer, and the replies read but not yet taken.
-    replies: Replies,
+    replies: ReplyReader,
     broken: bool,
     /// The connection was found dropped or reset by the other side.
     dead: bool,
     /// The generation the connection was opened in.
     generation: u64,
-    /// `CLIENT SETNAME`, packed, still to go out in front of the first
-    /// commands.
-    naming: Option<Vec<u8>>,
-    /// The name's reply is still to be read, before the first replies.
-    naming_reply: bool,
 }
 
 impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
-        let sent = match self.naming.take() {
-            Some(mut naming) => {
-                self.naming_reply = true;
-                naming.extend_from_slice(bytes);
-                self.stream.write_all(&naming)
-            }
-            None => self.stream.write_all(bytes),
-        };
-        sent.and_then(|()| self.stream.flush()).map_err(RedisError::from).inspect_err(|e| self.fail(e))
+        write_packed(&mut self.stream, bytes).map_err(RedisError::from).inspect_err(|e| self.fail(e))
     }
 
     /// Reads `replies` replies, stopping at the first failure, which
@@ -79,14 +66,6 @@ impl Conn {
     /// would be taken for the next caller's.
     pub(crate) fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
         let mut values = Vec::with_capacity(replies);
-        if std::mem::take(&mut self.naming_reply) {
-            // The name is best effort: an error reply (an ACL that denies
-            // it) costs nothing else.
-            if let Err(e) = self.replies.next(&mut self.stream) {
-                self.fail(&e);
-                return (values, Some(e));
-            }
-        }
         while values.len() < replies {
             match self.replies.next(&mut self.stream).and_then(refuse_demoted) {
                 Ok(value) => values.push(value),
@@ -310,125 +289,35 @@ impl Connector {
         }
     }
 
-    /// One connection to the primary. Its name goes out with its first
-    /// commands, in the same write, so that a new connection costs one round
-    /// trip, its setup (through Sentinel, `ROLE`, which the name goes out
-    /// with, costs a second).
+    /// One connection to the primary. Any failure to open it (a refused
+    /// connection, a node that is no longer a master) sends the next
+    /// attempt through Sentinel to the sentinels.
     fn connect_to_primary(&self) -> redis::RedisResult<Conn> {
         let generation = self.generation.current();
         let node = self.primary.locate()?;
-        let mut conn = match self.open(&node, generation) {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.primary.lost(&node);
-                return Err(e);
-            }
-        };
-        // So that CLIENT LIST tells keyholder's connections, and whose they
-        // are.
-        conn.naming = Some(redis::cmd("CLIENT").arg("SETNAME").arg(&*self.name).get_packed_command());
-        self.confirm_master(&node, &mut conn)?;
-        Ok(conn)
+        self.open(&node, generation).inspect_err(|_| self.primary.lost(&node))
     }
 
-    /// Connects to `node` and sets the connection up, as redis-rs's
-    /// `get_connection_with_timeout` did for RESP2: the TCP connect, the TLS
-    /// handshake and the setup round trip all within the connect timeout,
-    /// then the command timeout for every read and write. The setup is one
-    /// pipelined write: `AUTH` when the node's URL has a password (with its
-    /// ACL user when it has one), `SELECT` when it names a database other
-    /// than 0, and `CLIENT SETINFO` (best effort: Redis before 7.2 refuses
-    /// it). Its replies prove the server answers before any script is sent:
-    /// a path that swallows replies fails here, with nothing run.
+    /// Connects to `node` and sets the connection up (`net/handshake.rs`):
+    /// the TCP connect, the TLS handshake and one setup round trip within
+    /// the connect timeout, then the command timeout for every read and
+    /// write. The setup logs in when the node's URL has a password (with
+    /// its ACL user when it has one), selects the database it names, names
+    /// the connection `keyholder:<client-uuid>`, and, for a primary a
+    /// sentinel named (a discovered one), checks with `ROLE` that it is a
+    /// master; a fixed one is taken as it is.
     fn open(&self, node: &Node, generation: u64) -> redis::RedisResult<Conn> {
-        let deadline = Instant::now() + self.connect_timeout;
-        let stream = node.address().connect(self.connect_timeout)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to redis timed out").into());
-        }
-        stream.set_read_timeout(Some(left))?;
-        stream.set_write_timeout(Some(left))?;
-        let mut conn = Conn {
-            stream,
-            replies: Replies::default(),
-            broken: false,
-            dead: false,
-            generation,
-            naming: None,
-            naming_reply: false,
-        };
         let settings = node.info().redis_settings();
-        let mut setup = Vec::new();
-        let mut auth = None;
-        if let Some(password) = settings.password() {
-            let mut command = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                command.arg(user);
-            }
-            command.arg(password);
-            setup.push(command);
-            auth = Some(0);
-        }
-        let select = (settings.db() != 0).then(|| {
-            setup.push(redis::cmd("SELECT").arg(settings.db()).clone());
-            setup.len() - 1
-        });
-        for (field, value) in [("LIB-NAME", "keyholder"), ("LIB-VER", env!("CARGO_PKG_VERSION"))] {
-            setup.push(redis::cmd("CLIENT").arg("SETINFO").arg(field).arg(value).clone());
-        }
-        let packed: Vec<u8> = setup.iter().flat_map(redis::Cmd::get_packed_command).collect();
-        conn.send(&packed)?;
-        let (replies, failure) = conn.receive(setup.len());
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        // The errors are redis-rs's: a refused `AUTH` is
-        // `AuthenticationFailed`, a refused `SELECT` says so with the
-        // server's reason.
-        if let Some(Value::ServerError(e)) = auth.and_then(|at| replies.get(at)) {
-            return Err(RedisError::from((
-                redis::ErrorKind::AuthenticationFailed,
-                "Password authentication failed",
-                e.details().unwrap_or(e.code()).to_owned(),
-            )));
-        }
-        if let Some(Value::ServerError(e)) = select.and_then(|at| replies.get(at)) {
-            return Err(RedisError::from((
-                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-                "Redis server refused to switch database",
-                e.details().unwrap_or(e.code()).to_owned(),
-            )));
-        }
-        conn.stream.set_read_timeout(Some(self.command_timeout))?;
-        conn.stream.set_write_timeout(Some(self.command_timeout))?;
-        Ok(conn)
-    }
-
-    /// Checks that a new connection to `node` reached a master (`ROLE`),
-    /// for a discovered primary (a node a sentinel named); a fixed one is
-    /// taken as it is.
-    fn confirm_master(&self, node: &Arc<Node>, con: &mut Conn) -> redis::RedisResult<()> {
-        if !self.primary.is_discovered() {
-            return Ok(());
-        }
-        con.send(&redis::cmd("ROLE").get_packed_command())?;
-        let (mut replies, failure) = con.receive(1);
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let role = replies.pop().unwrap_or(redis::Value::Nil).extract_error()?;
-        let is_master = matches!(&role, redis::Value::Array(items)
-            if matches!(items.first(), Some(redis::Value::BulkString(b)) if b == b"master"));
-        if is_master {
-            return Ok(());
-        }
-        self.primary.lost(node);
-        Err(io::Error::new(
-            io::ErrorKind::ConnectionRefused,
-            format!("{} is not a master (a failover is under way)", node.info().addr()),
-        )
-        .into())
+        let setup = Setup {
+            username: settings.username(),
+            password: settings.password(),
+            db: settings.db(),
+            name: &self.name,
+            require_master: self.primary.is_discovered(),
+        };
+        let Opened { stream, replies } =
+            handshake::open(node.address(), &setup, self.connect_timeout, self.command_timeout)?;
+        Ok(Conn { stream, replies, broken: false, dead: false, generation })
     }
 }
 
