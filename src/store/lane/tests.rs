@@ -384,3 +384,78 @@ fn an_adopted_connection_serves_the_first_call() {
     assert!(rig.call("a").is_ok());
     assert_eq!(rig.dial.connects(), 1);
 }
+
+fn ticket(stage: Stage) -> Arc<Ticket> {
+    Arc::new(Ticket { stage: Mutex::new(stage), changed: Condvar::new() })
+}
+
+#[test]
+fn a_ticket_past_its_deadline_is_abandoned_and_then_neither_sent_led_nor_told() {
+    let past = Instant::now;
+    let queued = ticket(Stage::Queued);
+    assert!(matches!(queued.wait(past), Turn::TimedOut { sent: false, led: false }));
+    assert!(!queued.take_into_batch(), "an abandoned request was taken into a batch");
+    assert!(!queued.offer_lead(), "an abandoned caller was offered the lead");
+
+    let sent = ticket(Stage::Sent);
+    assert!(matches!(sent.wait(past), Turn::TimedOut { sent: true, led: false }));
+    sent.finish(Ok(Replies { values: Vec::new(), acked: None }));
+    assert!(matches!(*sent.stage.lock(), Stage::Abandoned), "a late reply was delivered");
+
+    // A lead found before the wait is taken, whatever the deadline; the
+    // request stays sent (it is in the batch to read).
+    let led = ticket(Stage::Lead { sent: true });
+    assert!(matches!(led.wait(past), Turn::Lead));
+    assert!(matches!(*led.stage.lock(), Stage::Sent));
+    assert!(!led.take_into_batch(), "a sent request was taken into a second batch");
+
+    let done = ticket(Stage::Sent);
+    done.finish(Err(Failure::Unsent));
+    assert!(!done.offer_lead(), "a caller with its outcome was offered the lead");
+    assert!(matches!(done.wait(past), Turn::Done(Err(Failure::Unsent))));
+}
+
+/// The race that leads here (the reading handed to a caller just as its
+/// deadline passes) cannot be forced from outside, so the lane is put in
+/// that state by hand: a batch in flight whose reader gave up.
+#[test]
+fn a_reading_given_up_at_the_deadline_fails_its_batch_retires_the_connection_and_passes_the_lead_on() {
+    let rig = Rig::new(false);
+    let me = this_thread();
+    assert!(rig.call("connects").is_ok());
+    rig.sent(1, &me, &["connects"]);
+    rig.reading(1, &me, 1);
+    let (reader, member, next) = (ticket(Stage::Abandoned), ticket(Stage::Sent), ticket(Stage::Queued));
+    let mut written = [echo("reader"), echo("member")];
+    let batch = Batch::new(written.iter_mut(), None);
+    {
+        let mut state = rig.lane.state.lock();
+        state.leading = true;
+        let members = [("reader", &reader), ("member", &member)]
+            .map(|(id, ticket)| Queued { request: echo(id), ticket: Arc::clone(ticket) });
+        state.in_flight = Some(InFlight { batch, members: members.into() });
+        state.queue.push_back(Queued { request: echo("next"), ticket: Arc::clone(&next) });
+    }
+    rig.lane.give_up_lead();
+    match &*member.stage.lock() {
+        Stage::Done(Err(Failure::Transport { error, dead: false })) => {
+            assert!(error.is_timeout(), "{error:?}")
+        }
+        _ => panic!("the other member of the batch was not told"),
+    }
+    assert!(!rig.lane.is_connected(), "the connection its late replies will arrive on was kept");
+    assert!(matches!(*next.stage.lock(), Stage::Lead { sent: false }), "the lead was not passed on");
+
+    // The caller handed the lead (played by the test's thread) writes the
+    // queue on a new connection.
+    rig.lane.lead(Wiring { dial: &*rig.dial, wait: None });
+    rig.sent(2, &me, &["next"]);
+    rig.reading(2, &me, 1);
+    match &*next.stage.lock() {
+        Stage::Done(Ok(replies)) => assert_eq!(answer(replies), "next"),
+        _ => panic!("the queued request got no reply"),
+    }
+    assert!(rig.control.is_quiet());
+    let state = rig.lane.state.lock();
+    assert!(!state.leading && state.in_flight.is_none() && state.conn.is_some());
+}
