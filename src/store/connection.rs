@@ -58,11 +58,16 @@ pub(crate) struct Conn {
     naming: Option<Vec<u8>>,
     /// The name's reply is still to be read, before the first replies.
     naming_reply: bool,
+    /// When the connection was opened, for its maximum lifetime.
+    opened_at: Instant,
+    /// When a command was last written, for its idle timeout.
+    last_used: Instant,
 }
 
 impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+        self.last_used = Instant::now();
         let sent = match self.naming.take() {
             Some(mut naming) => {
                 self.naming_reply = true;
@@ -121,6 +126,23 @@ impl Conn {
     /// The generation the connection was opened in.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// When the connection was opened.
+    pub(crate) fn opened_at(&self) -> Instant {
+        self.opened_at
+    }
+
+    /// When a command was last written on the connection (or it was
+    /// opened).
+    pub(crate) fn last_used(&self) -> Instant {
+        self.last_used
+    }
+
+    /// Takes the connection out of use, as a failure would: it is not
+    /// written to again, and the pool closes rather than keeps it.
+    pub(crate) fn retire(&mut self) {
+        self.broken = true;
     }
 }
 
@@ -357,6 +379,8 @@ impl Connector {
             generation,
             naming: None,
             naming_reply: false,
+            opened_at: Instant::now(),
+            last_used: Instant::now(),
         };
         let settings = node.info().redis_settings();
         let mut setup = Vec::new();
