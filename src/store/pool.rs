@@ -482,11 +482,12 @@ mod tests {
             PoolSettings { max_size, min_idle, idle_timeout: idle, max_lifetime: life, connect_timeout: TIMEOUT }
         }
 
-        /// Waits (bounded) until `pool` has `open` connections.
-        fn wait_for_open(pool: &NodePool, open: u32) {
+        /// Waits (bounded) until `pool` has at least `idle` connections in
+        /// reserve.
+        fn wait_for_reserve(pool: &NodePool, idle: u32) {
             let deadline = Instant::now() + Duration::from_secs(5);
-            while pool.open() != open {
-                assert!(Instant::now() < deadline, "{} open, not {open}: {pool:?}", pool.open());
+            while pool.pool.state().idle_connections < idle {
+                assert!(Instant::now() < deadline, "not {idle} in reserve: {pool:?}");
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
@@ -502,29 +503,31 @@ mod tests {
         fn keeps_a_warm_reserve_within_the_limit() {
             let server = RedisServer::start();
             let pool = pool(&server.url(), settings(2, 1, None, None));
-            wait_for_open(&pool, 1);
+            wait_for_reserve(&pool, 1);
             let mut first = pool.take().unwrap();
             assert!(matches!(first, Leased::Reserve(_)), "{first:?}");
             assert_eq!(ping(&mut first), Value::SimpleString("PONG".into()));
             // The reserve is refilled up to the limit, and no further.
-            wait_for_open(&pool, 2);
+            wait_for_reserve(&pool, 1);
             let second = pool.take().unwrap();
             assert!(matches!(second, Leased::Reserve(_)));
+            assert_eq!(pool.open(), 2);
             let third = pool.take().unwrap();
             assert!(matches!(third, Leased::Own(_)), "the caller opened its own");
             assert_eq!(pool.open(), 3);
             drop(third);
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(300));
             assert_eq!(pool.open(), 2, "no reserve at the limit");
-            // A lane's connection is closed when dropped, never put back.
+            // A lane's connection is closed when dropped, never put back; the
+            // reserve is refilled once under the limit.
             drop(first);
-            wait_for_open(&pool, 2);
-            assert_eq!(pool.pool.state().idle_connections, 1);
+            wait_for_reserve(&pool, 1);
+            assert_eq!(pool.open(), 2);
             drop(second);
         }
 
         #[test]
-        fn an_idle_or_old_connection_is_unfit_and_a_dead_one_retires_its_generation() {
+        fn an_idle_or_old_connection_is_unfit() {
             let server = RedisServer::start();
             let idle = Duration::from_millis(200);
             let pool = pool(&server.url(), settings(4, 0, Some(idle), Some(Duration::from_secs(60))));
@@ -549,11 +552,13 @@ mod tests {
         fn a_reserve_of_an_earlier_generation_is_closed_on_checkout() {
             let server = RedisServer::start();
             let pool = pool(&server.url(), settings(4, 1, None, None));
-            wait_for_open(&pool, 1);
+            wait_for_reserve(&pool, 1);
             pool.generation().advance();
             pool.purge();
-            // The stale one closed, a fresh one opened in its place.
-            wait_for_open(&pool, 1);
+            // The stale one closed, a fresh one opened in its place (r2d2
+            // may open two: it refills on the checkout and on the close).
+            wait_for_reserve(&pool, 1);
+            assert!(pool.open() <= 2, "{pool:?}");
             let conn = pool.take().unwrap();
             assert!(matches!(conn, Leased::Reserve(_)));
             assert!(conn.is_usable(pool.generation()));
