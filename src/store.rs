@@ -18,3 +18,4 @@ pub(crate) mod routes;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod slots;
+pub(crate) mod wire;

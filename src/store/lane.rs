@@ -35,7 +35,8 @@ use parking_lot::{Condvar, Mutex};
 use redis::RedisError;
 
 use crate::store::batch::{Batch, Replies, Request, Wait};
-use crate::store::connection::{Conn, Connector, Generation};
+use crate::store::connection::Generation;
+use crate::store::wire::{Dial, Wire};
 
 /// Why a request got no replies.
 #[derive(Debug, Clone)]
@@ -51,17 +52,25 @@ pub(crate) enum Failure {
 }
 
 /// What a leader needs besides the lane.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Wiring<'a> {
+#[derive(Debug)]
+pub(crate) struct Wiring<'a, D> {
     /// Opens a connection when the lane has none fit for use.
-    pub(crate) connector: &'a Connector,
+    pub(crate) dial: &'a D,
     /// The `WAIT` that ends a batch that asks for acknowledgement.
     pub(crate) wait: Option<Wait>,
 }
 
-/// One shared connection and the callers queued for it.
-pub(crate) struct Lane {
-    state: Mutex<LaneState>,
+impl<D> Clone for Wiring<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D> Copy for Wiring<'_, D> {}
+
+/// One shared connection (a [`Wire`]) and the callers queued for it.
+pub(crate) struct Lane<W> {
+    state: Mutex<LaneState<W>>,
     /// Callers queued or being served, read without the lock to choose a
     /// lane.
     load: AtomicUsize,
@@ -77,14 +86,14 @@ pub(crate) struct Lane {
     origin: Instant,
 }
 
-struct LaneState {
+struct LaneState<W> {
     /// Requests not yet written, in arrival order.
     queue: VecDeque<Queued>,
     /// A caller leads: it holds the connection (taken out of `conn`) or
     /// has been handed the lead.
     leading: bool,
     /// The connection, while no leader holds it.
-    conn: Option<Conn>,
+    conn: Option<W>,
     /// A batch written on `conn` whose replies are still to be read, by the
     /// member of it handed the lead.
     in_flight: Option<InFlight>,
@@ -136,9 +145,9 @@ enum Turn {
     },
 }
 
-impl Lane {
+impl<W: Wire> Lane<W> {
     /// A lane; its connection is `conn`, or opened on first use.
-    pub(crate) fn new(conn: Option<Conn>) -> Lane {
+    pub(crate) fn new(conn: Option<W>) -> Lane<W> {
         let connected = AtomicBool::new(conn.is_some());
         let state =
             LaneState { queue: VecDeque::new(), leading: false, conn, in_flight: None, closed: false };
@@ -204,11 +213,11 @@ impl Lane {
     /// it leads (then the socket timeouts bound it). The caller has
     /// claimed the lane ([`claim`](Lane::claim) or
     /// [`claim_idle`](Lane::claim_idle)); the claim ends here.
-    pub(crate) fn call(
+    pub(crate) fn call<D: Dial<Wire = W>>(
         &self,
         request: Request,
         timeout: Duration,
-        wiring: Wiring<'_>,
+        wiring: Wiring<'_, D>,
     ) -> Result<Replies, Failure> {
         // The deadline counts from the caller's first wait, right after it
         // queues (a caller that leads first has its reply by then): the
@@ -250,8 +259,8 @@ impl Lane {
     /// as the next batch, hands the reading of that one to one of its
     /// members, and deals out the replies read. The connection never waits
     /// for a woken thread to write what is queued.
-    fn lead(&self, wiring: Wiring<'_>) {
-        let generation = wiring.connector.generation();
+    fn lead<D: Dial<Wire = W>>(&self, wiring: Wiring<'_, D>) {
+        let generation = wiring.dial.generation();
         let (mut conn, mut in_flight) = {
             let mut state = self.state.lock();
             (state.conn.take(), state.in_flight.take())
@@ -320,7 +329,7 @@ impl Lane {
 
     /// Passes the lead to the first caller still queued, or leaves the lane
     /// without a leader.
-    fn hand_on(&self, state: &mut LaneState) {
+    fn hand_on(&self, state: &mut LaneState<W>) {
         while let Some(front) = state.queue.front() {
             if front.ticket.offer_lead() {
                 return;
@@ -333,7 +342,7 @@ impl Lane {
 
     /// Takes `conn` as the lane's connection if it has none and nobody
     /// leads it (a connection opened for it beforehand, by a check).
-    pub(crate) fn adopt(&self, conn: Conn) {
+    pub(crate) fn adopt(&self, conn: W) {
         let mut state = self.state.lock();
         if state.conn.is_none() && !state.leading && !state.closed {
             state.conn = Some(conn);
@@ -355,14 +364,18 @@ impl Lane {
 /// Writes `members`' requests as one batch on `conn`, or on a new
 /// connection if it has none fit for use. On failure the members get it,
 /// and a connection that failed is dropped.
-fn write(conn: &mut Option<Conn>, mut members: Vec<Queued>, wiring: Wiring<'_>) -> Option<InFlight> {
+fn write<D: Dial>(
+    conn: &mut Option<D::Wire>,
+    mut members: Vec<Queued>,
+    wiring: Wiring<'_, D>,
+) -> Option<InFlight> {
     if members.is_empty() {
         return None;
     }
-    let generation = wiring.connector.generation();
+    let generation = wiring.dial.generation();
     let mut fit = match conn.take() {
         Some(open) if open.is_usable(generation) => open,
-        _ => match wiring.connector.connect() {
+        _ => match wiring.dial.connect() {
             Ok(opened) => opened,
             Err(e) => {
                 for member in members {
@@ -390,7 +403,11 @@ fn write(conn: &mut Option<Conn>, mut members: Vec<Queued>, wiring: Wiring<'_>) 
 /// Reads the replies of `batch`, written on `conn`, and deals them out; a
 /// connection that failed is dropped, and a dead one starts a new
 /// generation.
-fn read(conn: &mut Option<Conn>, batch: Batch, generation: &Generation) -> Vec<Result<Replies, Failure>> {
+fn read<W: Wire>(
+    conn: &mut Option<W>,
+    batch: Batch,
+    generation: &Generation,
+) -> Vec<Result<Replies, Failure>> {
     let (values, failure, dead) = match conn.as_mut() {
         Some(open) => {
             let (values, failure) = open.receive(batch.replies());

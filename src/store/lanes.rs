@@ -47,7 +47,7 @@ const STALLED: Duration = Duration::from_millis(50);
 
 /// The client's shared command connections.
 pub(crate) struct Lanes {
-    lanes: Box<[Lane]>,
+    lanes: Box<[Lane<Conn>]>,
     connector: Connector,
     wait: Option<Wait>,
     /// How long a queued call waits at most: a connect and a command.
@@ -125,7 +125,7 @@ impl Lanes {
     /// connection first); else the least loaded, where a batch starts to
     /// form. Lanes whose batch in flight is stalled are joined only when
     /// all are. Looks from the thread's own lane on.
-    fn claim(&self) -> &Lane {
+    fn claim(&self) -> &Lane<Conn> {
         let count = self.lanes.len();
         let home = usize::try_from(owner::current_thread_id() % count as u64).unwrap_or(0);
         let order = || (home..count).chain(0..home).map(|i| &self.lanes[i]);
@@ -220,7 +220,7 @@ pub(crate) struct Session<'a> {
     lanes: Arc<Lanes>,
     redirects: Option<&'a dyn Redirects>,
     /// After shutdown: a lane of the call's own, closed with the session.
-    own: Option<Lane>,
+    own: Option<Lane<Conn>>,
     dead: bool,
     replicated: Option<bool>,
 }
@@ -302,7 +302,7 @@ impl Session<'_> {
             }
             None => lanes.claim(),
         };
-        let wiring = Wiring { connector: &lanes.connector, wait: lanes.wait };
+        let wiring = Wiring { dial: &lanes.connector, wait: lanes.wait };
         // A wait that outlives a move of the primary says nothing of the
         // new one: only a failure within one generation fails fast.
         let generation = lanes.connector.generation().current();
