@@ -41,6 +41,7 @@ use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::observe::{self, Opener};
 use crate::store::connection::{Conn, Connector, Generation};
+use crate::store::wire::{Dial, Wire};
 
 /// How often r2d2's reaper closes reserve connections past their limits
 /// (fixed by r2d2).
@@ -75,7 +76,8 @@ pub(crate) struct PoolSettings {
 #[derive(Debug)]
 struct Limits {
     open: AtomicU32,
-    max: u32,
+    /// 0 once the client shut down: no reserve any more.
+    max: AtomicU32,
     idle_timeout: Option<Duration>,
     max_lifetime: Option<Duration>,
 }
@@ -89,7 +91,7 @@ impl Limits {
 
     /// A place for a reserve connection, if under the limit.
     fn try_reserve(self: &Arc<Self>) -> Option<Slot> {
-        let max = self.max;
+        let max = self.max.load(Ordering::Acquire);
         let reserved = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
             (open < max).then_some(open + 1)
         });
@@ -97,7 +99,7 @@ impl Limits {
     }
 
     fn is_over(&self) -> bool {
-        self.open.load(Ordering::Acquire) > self.max
+        self.open.load(Ordering::Acquire) > self.max.load(Ordering::Acquire)
     }
 
     /// Why `conn` must not be used any more, if it must not (no I/O).
@@ -281,7 +283,7 @@ impl NodePool {
         let max = settings.max_size.max(1);
         let limits = Arc::new(Limits {
             open: AtomicU32::new(0),
-            max,
+            max: AtomicU32::new(max),
             idle_timeout: settings.idle_timeout,
             max_lifetime: settings.max_lifetime,
         });
@@ -355,6 +357,15 @@ impl NodePool {
     /// moved): taking one tests and closes every unfit one before it.
     pub(crate) fn purge(&self) {
         drop(self.pool.try_get());
+    }
+
+    /// The client shut down: the reserve is closed and not refilled (the
+    /// lanes close their own connections).
+    pub(crate) fn close(&self) {
+        self.limits.max.store(0, Ordering::Release);
+        while let Some(mut spare) = self.pool.try_get() {
+            spare.conn.retire();
+        }
     }
 
     /// The node's open connections, in reserve or held by a lane.
@@ -434,6 +445,47 @@ impl Leased {
     }
 }
 
+impl Dial for NodePool {
+    type Wire = Leased;
+
+    #[inline]
+    fn connect(&self) -> RedisResult<Leased> {
+        self.take()
+    }
+
+    #[inline]
+    fn generation(&self) -> &Generation {
+        NodePool::generation(self)
+    }
+}
+
+impl Wire for Leased {
+    #[inline]
+    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+        Leased::send(self, bytes)
+    }
+
+    #[inline]
+    fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
+        Leased::receive(self, replies)
+    }
+
+    #[inline]
+    fn is_usable(&self, generation: &Generation) -> bool {
+        Leased::is_usable(self, generation)
+    }
+
+    #[inline]
+    fn is_dead(&self) -> bool {
+        Leased::is_dead(self)
+    }
+
+    #[inline]
+    fn generation(&self) -> u64 {
+        Leased::generation(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,7 +493,7 @@ mod tests {
     fn limits(max: u32, idle: Option<u64>, life: Option<u64>) -> Arc<Limits> {
         Arc::new(Limits {
             open: AtomicU32::new(0),
-            max,
+            max: AtomicU32::new(max),
             idle_timeout: idle.map(Duration::from_millis),
             max_lifetime: life.map(Duration::from_millis),
         })
