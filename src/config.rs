@@ -570,10 +570,9 @@ impl Config {
                 self.min_idle, self.pool_max_size
             ));
         }
-        for (name, value) in [
-            ("connection_idle_timeout", self.idle_timeout),
-            ("connection_max_lifetime", self.max_lifetime),
-        ] {
+        for (name, value) in
+            [("connection_idle_timeout", self.idle_timeout), ("connection_max_lifetime", self.max_lifetime)]
+        {
             if let Some(value) = value
                 && (value.is_zero() || value > MAX_CONNECTION_AGE)
             {

@@ -38,8 +38,8 @@ use crate::error::{Error, Result};
 use crate::owner;
 use crate::store::batch::{Replies, Request, Wait};
 use crate::store::connection::{Conn, Connector};
-use crate::store::pool::{Leased, NodePool};
 use crate::store::lane::{Failure, Lane, Wiring};
+use crate::store::pool::{Leased, NodePool};
 use crate::store::slots::{self, Redirect};
 
 /// How long a batch may wait for its replies before callers stop joining

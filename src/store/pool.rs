@@ -92,9 +92,9 @@ impl Limits {
     /// A place for a reserve connection, if under the limit.
     fn try_reserve(self: &Arc<Self>) -> Option<Slot> {
         let max = self.max.load(Ordering::Acquire);
-        let reserved = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-            (open < max).then_some(open + 1)
-        });
+        let reserved = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| (open < max).then_some(open + 1));
         reserved.ok().map(|_| Slot(Arc::clone(self)))
     }
 
@@ -243,7 +243,9 @@ impl r2d2::HandleError<PoolError> for ReportErrors {
                     );
                 }
             }
-            PoolError::Unfit(why) => log::debug!("keyholder: a connection to {} was closed: {why}", self.node),
+            PoolError::Unfit(why) => {
+                log::debug!("keyholder: a connection to {} was closed: {why}", self.node)
+            }
             PoolError::Full => {}
         }
     }
@@ -288,8 +290,11 @@ impl NodePool {
             max_lifetime: settings.max_lifetime,
         });
         let failing = Arc::new(AtomicBool::new(false));
-        let manager =
-            Manager { connector: connector.clone(), limits: Arc::clone(&limits), failing: Arc::clone(&failing) };
+        let manager = Manager {
+            connector: connector.clone(),
+            limits: Arc::clone(&limits),
+            failing: Arc::clone(&failing),
+        };
         // The reaper closes a reserve connection up to 30 s past its limit:
         // it runs that much earlier, so that the reserve is fit when taken.
         let early = |limit: Duration| Some(limit.checked_sub(REAPER_PERIOD).unwrap_or(limit));
@@ -525,13 +530,29 @@ mod tests {
         fn pool(url: &str, settings: PoolSettings) -> NodePool {
             let node = Node::new(redis::Client::open(url).unwrap(), None).unwrap();
             let generation = Arc::new(Generation::default());
-            let connector =
-                Connector::new(Arc::new(Primary::fixed(node)), TIMEOUT, TIMEOUT, generation, Arc::from("kh-pool"));
+            let connector = Connector::new(
+                Arc::new(Primary::fixed(node)),
+                TIMEOUT,
+                TIMEOUT,
+                generation,
+                Arc::from("kh-pool"),
+            );
             NodePool::new(connector, settings, url.to_owned())
         }
 
-        fn settings(max_size: u32, min_idle: u32, idle: Option<Duration>, life: Option<Duration>) -> PoolSettings {
-            PoolSettings { max_size, min_idle, idle_timeout: idle, max_lifetime: life, connect_timeout: TIMEOUT }
+        fn settings(
+            max_size: u32,
+            min_idle: u32,
+            idle: Option<Duration>,
+            life: Option<Duration>,
+        ) -> PoolSettings {
+            PoolSettings {
+                max_size,
+                min_idle,
+                idle_timeout: idle,
+                max_lifetime: life,
+                connect_timeout: TIMEOUT,
+            }
         }
 
         /// Waits (bounded) until `pool` has at least `idle` connections in

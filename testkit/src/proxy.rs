@@ -143,7 +143,13 @@ fn connect_through(client: TcpStream, upstream_port: u16, shared: Arc<Shared>) {
 }
 
 /// Copies `from` to `to` until either side closes, applying the fault.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, replies: bool, silenced: Arc<AtomicBool>) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shared: Arc<Shared>,
+    replies: bool,
+    silenced: Arc<AtomicBool>,
+) {
     let mut buf = [0u8; 16 * 1024];
     let mut cut_budget: Option<usize> = None;
     loop {

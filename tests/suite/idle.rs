@@ -201,7 +201,10 @@ fn a_default_client_still_opens_at_most_16_connections_under_a_burst() {
                 let lock = client.lock(&format!("burst-{t}")).unwrap();
                 start.wait();
                 for _ in 0..20 {
-                    lock.lock().map_err(|e| format!("lock: {e:?}"))?.unlock().map_err(|e| format!("{e:?}"))?;
+                    lock.lock()
+                        .map_err(|e| format!("lock: {e:?}"))?
+                        .unlock()
+                        .map_err(|e| format!("{e:?}"))?;
                 }
                 Ok::<(), String>(())
             })
