@@ -669,5 +669,8 @@ mod tests {
         for c in bad {
             assert!(c.validate().unwrap_err().is_invalid(), "{c:?}");
         }
+        let never = Config { idle_timeout: None, max_lifetime: None, min_idle: 0, ..config() };
+        assert!(never.validate().is_ok(), "no idle timeout, no lifetime, no reserve");
+        assert!(Config { min_idle: 15, ..config() }.validate().is_ok());
     }
 }

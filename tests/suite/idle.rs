@@ -62,6 +62,7 @@ fn the_first_call_after_a_nat_forgot_the_idle_flows_succeeds_at_once() {
     let started = Instant::now();
     let guard = lock.lock();
     let took = started.elapsed();
+    eprintln!("the first call after the idle drop took {took:?}");
     assert!(guard.is_ok(), "the call failed after {took:?}: {:?}", guard.err());
     assert!(took < CONNECT + 500 * MILLI, "took {took:?}: a connect and a round trip, not {COMMAND:?}");
     guard.unwrap().unlock().unwrap();
