@@ -10,6 +10,24 @@ use crate::lease::MAX_LEASE;
 /// client.
 const DEFAULT_COMMAND_CONNECTIONS: u32 = 15;
 
+/// The default idle timeout of a command connection: below the shortest
+/// idle cut-off of the cloud defaults (Azure's load balancer, 4 min; AWS's
+/// NAT gateway, 350 s; GCP's Cloud NAT, 10 min and more), with room for
+/// the pool's reaper, which runs every 30 s.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The default maximum lifetime of a command connection: r2d2's and
+/// HikariCP's default, long enough that reconnects cost nothing
+/// measurable, short enough that connections follow a load balancer's new
+/// backends and a managed service's maintenance within the half hour.
+const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// The default number of idle connections kept open, in reserve, per node.
+const DEFAULT_MIN_IDLE: u32 = 1;
+
+/// The longest idle timeout and maximum lifetime accepted.
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(24 * 3600);
+
 /// The settings a client was built with.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -26,6 +44,14 @@ pub(crate) struct Config {
     /// Credentials and database of the primary found through Sentinel.
     pub(crate) node: NodeSettings,
     pub(crate) pool_max_size: u32,
+    /// A command connection unused this long is not used again (`None`:
+    /// never).
+    pub(crate) idle_timeout: Option<Duration>,
+    /// A command connection open this long is not used again (`None`:
+    /// never).
+    pub(crate) max_lifetime: Option<Duration>,
+    /// Idle command connections kept open in reserve, per node.
+    pub(crate) min_idle: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
@@ -145,6 +171,9 @@ impl ClientBuilder {
                 sharded_pubsub: None,
                 node: NodeSettings::default(),
                 pool_max_size: DEFAULT_COMMAND_CONNECTIONS,
+                idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+                max_lifetime: Some(DEFAULT_MAX_LIFETIME),
+                min_idle: DEFAULT_MIN_IDLE,
                 connect_timeout: Duration::from_secs(3),
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
@@ -242,9 +271,62 @@ impl ClientBuilder {
     /// Defaults to 15: with its pub/sub connection, a client opens at most
     /// 16 connections to a server (or to each cluster node). Must be at
     /// least 1. (Redisson's `connectionPoolSize` is 64, one command per
-    /// connection at a time.)
+    /// connection at a time.) Connections idle in reserve
+    /// ([`min_idle_connections`](ClientBuilder::min_idle_connections))
+    /// count towards it.
     pub fn pool_max_size(mut self, size: u32) -> Self {
         self.config.pool_max_size = size;
+        self
+    }
+
+    /// How long a command connection may go unused before it is closed and
+    /// replaced: a connection idle this long is never written to again (a
+    /// call that finds its lane's connection past it takes another, without
+    /// any I/O on the old one), and an idle one held in reserve is closed
+    /// within 30 s of it. `None`: never.
+    ///
+    /// Networks drop idle flows without a word: a NAT or a load balancer
+    /// that forgot a connection swallows what is sent on it, and the call
+    /// would wait out the whole command timeout before failing. Every
+    /// socket also has TCP keepalive on (first probe after 60 s idle), which
+    /// keeps most such mappings alive; this bound holds where keepalive
+    /// probes do not count as traffic or do not get through.
+    ///
+    /// Defaults to 3 min: below the shortest of the cloud defaults (Azure's
+    /// load balancer forgets an idle flow after 4 min, AWS's NAT gateway
+    /// after 350 s, GCP's Cloud NAT after 10 min or more), reaper included.
+    /// At most 24 h.
+    pub fn connection_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// How long a command connection may stay open at all: one older than
+    /// this is not used again (a call that finds it takes another, without
+    /// any I/O on the old one), and an idle one held in reserve is closed
+    /// within 30 s of it. Spreads a client's reconnects over time and lets
+    /// its connections follow a load balancer's new backends or a managed
+    /// service's maintenance. `None`: never.
+    ///
+    /// Defaults to 30 min (r2d2's default). At most 24 h.
+    pub fn connection_max_lifetime(mut self, lifetime: Option<Duration>) -> Self {
+        self.config.max_lifetime = lifetime;
+        self
+    }
+
+    /// How many idle command connections each node keeps open in reserve,
+    /// opened and replaced on the process's pool maintenance thread, so
+    /// that a thread that needs a new connection (its lane's was closed,
+    /// or more threads call at once than before) usually finds one ready
+    /// instead of connecting. A thread that finds none connects by itself,
+    /// within the connect timeout, and never waits for that thread. The
+    /// reserve counts towards [`pool_max_size`](ClientBuilder::pool_max_size):
+    /// none is kept once every lane has a connection.
+    ///
+    /// Defaults to 1. 0 opens connections only when a call needs one. At
+    /// most `pool_max_size`.
+    pub fn min_idle_connections(mut self, connections: u32) -> Self {
+        self.config.min_idle = connections;
         self
     }
 
@@ -482,6 +564,21 @@ impl Config {
         if self.pool_max_size == 0 {
             return invalid("pool_max_size must be at least 1".into());
         }
+        if self.min_idle > self.pool_max_size {
+            return invalid(format!(
+                "min_idle_connections {} is over pool_max_size {}",
+                self.min_idle, self.pool_max_size
+            ));
+        }
+        for (name, value) in
+            [("connection_idle_timeout", self.idle_timeout), ("connection_max_lifetime", self.max_lifetime)]
+        {
+            if let Some(value) = value
+                && (value.is_zero() || value > MAX_CONNECTION_AGE)
+            {
+                return invalid(format!("{name} {value:?} is outside (0, 24 h]"));
+            }
+        }
         for (name, value) in
             [("connect_timeout", self.connect_timeout), ("command_timeout", self.command_timeout)]
         {
@@ -530,6 +627,9 @@ mod tests {
     fn defaults_match_the_docs() {
         let c = config();
         assert_eq!(c.pool_max_size, 15);
+        assert_eq!(c.idle_timeout, Some(Duration::from_secs(180)));
+        assert_eq!(c.max_lifetime, Some(Duration::from_secs(1800)));
+        assert_eq!(c.min_idle, 1);
         assert_eq!(c.connect_timeout, Duration::from_secs(3));
         assert_eq!(c.command_timeout, Duration::from_secs(3));
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
@@ -556,6 +656,9 @@ mod tests {
     fn out_of_range_settings_are_refused() {
         let bad = [
             Config { pool_max_size: 0, ..config() },
+            Config { min_idle: 16, ..config() },
+            Config { idle_timeout: Some(Duration::ZERO), ..config() },
+            Config { max_lifetime: Some(Duration::from_secs(24 * 3600 + 1)), ..config() },
             Config { connect_timeout: Duration::ZERO, ..config() },
             Config { command_timeout: Duration::from_secs(7200), ..config() },
             Config { watchdog_timeout: Duration::from_millis(29), ..config() },
@@ -566,5 +669,8 @@ mod tests {
         for c in bad {
             assert!(c.validate().unwrap_err().is_invalid(), "{c:?}");
         }
+        let never = Config { idle_timeout: None, max_lifetime: None, min_idle: 0, ..config() };
+        assert!(never.validate().is_ok(), "no idle timeout, no lifetime, no reserve");
+        assert!(Config { min_idle: 15, ..config() }.validate().is_ok());
     }
 }

@@ -1,7 +1,8 @@
 //! Observability: `tracing` spans and events (the `tracing` feature) and
 //! counters and histograms through the `metrics` facade (the `metrics`
 //! feature), emitted from the few places that matter: acquire, release,
-//! a hold's loss, a renewal round, a pub/sub reconnect and a run-once job.
+//! a hold's loss, a renewal round, a pub/sub reconnect, a run-once job and
+//! a command connection opened, closed or failing to open.
 //!
 //! Without the features every type here is zero-sized and every function an
 //! empty `#[inline]` one, so the callers compile to what they were before:
@@ -62,9 +63,21 @@ pub mod metric_names {
     /// Counter: run-once job calls (`Job::run`, `Job::run_with`). Label:
     /// `outcome` (`ran`, `skipped`, `lost`, `error`).
     pub const JOBS: &str = "keyholder_jobs_total";
+    /// Counter: command connections opened (set up and ready). Label: `by`
+    /// (`pool`: opened in reserve on the pool's maintenance thread,
+    /// `caller`: opened by a call that found none ready).
+    pub const CONNECTIONS_OPENED: &str = "keyholder_connections_opened_total";
+    /// Counter: command connections closed (failed, found dead, past their
+    /// idle timeout or maximum lifetime, of an earlier generation, or the
+    /// client shut down).
+    pub const CONNECTIONS_CLOSED: &str = "keyholder_connections_closed_total";
+    /// Counter: command connections that could not be opened (refused,
+    /// timed out, denied). Label: `by` (`pool`, `caller`), as
+    /// [`CONNECTIONS_OPENED`].
+    pub const CONNECTION_FAILURES: &str = "keyholder_connection_failures_total";
 
     /// Every name above.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 13] = [
         ACQUISITIONS,
         ACQUIRE_WAITS,
         ACQUIRE_WAIT_SECONDS,
@@ -75,6 +88,9 @@ pub mod metric_names {
         RENEWAL_FAILURES,
         PUBSUB_RECONNECTS,
         JOBS,
+        CONNECTIONS_OPENED,
+        CONNECTIONS_CLOSED,
+        CONNECTION_FAILURES,
     ];
 }
 
@@ -359,6 +375,58 @@ pub(crate) fn pubsub_reconnected() {
     metrics::counter!(metric_names::PUBSUB_RECONNECTS).increment(1);
 }
 
+/// Who opened a command connection: the pool's maintenance thread (in
+/// reserve) or a caller that found none ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opener {
+    Pool,
+    Caller,
+}
+
+impl Opener {
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    fn as_str(self) -> &'static str {
+        match self {
+            Opener::Pool => "pool",
+            Opener::Caller => "caller",
+        }
+    }
+}
+
+/// A command connection was opened.
+#[inline]
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
+pub(crate) fn connection_opened(by: Opener) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(name: "keyholder.connection_opened", by = by.as_str(), "command connection opened");
+    #[cfg(feature = "metrics")]
+    metrics::counter!(metric_names::CONNECTIONS_OPENED, "by" => by.as_str()).increment(1);
+}
+
+/// A command connection was closed.
+#[inline]
+pub(crate) fn connection_closed() {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(name: "keyholder.connection_closed", "command connection closed");
+    #[cfg(feature = "metrics")]
+    metrics::counter!(metric_names::CONNECTIONS_CLOSED).increment(1);
+}
+
+/// A command connection could not be opened.
+#[inline]
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
+pub(crate) fn connection_failed(by: Opener, error: &dyn std::fmt::Display) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        name: "keyholder.connection_failed",
+        by = by.as_str(),
+        error = %error,
+        "a command connection could not be opened"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!(metric_names::CONNECTION_FAILURES, "by" => by.as_str()).increment(1);
+}
+
 /// How a run-once job call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JobOutcome {
@@ -530,6 +598,17 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(m::PUBSUB_RECONNECTS, Unit::Count, "Pub/sub connection re-establishments.");
     metrics::describe_counter!(m::JOBS, Unit::Count, "Run-once job calls, by outcome.");
+    metrics::describe_counter!(
+        m::CONNECTIONS_OPENED,
+        Unit::Count,
+        "Command connections opened, by who opened them (pool, caller)."
+    );
+    metrics::describe_counter!(m::CONNECTIONS_CLOSED, Unit::Count, "Command connections closed.");
+    metrics::describe_counter!(
+        m::CONNECTION_FAILURES,
+        Unit::Count,
+        "Command connections that could not be opened, by who tried (pool, caller)."
+    );
 }
 
 #[cfg(test)]

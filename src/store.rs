@@ -11,6 +11,7 @@ pub(crate) mod connection;
 pub(crate) mod eval;
 pub(crate) mod lane;
 pub(crate) mod lanes;
+pub(crate) mod pool;
 pub(crate) mod primary;
 pub(crate) mod routes;
 pub(crate) mod scripts;

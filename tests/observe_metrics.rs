@@ -194,6 +194,18 @@ fn lock_operations_are_counted() {
     assert!(eventually(LIMIT, || rec.counter(m::HOLDS_LOST, &[("reason", "lease_expired"), lock_label]) == 1));
     drop(guard);
 
+    // Command connections (issue 23): opened by callers (the access
+    // check's, the lanes') and in reserve by the pool; after the stop, the
+    // dead ones closed and new ones failing to open.
+    assert!(rec.counter(m::CONNECTIONS_OPENED, &[("by", "caller")]) >= 1);
+    assert!(rec.counter(m::CONNECTIONS_OPENED, &[("by", "pool")]) >= 1, "no reserve connection counted");
+    assert!(eventually(LIMIT, || rec.counter(m::CONNECTIONS_CLOSED, &[]) >= 1), "no close counted");
+    let failures = |rec: &mut Recorded| {
+        rec.counter(m::CONNECTION_FAILURES, &[("by", "caller")])
+            + rec.counter(m::CONNECTION_FAILURES, &[("by", "pool")])
+    };
+    assert!(eventually(LIMIT, || failures(&mut rec) >= 1), "no failed connect counted");
+
     // One `lock` label value per name group, never a raw id.
     assert_eq!(rec.all_lock_labels(), ["orders:*", "reports:daily"]);
 }

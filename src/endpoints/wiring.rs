@@ -26,6 +26,7 @@ use crate::store::batch::Wait;
 use crate::store::cluster::{Cluster, NodeSettings as ClusterNodes, Shard};
 use crate::store::connection::{Connector, Generation};
 use crate::store::lanes::Lanes;
+use crate::store::pool::{NodePool, PoolSettings};
 use crate::store::primary::Node;
 use crate::store::routes::Routes;
 use crate::store::slots::key_slot;
@@ -134,8 +135,9 @@ pub(crate) fn primary_connections(
         false,
     ));
     let wait = wait_of(config);
+    let pool = NodePool::new(connector, pool_settings(config), "the primary".to_owned());
     let lanes = Lanes::new(
-        connector,
+        pool,
         Some(first),
         config.pool_max_size,
         wait,
@@ -184,6 +186,17 @@ pub(crate) fn primary_connections(
     })
 }
 
+/// How each node's command connections are pooled (see `store/pool.rs`).
+fn pool_settings(config: &Config) -> PoolSettings {
+    PoolSettings {
+        max_size: config.pool_max_size,
+        min_idle: config.min_idle,
+        idle_timeout: config.idle_timeout,
+        max_lifetime: config.max_lifetime,
+        connect_timeout: config.connect_timeout,
+    }
+}
+
 /// The connections of a Redis Cluster client: the slot map and the access
 /// check (see `store/cluster.rs`), whether the servers have shard
 /// channels, the subscription check, and a pub/sub connection per node,
@@ -226,6 +239,7 @@ pub(crate) fn cluster_connections(
             connect_timeout: config.connect_timeout,
             command_timeout: config.command_timeout,
             lanes: config.pool_max_size,
+            pool: pool_settings(config),
             wait,
             name: Arc::clone(connection_name),
         },

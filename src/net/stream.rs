@@ -108,8 +108,26 @@ impl Address {
     }
 }
 
+/// How long a TCP connection may be silent before the kernel probes it
+/// (then every 10 s where the platform lets that be set): a NAT or load
+/// balancer keeps the flow's mapping (their idle cut-offs are 4 min and
+/// up), and a peer gone without a word is noticed by a connection nobody
+/// writes to.
+const KEEPALIVE_TIME: Duration = Duration::from_secs(60);
+
+/// Turns TCP keepalive on (best effort: a platform that refuses it still
+/// gets a working connection, retired by its idle timeout).
+fn keep_alive(stream: &TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_TIME);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos", target_os = "ios", windows))]
+    let keepalive = keepalive.with_interval(Duration::from_secs(10));
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        log::debug!("keyholder: TCP keepalive could not be turned on: {e}");
+    }
+}
+
 /// A TCP connection to `host:port` by `deadline`, trying each of its
-/// addresses in turn.
+/// addresses in turn, with keepalive on.
 fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
     for addr in (host, port).to_socket_addrs()? {
@@ -120,6 +138,7 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream
         match TcpStream::connect_timeout(&addr, left) {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
+                keep_alive(&stream);
                 return Ok(stream);
             }
             Err(e) => last = e,

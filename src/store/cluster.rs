@@ -37,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::store::batch::Wait;
 use crate::store::connection::{Connector, Generation, access_error};
 use crate::store::lanes::{Lanes, Redirects, Session};
+use crate::store::pool::{NodePool, PoolSettings};
 use crate::store::primary::{OpenNode, Primary, at_address};
 use crate::store::slots::{self, Addr, Redirect, SLOTS, SlotRange};
 
@@ -55,6 +56,8 @@ pub(crate) struct NodeSettings {
     pub(crate) command_timeout: Duration,
     /// Lanes per node.
     pub(crate) lanes: u32,
+    /// How each node's connections are pooled.
+    pub(crate) pool: PoolSettings,
     pub(crate) wait: Option<Wait>,
     /// `CLIENT SETNAME` of every command connection.
     pub(crate) name: Arc<str>,
@@ -307,7 +310,8 @@ impl Cluster {
             generation,
             Arc::clone(&s.name),
         );
-        let lanes = Lanes::new(connector, None, s.lanes, s.wait, s.connect_timeout, s.command_timeout);
+        let pool = NodePool::new(connector, s.pool, format!("{}:{}", addr.0, addr.1));
+        let lanes = Lanes::new(pool, None, s.lanes, s.wait, s.connect_timeout, s.command_timeout);
         if self.closed.load(Ordering::Acquire) {
             lanes.close();
         }

@@ -31,7 +31,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
@@ -53,11 +53,16 @@ pub(crate) struct Conn {
     dead: bool,
     /// The generation the connection was opened in.
     generation: u64,
+    /// When the connection was opened, for its maximum lifetime.
+    opened_at: Instant,
+    /// When a command was last written, for its idle timeout.
+    last_used: Instant,
 }
 
 impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+        self.last_used = Instant::now();
         write_packed(&mut self.stream, bytes).map_err(RedisError::from).inspect_err(|e| self.fail(e))
     }
 
@@ -100,6 +105,23 @@ impl Conn {
     /// The generation the connection was opened in.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// When the connection was opened.
+    pub(crate) fn opened_at(&self) -> Instant {
+        self.opened_at
+    }
+
+    /// When a command was last written on the connection (or it was
+    /// opened).
+    pub(crate) fn last_used(&self) -> Instant {
+        self.last_used
+    }
+
+    /// Takes the connection out of use, as a failure would: it is not
+    /// written to again, and the pool closes rather than keeps it.
+    pub(crate) fn retire(&mut self) {
+        self.broken = true;
     }
 }
 
@@ -317,7 +339,8 @@ impl Connector {
         };
         let Opened { stream, replies } =
             handshake::open(node.address(), &setup, self.connect_timeout, self.command_timeout)?;
-        Ok(Conn { stream, replies, broken: false, dead: false, generation })
+        let now = Instant::now();
+        Ok(Conn { stream, replies, broken: false, dead: false, generation, opened_at: now, last_used: now })
     }
 }
 

@@ -17,10 +17,12 @@
 //! than the command timeout), not the client. A thread starts looking at a
 //! lane of its own (by its thread id), which spreads threads over lanes.
 //!
-//! Lanes open their connections on first use and keep them while the
-//! client lives; a connection that failed, or that belongs to an earlier
-//! generation (one of its siblings was found dead), is replaced before its
-//! next use. When a connection could not be opened within the connect
+//! Lanes take their connections on first use from the node's pool
+//! (`store/pool.rs`: one kept warm in reserve, or else one the caller opens
+//! on its own thread) and keep them; a connection that failed, that
+//! belongs to an earlier generation (one of its siblings was found dead),
+//! or that has been idle past its idle timeout or open past its maximum
+//! lifetime, is replaced before its next use. When a connection could not be opened within the connect
 //! timeout, Redis is taken to be unreachable for one connect timeout, and
 //! calls fail at once instead of each waiting it out (dropping 500 guards
 //! would otherwise take 500 timeouts); a refused connection fails at once
@@ -37,6 +39,7 @@ use crate::owner;
 use crate::store::batch::{Replies, Request, Wait};
 use crate::store::connection::{Conn, Connector};
 use crate::store::lane::{Failure, Lane, Wiring};
+use crate::store::pool::{Leased, NodePool};
 use crate::store::slots::{self, Redirect};
 use crate::store::wire::Wire;
 
@@ -48,8 +51,9 @@ const STALLED: Duration = Duration::from_millis(50);
 
 /// The client's shared command connections.
 pub(crate) struct Lanes {
-    lanes: Box<[Lane<Conn>]>,
-    connector: Connector,
+    lanes: Box<[Lane<Leased>]>,
+    /// The node's connections: the reserve, the count, the connector.
+    pool: NodePool,
     wait: Option<Wait>,
     /// How long a queued call waits at most: a connect and a command.
     call_timeout: Duration,
@@ -67,18 +71,18 @@ impl Lanes {
     /// connecting on first use; batches that ask for acknowledgement end
     /// with `wait`.
     pub(crate) fn new(
-        connector: Connector,
+        pool: NodePool,
         first: Option<Conn>,
         count: u32,
         wait: Option<Wait>,
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> Lanes {
-        let mut first = first;
+        let mut first = first.map(|conn| pool.adopt(conn));
         let lanes = (0..count.max(1)).map(|_| Lane::new(first.take())).collect();
         Lanes {
             lanes,
-            connector,
+            pool,
             wait,
             call_timeout: connect_timeout + command_timeout,
             connect_timeout,
@@ -123,21 +127,21 @@ impl Lanes {
 
     /// Claims a lane for the calling thread (see [`claim_among`]), looking
     /// from the thread's own lane on.
-    fn claim(&self) -> &Lane<Conn> {
+    fn claim(&self) -> &Lane<Leased> {
         let home = usize::try_from(owner::current_thread_id() % self.lanes.len() as u64).unwrap_or(0);
         claim_among(&self.lanes, home, Instant::now)
     }
 
     /// Opens this node's connections.
     pub(crate) fn connector(&self) -> &Connector {
-        &self.connector
+        self.pool.connector()
     }
 
     /// Takes `conn`, opened beforehand (by the access check), as a lane's
     /// connection.
     pub(crate) fn adopt(&self, conn: Conn) {
         if let Some(lane) = self.lanes.first() {
-            lane.adopt(conn);
+            lane.adopt(self.pool.adopt(conn));
         }
     }
 
@@ -148,13 +152,15 @@ impl Lanes {
         for lane in &self.lanes {
             lane.close();
         }
+        self.pool.close();
     }
 
     /// The primary moved (a Sentinel failover): every connection to the
     /// old one is replaced before its next use, and calls stop failing
     /// fast, since the unreachable node is not the one they will reach.
     pub(crate) fn primary_moved(&self) {
-        self.connector.generation().advance();
+        self.pool.generation().advance();
+        self.pool.purge();
         self.unreachable_until.store(0, Ordering::Release);
     }
 
@@ -227,7 +233,7 @@ pub(crate) struct Session<'a> {
     lanes: Arc<Lanes>,
     redirects: Option<&'a dyn Redirects>,
     /// After shutdown: a lane of the call's own, closed with the session.
-    own: Option<Lane<Conn>>,
+    own: Option<Lane<Leased>>,
     dead: bool,
     replicated: Option<bool>,
 }
@@ -309,10 +315,10 @@ impl Session<'_> {
             }
             None => lanes.claim(),
         };
-        let wiring = Wiring { dial: &lanes.connector, wait: lanes.wait };
+        let wiring = Wiring { dial: &lanes.pool, wait: lanes.wait };
         // A wait that outlives a move of the primary says nothing of the
         // new one: only a failure within one generation fails fast.
-        let generation = lanes.connector.generation().current();
+        let generation = lanes.pool.generation().current();
         match lane.call(request, lanes.call_timeout, wiring) {
             Ok(replies) => Ok(replies),
             Err(Failure::Transport { error, dead }) => {
@@ -322,7 +328,7 @@ impl Session<'_> {
             Err(Failure::Connect(error)) => {
                 // A refused connection fails fast by itself; one that timed
                 // out would cost every caller a connect timeout.
-                if error.is_timeout() && lanes.connector.generation().current() == generation {
+                if error.is_timeout() && lanes.pool.generation().current() == generation {
                     lanes.mark_unreachable();
                 }
                 Err(Error::connect(error))

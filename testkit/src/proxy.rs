@@ -3,7 +3,8 @@
 //! on command: delay replies, black-hole replies (the server executes, the
 //! client never hears back), black-hole everything (an unreachable server that
 //! still accepts connections), cut every connection after N more reply bytes,
-//! or drop all connections at once.
+//! drop all connections at once, or black-hole the connections open now
+//! while new ones pass (a NAT that silently forgot its idle mappings).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{Read, Write};
@@ -34,6 +35,8 @@ pub enum Fault {
 struct Shared {
     fault: Mutex<Fault>,
     conns: Mutex<Vec<TcpStream>>,
+    /// Per connection through: set, its traffic is discarded both ways.
+    flows: Mutex<Vec<Arc<AtomicBool>>>,
     stopped: AtomicBool,
 }
 
@@ -51,6 +54,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             fault: Mutex::new(Fault::None),
             conns: Mutex::new(Vec::new()),
+            flows: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
         let accept_shared = Arc::clone(&shared);
@@ -79,6 +83,16 @@ impl FaultProxy {
     /// Changes what happens to traffic from now on, on every connection.
     pub fn set(&self, fault: Fault) {
         *self.shared.fault.lock() = fault;
+    }
+
+    /// Black-holes every connection open now, as a NAT or load balancer
+    /// that dropped its idle mappings: no FIN, no RST, both sockets stay
+    /// open, and whatever either side sends is discarded. Connections
+    /// opened afterwards pass through (under the current [`Fault`]).
+    pub fn blackhole_existing(&self) {
+        for flow in self.shared.flows.lock().drain(..) {
+            flow.store(true, Ordering::Release);
+        }
     }
 
     /// Drops every open connection (both sides see a reset or EOF).
@@ -119,14 +133,23 @@ fn connect_through(client: TcpStream, upstream_port: u16, shared: Arc<Shared>) {
         conns.push(client.try_clone().unwrap());
         conns.push(server.try_clone().unwrap());
     }
+    let silenced = Arc::new(AtomicBool::new(false));
+    shared.flows.lock().push(Arc::clone(&silenced));
     let up_shared = Arc::clone(&shared);
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    std::thread::spawn(move || pump(c2, s2, up_shared, false));
-    pump(server, client, shared, true);
+    let up_silenced = Arc::clone(&silenced);
+    std::thread::spawn(move || pump(c2, s2, up_shared, false, up_silenced));
+    pump(server, client, shared, true, silenced);
 }
 
 /// Copies `from` to `to` until either side closes, applying the fault.
-fn pump(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, replies: bool) {
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shared: Arc<Shared>,
+    replies: bool,
+    silenced: Arc<AtomicBool>,
+) {
     let mut buf = [0u8; 16 * 1024];
     let mut cut_budget: Option<usize> = None;
     loop {
@@ -135,6 +158,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, replies: bo
             Ok(n) => n,
         };
         let fault = *shared.fault.lock();
+        if silenced.load(Ordering::Acquire) {
+            continue;
+        }
         let forward = match fault {
             Fault::None => n,
             Fault::BlackholeAll => 0,

@@ -37,6 +37,15 @@ impl ServerExt for RedisServer {
 /// `lua/common/` files its header lists on its `-- Prepended:` line, in
 /// that order, then the script itself (as the kinds' `LuaScript` statics
 /// assemble it with `concat!`; `tests/suite/script_headers.rs` checks they agree).
+/// True for a `CLIENT LIST` line of a connection that has run nothing but
+/// keyholder's setup (one pipelined write, which Redis may report as
+/// `cmd=NULL`, or as its last command): a command connection kept warm in
+/// reserve.
+#[allow(dead_code)]
+pub fn setup_only(line: &str) -> bool {
+    ["cmd=NULL ", "cmd=client|setinfo ", "cmd=client|setname ", "cmd=role "].iter().any(|c| line.contains(c))
+}
+
 pub fn lua(path: &str) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = std::fs::read_to_string(root.join("lua").join(path)).unwrap();

@@ -40,6 +40,7 @@ mod acl;
 mod connections;
 mod fair_lock;
 mod foreign_unlock;
+mod idle;
 mod jobs;
 mod latch;
 mod lease;

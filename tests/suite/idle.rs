@@ -1,0 +1,225 @@
+//! Idle and old command connections (issue 23, items 4 and 5): a flow a NAT
+//! silently forgot costs the next call a connect, not a command timeout; a
+//! warm connection waits in reserve; a connection past its maximum
+//! lifetime is replaced; and with the pool a default client still opens at
+//! most 16 connections.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::proxy::{Fault, FaultProxy};
+use common::{RedisServer, ServerExt, eventually, recv_within, spawn};
+use keyholder::Client;
+
+const SECOND: Duration = Duration::from_secs(1);
+const MILLI: Duration = Duration::from_millis(1);
+
+/// Every connection to the test's private server but the asking one: the
+/// client's command connections (named or, in reserve and never used yet,
+/// not) and its pub/sub connection.
+fn connections(con: &mut redis::Connection) -> Vec<String> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    list.lines().filter(|line| !line.contains("cmd=client|list")).map(str::to_owned).collect()
+}
+
+/// The ids of `client`'s command connections that ran a command of their
+/// own (its pub/sub one not counted, nor a reserve connection, whose last
+/// command is still its setup's).
+fn used_command_connections(con: &mut redis::Connection, client: &Client) -> Vec<String> {
+    let name = format!("name=keyholder:{} ", client.id());
+    connections(con)
+        .into_iter()
+        .filter(|line| line.contains(&name) && !common::setup_only(line))
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")).map(str::to_owned))
+        .collect()
+}
+
+/// Item 5: the proxy black-holes every connection open now (no FIN, no
+/// RST), as a NAT that dropped its idle mappings; the first lock call after
+/// the idle timeout goes out on a new connection, within a connect and a
+/// round trip, instead of waiting out the command timeout on a dead flow.
+#[test]
+fn the_first_call_after_a_nat_forgot_the_idle_flows_succeeds_at_once() {
+    const CONNECT: Duration = SECOND;
+    const COMMAND: Duration = Duration::from_secs(5);
+    const IDLE: Duration = Duration::from_millis(400);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = Client::builder(proxy.url())
+        .connect_timeout(CONNECT)
+        .command_timeout(COMMAND)
+        .connection_idle_timeout(Some(IDLE))
+        .build()
+        .unwrap();
+    let lock = client.lock("idle-drop").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+
+    proxy.blackhole_existing();
+    std::thread::sleep(IDLE + 200 * MILLI);
+
+    let started = Instant::now();
+    let guard = lock.lock();
+    let took = started.elapsed();
+    eprintln!("the first call after the idle drop took {took:?}");
+    assert!(guard.is_ok(), "the call failed after {took:?}: {:?}", guard.err());
+    assert!(took < CONNECT + 500 * MILLI, "took {took:?}: a connect and a round trip, not {COMMAND:?}");
+    guard.unwrap().unlock().unwrap();
+}
+
+/// The same fault without an idle timeout: the call waits on the dead flow
+/// for its command timeout (what item 5 fixes; TCP keepalive is no help
+/// within seconds).
+#[test]
+fn without_an_idle_timeout_a_forgotten_flow_costs_a_command_timeout() {
+    const COMMAND: Duration = Duration::from_millis(800);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = Client::builder(proxy.url())
+        .connect_timeout(SECOND)
+        .command_timeout(COMMAND)
+        .connection_idle_timeout(None)
+        .min_idle_connections(0)
+        .build()
+        .unwrap();
+    let lock = client.lock("idle-drop-unbounded").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    proxy.blackhole_existing();
+    let started = Instant::now();
+    let outcome = lock.try_lock();
+    assert!(started.elapsed() >= COMMAND, "{:?} after {:?}", outcome.err(), started.elapsed());
+}
+
+/// `min_idle_connections`: one thread's client keeps one connection in
+/// reserve besides its lane's; with 0, none.
+#[test]
+fn min_idle_keeps_a_warm_connection_in_reserve() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let warm = server.client();
+    let lock = warm.lock("warm").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    // The lane's, the reserve, the pub/sub connection.
+    assert!(eventually(5 * SECOND, || connections(&mut con).len() == 3), "{:#?}", connections(&mut con));
+    std::thread::sleep(100 * MILLI);
+    assert_eq!(connections(&mut con).len(), 3, "one reserve, not more");
+    drop((lock, warm));
+
+    let cold = server.builder().min_idle_connections(0).build().unwrap();
+    assert!(eventually(5 * SECOND, || connections(&mut con).len() == 2), "{:#?}", connections(&mut con));
+    let lock = cold.lock("cold").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    std::thread::sleep(100 * MILLI);
+    assert_eq!(connections(&mut con).len(), 2, "{:#?}", connections(&mut con));
+}
+
+/// A second call made while the first is in flight takes a lane of its
+/// own, and there the warm reserve connection (opened at build) instead of
+/// connecting.
+#[test]
+fn a_new_lane_takes_the_reserve() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let mut con = server.conn();
+    let client = Client::builder(proxy.url())
+        .connect_timeout(2 * SECOND)
+        .command_timeout(2 * SECOND)
+        .pool_max_size(4)
+        .build()
+        .unwrap();
+    assert!(eventually(5 * SECOND, || connections(&mut con).len() == 3));
+    let reserve: Vec<String> = connections(&mut con)
+        .into_iter()
+        // Named in its setup, and used for nothing since.
+        .filter(|line| line.contains(&format!("name=keyholder:{} ", client.id())))
+        .filter(|line| common::setup_only(line))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned))
+        .collect();
+    assert_eq!(reserve.len(), 1, "{:#?}", connections(&mut con));
+    // Both calls in flight at once (a call that comes while the other's is
+    // still being formed joins its batch instead: a few rounds).
+    proxy.set(Fault::DelayReplies(200 * MILLI));
+    for _ in 0..5 {
+        let start = Arc::new(Barrier::new(2));
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let (client, start) = (client.clone(), Arc::clone(&start));
+                spawn(move || {
+                    let lock = client.lock(&format!("reserve-{t}")).unwrap();
+                    start.wait();
+                    lock.lock().unwrap().unlock().unwrap();
+                })
+            })
+            .collect();
+        for worker in &workers {
+            recv_within(worker, 10 * SECOND, "worker");
+        }
+        if used_command_connections(&mut con, &client).len() > 1 {
+            break;
+        }
+    }
+    let used = used_command_connections(&mut con, &client);
+    assert!(used.contains(&reserve[0]), "the reserve {} took no lane: {used:?}", reserve[0]);
+}
+
+/// `connection_max_lifetime`: a connection older than it is replaced
+/// before its next use, and closed.
+#[test]
+fn a_connection_past_its_lifetime_is_replaced() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server
+        .builder()
+        .connection_max_lifetime(Some(Duration::from_millis(300)))
+        .min_idle_connections(0)
+        .build()
+        .unwrap();
+    let lock = client.lock("lifetime").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    let before = used_command_connections(&mut con, &client);
+    assert_eq!(before.len(), 1, "{before:?}");
+    std::thread::sleep(400 * MILLI);
+    lock.lock().unwrap().unlock().unwrap();
+    let after = used_command_connections(&mut con, &client);
+    assert_eq!(after.len(), 1, "the old one closed: {after:?}");
+    assert_ne!(before, after, "replaced");
+}
+
+/// With the pool's reserve, a default client still opens at most 16
+/// connections (15 command connections, reserve included, and the pub/sub
+/// one) under a burst of 64 threads.
+#[test]
+fn a_default_client_still_opens_at_most_16_connections_under_a_burst() {
+    const THREADS: usize = 64;
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.client();
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (client, start) = (client.clone(), Arc::clone(&start));
+            spawn(move || {
+                let lock = client.lock(&format!("burst-{t}")).unwrap();
+                start.wait();
+                for _ in 0..20 {
+                    lock.lock()
+                        .map_err(|e| format!("lock: {e:?}"))?
+                        .unlock()
+                        .map_err(|e| format!("{e:?}"))?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for (t, worker) in workers.iter().enumerate() {
+        let outcome = recv_within(worker, 60 * SECOND, "worker");
+        assert!(outcome.is_ok(), "thread {t}: {outcome:?}");
+    }
+    // Give a reserve refill every chance to land.
+    std::thread::sleep(300 * MILLI);
+    let open = connections(&mut con);
+    assert!(open.len() <= 16, "{} connections: {open:#?}", open.len());
+    assert!(used_command_connections(&mut con, &client).len() > 1);
+}
