@@ -56,6 +56,8 @@ pub(crate) struct Config {
     pub(crate) command_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) fairness_window: Duration,
+    /// Barging between clients (issue 24): see `ClientBuilder::barging_window`.
+    pub(crate) barging_window: Duration,
     /// How long a waiting call rides out an outage (zero: not at all).
     pub(crate) outage_budget: Duration,
     /// Replicas to wait for after each write, and for how long.
@@ -178,6 +180,7 @@ impl ClientBuilder {
                 command_timeout: Duration::from_secs(3),
                 watchdog_timeout: Duration::from_secs(30),
                 fairness_window: Duration::from_millis(10),
+                barging_window: DEFAULT_BARGING_WINDOW,
                 outage_budget: DEFAULT_OUTAGE_BUDGET,
                 replica_acks: None,
                 replica_acks_required: false,
@@ -536,6 +539,57 @@ impl ClientBuilder {
     }
 }
 
+// ---- Barging between clients (issue 24, item 3; ADR 48) ----------------
+
+/// The default barging window: W6's 8 single-thread clients get at least
+/// the barging baseline's throughput with a worst wait far under 50 ms (see
+/// `docs/performance.md`, "Barging window").
+const DEFAULT_BARGING_WINDOW: Duration = Duration::from_millis(5);
+
+/// The longest barging window accepted.
+const MAX_BARGING_WINDOW: Duration = Duration::from_secs(60);
+
+impl ClientBuilder {
+    /// How long the first client in a lock's queue may wait while releases
+    /// let the lock be taken back (barging) instead of handing it to that
+    /// client: eventual fairness, as `parking_lot`'s.
+    ///
+    /// While the client at the front of the lock's queue in Redis (keyholder
+    /// clients queue there in arrival order) has waited less than this, by
+    /// Redis's clock, the release of a lock's last hold leaves the lock free
+    /// and wakes that client, which races for it: the releasing client, any
+    /// of its threads, usually takes it back first, in one round trip and
+    /// with no wake-up of another process on the lock's path. Once the front
+    /// client has waited longer, each release hands the lock to it, in
+    /// arrival order, as with zero. So a waiting client waits about the
+    /// window and a hold more, at most, before the lock is handed to it
+    /// (plus a hold per client ahead of it once the queue runs in order).
+    /// Zero: every release hands the lock to the next queued client (strict
+    /// arrival order between clients, the behaviour before 0.1's issue 24).
+    /// Not used while Redisson waiters listen on the lock (they take turns
+    /// with the queue), nor by the fair lock, which keeps exact FIFO.
+    /// Independent of [`fairness_window`](ClientBuilder::fairness_window),
+    /// which bounds hand-offs among this client's own threads.
+    ///
+    /// Defaults to 5 ms. At most 60 s.
+    pub fn barging_window(mut self, window: Duration) -> Self {
+        self.config.barging_window = window;
+        self
+    }
+}
+
+impl Config {
+    /// The barging window's check (see [`Config::validate`]).
+    fn validate_barging(&self) -> Result<()> {
+        if self.barging_window > MAX_BARGING_WINDOW {
+            return Err(Error::invalid_config(format!("barging_window {:?} is over 60 s", self.barging_window)));
+        }
+        Ok(())
+    }
+}
+
+// ---- End of barging between clients -------------------------------------
+
 impl Config {
     pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |what: String| Err(Error::invalid_config(what));
@@ -597,6 +651,7 @@ impl Config {
         if self.fairness_window > Duration::from_secs(3600) {
             return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
         }
+        self.validate_barging()?;
         if self.outage_budget > Duration::from_secs(3600) {
             return invalid(format!("outage_budget {:?} is over 1 h", self.outage_budget));
         }
@@ -635,6 +690,7 @@ mod tests {
         assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
         assert_eq!(c.renewal_period(), Duration::from_secs(10));
         assert_eq!(c.fairness_window, Duration::from_millis(10));
+        assert_eq!(c.barging_window, Duration::from_millis(5));
         assert_eq!(c.outage_budget, Duration::from_millis(4_500));
         assert!(c.validate().is_ok());
     }
@@ -663,6 +719,7 @@ mod tests {
             Config { command_timeout: Duration::from_secs(7200), ..config() },
             Config { watchdog_timeout: Duration::from_millis(29), ..config() },
             Config { fairness_window: Duration::from_secs(3601), ..config() },
+            Config { barging_window: Duration::from_millis(60_001), ..config() },
             Config { outage_budget: Duration::from_secs(3601), ..config() },
             Config { node: NodeSettings { database: 1, ..NodeSettings::default() }, ..config() },
         ];

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK] [--w2-clients N] [--w6-clients N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK] [--w2-clients N] [--w6-clients N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
@@ -15,6 +15,9 @@ usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,R
   --only LIST                run only these workloads (W1..W7, FAIR, RW, SEM, SPIN, REDLOCK; comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
+  --barging-window-ms LIST   keyholder rows of W6 and of W2's clients configuration, one per barging
+                             window in ms (ClientBuilder::barging_window; 0 = always hand over);
+                             default: one row with the client's default
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
   --no-audit                 do not count top-level commands with the slow log in W2 and W3
                              (then keyholder's top-level HEXISTS calls go uncounted)
@@ -53,6 +56,9 @@ pub(crate) struct Cfg {
     pub(crate) w6_clients: Vec<usize>,
     /// W6: acquisitions over all threads.
     pub(crate) w6_acquisitions: usize,
+    /// W6 and W2's clients configuration: a keyholder row per barging
+    /// window (ms); empty: one row with the client's default.
+    pub(crate) barging_windows_ms: Vec<u64>,
     /// W7: thread counts, one client, distinct names per thread.
     pub(crate) w7_threads: Vec<usize>,
     /// W7: acquire+release pairs over all threads (a quarter with one
@@ -92,6 +98,7 @@ impl Cfg {
             w3_many_clients: 100,
             w6_clients: vec![8, 32, 128],
             w6_acquisitions: 1600,
+            barging_windows_ms: Vec::new(),
             w7_threads: vec![1, 8, 32, 128, 512],
             w7_pairs: 32000,
             w3_baseline_threads: 1000,
@@ -188,6 +195,16 @@ impl Cfg {
                         return Err("--w6-clients takes counts of 2..=512".into());
                     }
                 }
+                "--barging-window-ms" => {
+                    let list = value()?;
+                    cfg.barging_windows_ms = list
+                        .split(',')
+                        .map(|n| n.trim().parse::<u64>().map_err(|e| format!("--barging-window-ms: {e}")))
+                        .collect::<Result<_, _>>()?;
+                    if cfg.barging_windows_ms.iter().any(|ms| *ms > 60_000) {
+                        return Err("--barging-window-ms takes windows of 0..=60000".into());
+                    }
+                }
                 "--w3-baseline-threads" => {
                     cfg.w3_baseline_threads =
                         value()?.parse().map_err(|e| format!("--w3-baseline-threads: {e}"))?;
@@ -238,6 +255,7 @@ mod tests {
             (&["--runs", "0"][..], "--runs"),
             (&["--w2-clients", "9"][..], "--w2-clients"),
             (&["--w6-clients", "8,1"][..], "--w6-clients"),
+            (&["--barging-window-ms", "5,x"][..], "--barging-window-ms"),
             (&["--w3-baseline-threads"][..], "--w3-baseline-threads"),
             (&["--fast"][..], "--fast"),
         ] {

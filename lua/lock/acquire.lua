@@ -13,7 +13,13 @@
 --          which never read it, do), then it names <client id> (possibly
 --          empty: nobody)
 -- KEYS[3]  optional waiter queue (keyholder's own key): a ZSET of the client
---          ids of keyholder waiters, scored in arrival order
+--          ids of keyholder waiters in arrival order, each scored by when it
+--          joined (server ms, with thousandths added to keep arrivals within
+--          one millisecond apart; a client queued at the front after losing
+--          a race for its turn is scored 1 below the front's): how long the
+--          front has waited decides whether a release barges (release.lua's
+--          ARGV[13]). Scores of an older keyholder (0, 1, 2 ...) read as
+--          waiting since long ago
 -- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
 --          HASH from a queued client id to "<owner id> <lease ms> <server
 --          ms> <ticket>": the thread a release may hand the lock to
@@ -221,17 +227,20 @@ local function enqueue(wait, front)
     if (kind ~= 'none' and kind ~= 'zset') or (grants_kind ~= 'none' and grants_kind ~= 'hash') then
         return
     end
+    local now = redis.call('time')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     if not redis.call('zscore', queue, client) then
+        -- The score is when the client joined (server ms; see KEYS[3]).
         local edge = redis.call('zrange', queue, front and 0 or -1, front and 0 or -1, 'withscores')
-        local score = 0
-        if edge[2] then
-            score = tonumber(edge[2]) + (front and -1 or 1)
+        local score = ms
+        if edge[2] and front then
+            score = tonumber(edge[2]) - 1
+        elseif edge[2] then
+            score = math.max(ms, tonumber(edge[2]) + 0.001)
         end
-        redis.call('zadd', queue, score, client)
+        redis.call('zadd', queue, string.format('%.3f', score), client)
     end
     if ARGV[7] and ARGV[7] ~= '0' then
-        local now = redis.call('time')
-        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
         redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms .. ' ' .. ARGV[7])
     else
         redis.call('hdel', grants, client)

@@ -32,6 +32,10 @@
 -- ARGV[11] the releasing client's id (required with KEYS[3])
 -- ARGV[12] optional foreign turn in milliseconds (see "Foreign turns"
 --          below); absent or "0": no foreign turns
+-- ARGV[13] optional barging window in milliseconds (see "Barging" below);
+--          absent or "0": a release always passes the lock on as below
+-- ARGV[14] the releasing client's head start in milliseconds when it barges
+--          (required with ARGV[13] above 0)
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
@@ -74,6 +78,24 @@
 -- none was (the lock is free and nobody queued), KEYS[6] is deleted
 -- instead, so that none of keyholder's keys outlives the lock: a recent
 -- releaser matters only to a later release with a queue.
+--
+-- Barging. With ARGV[13] above 0, nobody but keyholder clients listening
+-- on KEYS[2] (counted as above), no marker at KEYS[3] (nor another key;
+-- a marker in its last millisecond counts as gone), and the queue's front
+-- client queued less than ARGV[13] ms ago (its score, see acquire.lua), the
+-- lock is not passed on: the key is deleted and the queue's first client
+-- that still listens is woken with an empty message (clients before it that
+-- nobody hears are dropped, as above), but left queued, in its place and
+-- with its grant, and the marker names the releasing client (ARGV[11]) for
+-- ARGV[14] ms, or what is left of the window if less (at least 1): the
+-- releasing client, any of its threads, may take the lock back first; after
+-- that, whoever comes first takes it (the woken client retries when the
+-- marker ends, so a lock nobody takes back is idle that long at most).
+-- Nothing is published on KEYS[2]. The releasing client is
+-- recorded in KEYS[6] as when a client was served. Once the front client
+-- has waited ARGV[13] ms, releases pass the lock on as above again: a
+-- client waits about ARGV[13] ms and a hold more, at most, before the lock
+-- is handed to it. With nobody left to wake, the release is as above.
 --
 -- Foreign turns. When others than keyholder clients listen on KEYS[2]
 -- (Redisson waiters: the count above is above 0) and ARGV[12] is set, the
@@ -285,8 +307,48 @@ local function remember_releaser(now)
     end
 end
 
+-- Barging (see the header): the releasing client may take the lock back
+-- while the front client has waited less than the window; the front
+-- client is woken to race for it, and keeps its place. True when it was.
+local function barge(now, others, queued)
+    local window = tonumber(ARGV[13] or '0') or 0
+    if window <= 0 or others > 0 or queued == 0 then
+        return false
+    end
+    -- No live marker (one in its last millisecond is as good as gone), nor
+    -- a key that is not a marker, at its name.
+    local left = redis.call('pttl', marker)
+    if left > 0 or left == -1 or (left == 0 and redis.call('type', marker).ok ~= 'string') then
+        return false
+    end
+    local front = redis.call('zrange', queue, 0, 0, 'withscores')
+    local waited = front[2] and now - tonumber(front[2])
+    if not waited or waited >= window then
+        return false
+    end
+    local has_grants = redis.call('type', grants).ok == 'hash'
+    local head = front[1]
+    while head do
+        if redis.call(publish, ARGV[8] .. ':' .. head, '') > 0 then
+            local start = math.min(tonumber(ARGV[14]) or 1, math.floor(window - waited))
+            redis.call('set', marker, ARGV[11], 'px', math.max(1, start))
+            return true
+        end
+        redis.call('zrem', queue, head)
+        if has_grants then
+            redis.call('hdel', grants, head)
+        end
+        head = redis.call('zrange', queue, 0, 0)[1]
+    end
+    return false
+end
+
 local now = now_ms()
 local others, queued = count_listeners(now)
+if barge(now, others, queued) then
+    remember_releaser(now)
+    return done(1)
+end
 local rotating, foreign = foreign_turn(others, queued)
 -- Taking turns, the queue's turn is its own: a grant, as with no foreign
 -- waiter.

@@ -37,6 +37,7 @@ mod scripts_spin_lock;
 
 // The kinds and the client on single servers.
 mod acl;
+mod barging;
 mod connections;
 mod fair_lock;
 mod foreign_unlock;

@@ -947,3 +947,100 @@ fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
         let _: () = redis::cmd("DEL").arg("tk").query(&mut con).unwrap();
     }
 }
+
+/// release.lua as keyholder sends a last release with a barging window
+/// (ARGV[13], ms), no foreign turns.
+fn release_barging(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    window_ms: u64,
+) -> redis::RedisResult<Value> {
+    let script = release_script();
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.key(recent_of(name));
+    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
+    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner)).arg(0).arg(window_ms).arg(2);
+    invocation.invoke(con)
+}
+
+/// The queue's client ids and scores (when each joined, server ms), front first.
+fn queue_scores(con: &mut redis::Connection, name: &str) -> Vec<(String, f64)> {
+    redis::cmd("ZRANGE").arg(queue_of(name)).arg(0).arg(-1).arg("WITHSCORES").query(con).unwrap()
+}
+
+/// Issue 24, item 3: within the barging window, a release leaves the lock
+/// free and only wakes the front client, which keeps its place, so the
+/// releasing client takes the lock back; once the front client has waited
+/// the window, the release hands it the lock as without a window; and a
+/// Redisson waiter listening turns barging off.
+#[test]
+fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client_queued() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "barged";
+    let client_a = client_of(OWNER_A);
+    let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
+    // A's client listens on its wake channel and the unlock channel, as a
+    // keyholder waiter does.
+    let listener = Listener::start(&server, &[&wake_a, &channel_of(name)]);
+    let before: (String, String) = redis::cmd("TIME").query(&mut con).unwrap();
+    let before_ms = before.0.parse::<f64>().unwrap() * 1e3;
+    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
+    // A's score is when it joined, by the server's clock.
+    let joined = queue_scores(&mut con, name);
+    assert_eq!(joined.len(), 1);
+    assert!(joined[0].1 >= before_ms && joined[0].1 < before_ms + 60_000.0, "{joined:?}");
+    let grant = hgetall(&mut con, &grants_of(name));
+
+    // B releases and takes the lock back, 20 times: each release wakes A
+    // alone (an empty message), publishes nothing on the unlock channel, and
+    // leaves A queued where it was, with its grant.
+    for round in 0..20 {
+        assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1), "round {round}");
+        assert!(!exists(&mut con, name), "round {round}: the lock was handed over");
+        // B's head start: the marker names B's client for 2 ms.
+        let ttl = pttl(&mut con, &marker_of(name));
+        assert!(
+            get(&mut con, &marker_of(name)).is_none_or(|m| m == client_of(OWNER_B)) && ttl <= 2,
+            "round {round}: marker PTTL {ttl}"
+        );
+        assert_eq!(queue_scores(&mut con, name), joined, "round {round}");
+        assert_eq!(hgetall(&mut con, &grants_of(name)), grant, "round {round}");
+        assert_eq!(
+            listener.drain_until_marker(&mut con, &channel_of(name)),
+            [(wake_a.clone(), String::new())],
+            "round {round}"
+        );
+        assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil, "round {round}");
+    }
+    // B takes its lock back (the marker names B); A, woken, finds it taken
+    // and keeps its place.
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
+    assert_eq!(queue_scores(&mut con, name), joined);
+
+    // Once A has waited the window (here: a score from long ago, as an older
+    // keyholder's 0 reads), the next release hands A the lock.
+    let _: () = redis::cmd("ZADD").arg(queue_of(name)).arg("XX").arg(0).arg(client_a).query(&mut con).unwrap();
+    assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_A, "1"));
+    let heard = listener.drain_until_marker(&mut con, &channel_of(name));
+    assert!(
+        matches!(heard.as_slice(), [(channel, grant)] if *channel == wake_a && grant.starts_with(OWNER_A)),
+        "{heard:?}"
+    );
+    assert!(queue(&mut con, name).is_empty());
+
+    // A Redisson waiter listening on the unlock channel: no barging (its
+    // turns are release.lua's foreign turns); A is woken with a marker.
+    // (C's client listens on both its channels, as a keyholder waiter does.)
+    let wake_c = format!("{}:{}", wake_prefix_of(name), client_of(OWNER_C));
+    let _c = Listener::start(&server, &[&wake_c, &channel_of(name)]);
+    let _redisson = Listener::start(&server, &[&channel_of(name)]);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
+    assert_eq!(release_barging(&mut con, name, OWNER_A, 60_000).unwrap(), Value::Int(1));
+    assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_C)));
+    assert!(queue(&mut con, name).is_empty());
+}

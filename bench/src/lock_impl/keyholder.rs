@@ -38,6 +38,25 @@ impl Keyholder {
 }
 
 impl Keyholder {
+    /// `clients` clients with default settings but the barging window, when
+    /// given (`ClientBuilder::barging_window`).
+    pub(crate) fn with_barging_window(env: &Env, clients: usize, window: Option<Duration>) -> Res<Keyholder> {
+        let clients = (0..clients)
+            .map(|_| {
+                let builder = match &env.shards {
+                    Some(shards) => Client::builder_cluster(shards.seeds.clone()),
+                    None => Client::builder(env.url.clone()),
+                };
+                match window {
+                    Some(window) => builder.barging_window(window),
+                    None => builder,
+                }
+                .build()
+            })
+            .collect::<Result<Vec<Client>, _>>()?;
+        Ok(Keyholder { clients })
+    }
+
     /// The pub/sub connections of all clients (on a cluster, one per node
     /// that has had a waiting thread, per client).
     pub(crate) fn pubsub_connections(&self) -> usize {

@@ -162,8 +162,15 @@ pub(crate) fn contended(
 ) -> Res<()> {
     let c = &env.cfg;
     let (floor, baseline) = (Floor::new(env), Baseline::new(env));
-    let (mut ideal, mut handoffs, mut floor_loop, mut base, mut kh) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // A keyholder row per barging window (`--barging-window-ms`), where
+    // clients queue for each other.
+    let windows: Vec<Option<u64>> = if clients > 1 && !c.barging_windows_ms.is_empty() {
+        c.barging_windows_ms.iter().map(|ms| Some(*ms)).collect()
+    } else {
+        vec![None]
+    };
+    let (mut ideal, mut handoffs, mut floor_loop, mut base) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut kh: Vec<Vec<Contended>> = windows.iter().map(|_| Vec::new()).collect();
     for run in 1..=c.runs {
         eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
         let h = handoff(env)?;
@@ -181,11 +188,25 @@ pub(crate) fn contended(
             ..f
         });
         base.push(run_contended(env, stats, &baseline, shape, h, None)?);
-        let keyholder = Keyholder::new(env, clients, None)?;
-        let k = run_contended(env, stats, &keyholder, shape, h, (clients > 1).then_some(clients))?;
-        drop(keyholder);
-        ideal.push(Contended::ideal(&k, h));
-        kh.push(k);
+        for (window, rows) in windows.iter().zip(kh.iter_mut()) {
+            let barging = window.map(Duration::from_millis);
+            let keyholder = Keyholder::with_barging_window(env, clients, barging)?;
+            let k = run_contended(env, stats, &keyholder, shape, h, (clients > 1).then_some(clients))?;
+            drop(keyholder);
+            if ideal.len() < run {
+                ideal.push(Contended::ideal(&k, h));
+            }
+            rows.push(k);
+        }
+    }
+    let mut rows = vec![
+        contended_row("floor (ideal)", &ideal),
+        contended_row("floor loop, 1 thread, same hold", &floor_loop),
+        contended_row("baseline", &base),
+    ];
+    for (window, runs) in windows.iter().zip(&kh) {
+        let name = window.map_or("keyholder".to_owned(), |ms| format!("keyholder, barging {ms} ms"));
+        rows.push(contended_row(&name, runs));
     }
     print_table(
         title,
@@ -210,12 +231,7 @@ pub(crate) fn contended(
             "client CPU µs/acq",
             "Redis CPU µs/acq",
         ],
-        &[
-            contended_row("floor (ideal)", &ideal),
-            contended_row("floor loop, 1 thread, same hold", &floor_loop),
-            contended_row("baseline", &base),
-            contended_row("keyholder", &kh),
-        ],
+        &rows,
         &[
             format!(
                 "ideal = 1 / (measured mean hold + one handoff); handoff = floor acquire+release pair, \

@@ -34,7 +34,7 @@ fn release_nested(
         let outcome = scripts::release(
             ctx.calls().scripts(),
             conn,
-            &release_args(ctx, entry, owner, lease_ms, Some(latch)),
+            &release_args(ctx, entry, owner, lease_ms, Some(latch), true),
         )?;
         check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
     })
@@ -46,7 +46,7 @@ fn release_nested(
 /// outcome and whether it is the retry's (whose `NotOwner` most likely
 /// means the first attempt released the lock).
 fn release_last(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
-    let args = release_args(ctx, entry, owner, lease_ms, None);
+    let args = release_args(ctx, entry, owner, lease_ms, None, true);
     let release = |conn: &mut Session<'_>| {
         let outcome = scripts::release(ctx.calls().scripts(), conn, &args)?;
         check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
@@ -58,20 +58,23 @@ fn release_last(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> 
 }
 
 /// One unlatched release attempt, to give back what an acquire whose
-/// reply was lost may have taken.
+/// reply was lost may have taken. It never barges: nobody here takes the
+/// lock back, so it goes to the next queued client at once.
 pub(crate) fn release_orphan(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
-    let args = release_args(ctx, entry, owner, lease_ms, None);
+    let args = release_args(ctx, entry, owner, lease_ms, None, false);
     ctx.calls().with_live_conn(&entry.keys.name, |conn| scripts::release(ctx.calls().scripts(), conn, &args))
 }
 
 /// What `release.lua` needs to release one hold of `owner` on `entry`'s
-/// lock.
+/// lock; `barges`: within the client's barging window, the lock may be left
+/// free for this client to take back (see `ClientBuilder::barging_window`).
 fn release_args<'a>(
     ctx: Context<'a>,
     entry: &'a Entry,
     owner: &'a str,
     lease_ms: u64,
     latch: Option<Latch<'a>>,
+    barges: bool,
 ) -> ReleaseArgs<'a> {
     ReleaseArgs {
         name: &entry.keys.name,
@@ -81,6 +84,7 @@ fn release_args<'a>(
         owner,
         latch,
         listening: ctx.waits().subscribers().listening_for(&entry.keys.channel),
+        barging: if barges { ctx.config().barging_window } else { std::time::Duration::ZERO },
     }
 }
 

@@ -101,6 +101,12 @@ const CLAIM_MS: u64 = 1000;
 /// waiter does not come, or comes and goes sooner.
 const FOREIGN_TURN_MS: u64 = 5;
 
+/// How long a barging release keeps the free lock for the releasing client
+/// (see `lua/lock/release.lua`, "Barging"): its own thread's turnaround, a
+/// round trip, with room for a loaded machine; and the most a free lock can
+/// sit idle when that client does not take it back.
+const BARGE_HEAD_START_MS: u64 = 2;
+
 /// Added to the waiter queue's TTL beyond the longest wait of its waiters.
 const QUEUE_SLACK_MS: u64 = 1000;
 
@@ -190,6 +196,10 @@ pub(crate) struct ReleaseArgs<'a> {
     /// For how much longer this client listens on the lock's unlock channel
     /// itself (zero when it does not).
     pub(crate) listening: Duration,
+    /// The barging window (`ClientBuilder::barging_window`): while the
+    /// queue's front client has waited less, the lock is left free for
+    /// whoever takes it first rather than handed over. Zero: handed over.
+    pub(crate) barging: Duration,
 }
 
 /// One acquisition attempt; mints a fencing token when `token_key` is set.
@@ -245,7 +255,7 @@ pub(crate) fn release(
     session: &mut Session<'_>,
     args: &ReleaseArgs<'_>,
 ) -> Result<Release> {
-    let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening } = *args;
+    let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening, barging } = *args;
     let mut invocation = RELEASE.call();
     invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
     invocation.key(turns.recent);
@@ -258,6 +268,9 @@ pub(crate) fn release(
     };
     let listening_ms = crate::lease::millis_ceil(listening);
     invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client).arg(FOREIGN_TURN_MS);
+    if !barging.is_zero() {
+        invocation.arg(crate::lease::millis_ceil(barging)).arg(BARGE_HEAD_START_MS);
+    }
     let (reply, acked) = invocation.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     session.note_replicated(acked);
