@@ -582,7 +582,10 @@ impl Config {
     /// The barging window's check (see [`Config::validate`]).
     fn validate_barging(&self) -> Result<()> {
         if self.barging_window > MAX_BARGING_WINDOW {
-            return Err(Error::invalid_config(format!("barging_window {:?} is over 60 s", self.barging_window)));
+            return Err(Error::invalid_config(format!(
+                "barging_window {:?} is over 60 s",
+                self.barging_window
+            )));
         }
         Ok(())
     }

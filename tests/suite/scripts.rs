@@ -1023,7 +1023,8 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
 
     // Once A has waited the window (here: a score from long ago, as an older
     // keyholder's 0 reads), the next release hands A the lock.
-    let _: () = redis::cmd("ZADD").arg(queue_of(name)).arg("XX").arg(0).arg(client_a).query(&mut con).unwrap();
+    let _: () =
+        redis::cmd("ZADD").arg(queue_of(name)).arg("XX").arg(0).arg(client_a).query(&mut con).unwrap();
     assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1));
     assert_eq!(hgetall(&mut con, name), one_field(OWNER_A, "1"));
     let heard = listener.drain_until_marker(&mut con, &channel_of(name));

@@ -169,7 +169,8 @@ pub(crate) fn contended(
     } else {
         vec![None]
     };
-    let (mut ideal, mut handoffs, mut floor_loop, mut base) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ideal, mut handoffs, mut floor_loop, mut base) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut kh: Vec<Vec<Contended>> = windows.iter().map(|_| Vec::new()).collect();
     for run in 1..=c.runs {
         eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
