@@ -64,7 +64,11 @@
 //! the lock over, or wakes that client alone, so an unlock wakes one waiter,
 //! not one per client. A lost message costs latency, never correctness. A
 //! release hands a contended lock straight to the next local thread for up
-//! to the client's fairness window (see [`ClientBuilder::fairness_window`]).
+//! to the client's fairness window (see [`ClientBuilder::fairness_window`]),
+//! and, between clients, may leave it to the releasing client until the
+//! first queued client has waited the barging window
+//! ([`ClientBuilder::barging_window`]): bounded barging, as `parking_lot`'s
+//! eventual fairness.
 //!
 //! # Fair locks
 //!
