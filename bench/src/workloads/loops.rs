@@ -116,10 +116,10 @@ pub(crate) fn floor_gap<P>(
     let gap_redis = median(scripts.iter().zip(minimal).map(|(s, m)| s.server_us - m.server_us).collect());
     let kh_redis = median(keyholder.iter().zip(minimal).map(|(k, m)| k.server_us - m.server_us).collect());
     format!(
-        "Floor gap: the keyholder scripts floor runs at {} of the minimal floor ({} µs per {per} against \
-         the minimal floor's {} µs); Redis CPU per {per}: minimal floor {} µs, keyholder scripts {} µs ({} µs more, median of \
-         per-run differences: the cost of their extra work), keyholder {} µs ({} µs more than the \
-         minimal floor).",
+        "Floor gap (the cost of the extra work in keyholder's scripts): the keyholder scripts floor runs \
+         at {} of the minimal floor ({} µs per {per} against the minimal floor's {} µs). Redis CPU per \
+         {per}: minimal floor {} µs, keyholder scripts {} µs ({} µs), keyholder {} µs ({} µs against the \
+         minimal floor); differences are medians of per-run differences.",
         fmt_ratio(med(scripts, |r| r.vs_floor)),
         fmt(us_per(scripts), 0),
         fmt(us_per(minimal), 0),
