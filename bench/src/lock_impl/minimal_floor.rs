@@ -115,3 +115,59 @@ impl Session for MinimalFloorSession<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use keyholder_testkit::server::RedisServer;
+    use redis::Value;
+
+    use crate::env::{MINIMAL_ACQUIRE_LUA, MINIMAL_RELEASE_LUA, channel_of, connect, raw_client};
+
+    /// The minimal pair keeps SPEC section 2's semantics on a real server:
+    /// take, re-enter, refuse another owner with the PTTL, refuse a release
+    /// by a non-owner with nil, re-apply the lease while still held, and
+    /// free the key with one `0` on the channel at the last release.
+    #[test]
+    fn the_minimal_scripts_keep_redissons_semantics() {
+        let server = RedisServer::start();
+        let client = raw_client(&server.url()).unwrap();
+        let mut con = connect(&client).unwrap();
+        let mut listener = connect(&client).unwrap();
+        let (acquire, release) =
+            (redis::Script::new(MINIMAL_ACQUIRE_LUA), redis::Script::new(MINIMAL_RELEASE_LUA));
+        let (name, channel) = ("bench:minimal", channel_of("bench:minimal"));
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&channel).unwrap();
+        pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let take = |con: &mut redis::Connection, owner: &str| -> Value {
+            acquire.key(name).arg(30_000).arg(owner).invoke(con).unwrap()
+        };
+        let give = |con: &mut redis::Connection, owner: &str| -> Value {
+            release.key(name).key(&channel).arg("0").arg(30_000).arg(owner).invoke(con).unwrap()
+        };
+
+        assert_eq!(take(&mut con, "a:1"), Value::Nil);
+        assert_eq!(take(&mut con, "a:1"), Value::Nil, "re-entered");
+        let count: i64 = redis::cmd("HGET").arg(name).arg("a:1").query(&mut con).unwrap();
+        assert_eq!(count, 2);
+        match take(&mut con, "b:1") {
+            Value::Int(pttl) => assert!(pttl > 0 && pttl <= 30_000, "{pttl}"),
+            other => panic!("another owner got {other:?}"),
+        }
+        assert_eq!(give(&mut con, "b:1"), Value::Nil, "not the owner");
+        redis::cmd("PEXPIRE").arg(name).arg(1_000).query::<i64>(&mut con).unwrap();
+        assert_eq!(give(&mut con, "a:1"), Value::Int(0), "still held once");
+        let pttl: i64 = redis::cmd("PTTL").arg(name).query(&mut con).unwrap();
+        assert!(pttl > 1_000, "lease re-applied: {pttl}");
+        assert_eq!(give(&mut con, "a:1"), Value::Int(1), "freed");
+        let exists: i64 = redis::cmd("EXISTS").arg(name).query(&mut con).unwrap();
+        assert_eq!(exists, 0);
+        let message = pubsub.get_message().unwrap();
+        assert_eq!(message.get_channel_name(), channel);
+        assert_eq!(message.get_payload::<String>().unwrap(), "0");
+    }
+}
