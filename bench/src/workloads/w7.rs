@@ -6,6 +6,7 @@
 
 use std::sync::Barrier;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::env::Env;
 use crate::error::Res;
@@ -27,6 +28,9 @@ struct PerRequest {
 pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let c = &env.cfg;
     let (minimal, scripts, baseline) = (MinimalFloor::new(env), ScriptFloor::new(env), Baseline::new(env));
+    // What the server counts with none of W7's connections open: each
+    // window waits for the previous one's to close before it counts its own.
+    let idle = settle(stats, f64::INFINITY)?;
     let mut rows = Vec::new();
     for &threads in &c.w7_threads {
         // minimal floor, keyholder scripts, baseline, keyholder.
@@ -37,6 +41,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             // always measured right after the same one.
             for turn in 0..4 {
                 let which = (run + turn) % 4;
+                settle(stats, idle)?;
                 let window = match which {
                     0 => per_request(env, stats, &minimal, threads, None)?,
                     1 => per_request(env, stats, &scripts, threads, None)?,
@@ -106,12 +111,31 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
            each thread on a connection of its own; keyholder is one client with default settings (at most \
            16 command connections, shared by its threads). The four take turns, each run starting with \
            another. Connections: connected_clients added while every thread still holds what it opened, \
-           counting keyholder's pub/sub connection. Rates are medians over runs, ratios medians of per-run \
+           counting keyholder's pub/sub connection; each window starts once the connections before it \
+           have closed. Rates are medians over runs, ratios medians of per-run \
            ratios; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
            window, per pair."
             .to_owned()],
     );
     Ok(())
+}
+
+/// Waits, at most 5 s, until the server's `connected_clients` is at most
+/// `idle` and the same in two reads 10 ms apart (the connections a window
+/// or an earlier workload dropped are closed on the server too, so that a
+/// window does not count their closing against its own); returns the last
+/// count. Past the 5 s it goes on with what it has.
+fn settle(stats: &mut redis::Connection, idle: f64) -> Res<f64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = connected_clients(stats)?;
+    loop {
+        thread::sleep(Duration::from_millis(10));
+        let now = connected_clients(stats)?;
+        if (now == last && now <= idle) || Instant::now() >= deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
 }
 
 /// W7 once: `threads` threads of `imp`, each taking and releasing its own
