@@ -139,6 +139,14 @@ impl ChannelWaits {
     }
 }
 
+impl ChannelWaits {
+    /// How many of the client's threads are in the wait on `channel`.
+    pub(crate) fn waiting(&self, channel: &str) -> usize {
+        let shared = self.map.lock().get(channel).and_then(Weak::upgrade);
+        shared.map_or(0, |s| s.state.lock().waiting)
+    }
+}
+
 impl Shared {
     fn new(name: Arc<str>, channel: String, grant_channel: Option<String>, wakes: Wakes) -> Self {
         Shared {
