@@ -52,6 +52,11 @@ thread_local! {
 /// its permits: listeners other than the client's own subscription, or
 /// threads of the client in the semaphore's wait.
 pub(crate) fn released(ctx: Context<'_>, name: &Arc<str>, channel: &str, released: Released) {
+    if released.listeners <= 0 {
+        // Nobody heard it (the client's own waiters would have: they are
+        // subscribed before they sleep); the common case costs nothing.
+        return;
+    }
     let waits = ctx.waits();
     let own = i64::from(!waits.subscribers().listening_for(channel).is_zero());
     if released.listeners <= own && waits.waiting_on(channel) == 0 {
