@@ -1,7 +1,7 @@
 //! What every workload shares: the Redis server (the user's or a private
 //! one) or, with `--cluster`, the primaries of a private Redis Cluster and
-//! its slot map; plain redis-rs connections to them, the scripts the floor
-//! and the baseline run, and the key prefix of this run.
+//! its slot map; plain redis-rs connections to them, the scripts the two
+//! floors and the baseline run, and the key prefix of this run.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -62,6 +62,49 @@ const HANDOFF_LUA: &str = concat!(
     include_str!("../../lua/lock/handoff.lua")
 );
 const DEQUEUE_LUA: &str = include_str!("../../lua/lock/dequeue.lua");
+/// The minimal floor's acquire (SPEC section 2, Redisson's `tryLockInner`
+/// without its extras): KEYS lock key; ARGV lease ms, owner id. nil when
+/// taken or re-entered, else the holder's PTTL.
+pub(crate) const MINIMAL_ACQUIRE_LUA: &str = "\
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])
+";
+
+/// The minimal floor's release (SPEC section 2, Redisson's `unlockInner`
+/// without the unlock latch), publishing with `$publish`: KEYS lock key,
+/// channel; ARGV unlock message, lease ms, owner id. nil when not the
+/// owner, 0 when still held (lease re-applied), 1 when freed.
+macro_rules! minimal_release {
+    ($publish:literal) => {
+        concat!(
+            "\
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+  return nil
+end
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if counter > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call('",
+            $publish,
+            "', KEYS[2], ARGV[1])
+return 1
+"
+        )
+    };
+}
+/// The minimal release on one server: `PUBLISH`.
+pub(crate) const MINIMAL_RELEASE_LUA: &str = minimal_release!("publish");
+/// The minimal release on a Redis Cluster: `SPUBLISH`, as keyholder's
+/// cluster client (and Redisson's sharded subscription mode) publishes.
+pub(crate) const MINIMAL_RELEASE_SHARDED_LUA: &str = minimal_release!("spublish");
+
 /// The hand-rolled release: Lua compare-and-delete.
 pub(crate) const COMPARE_AND_DELETE: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
@@ -69,14 +112,29 @@ pub(crate) const COMPARE_AND_DELETE: &str =
 /// Every script a measured window may run, loaded up front so that no
 /// window pays a NOSCRIPT round trip (keyholder's force_unlock.lua is not
 /// used).
-pub(crate) const PRELOADED: [&str; 6] =
-    [ACQUIRE_LUA, RELEASE_LUA, RENEW_LUA, HANDOFF_LUA, DEQUEUE_LUA, COMPARE_AND_DELETE];
+pub(crate) const PRELOADED: [&str; 9] = [
+    ACQUIRE_LUA,
+    RELEASE_LUA,
+    RENEW_LUA,
+    HANDOFF_LUA,
+    DEQUEUE_LUA,
+    MINIMAL_ACQUIRE_LUA,
+    MINIMAL_RELEASE_LUA,
+    MINIMAL_RELEASE_SHARDED_LUA,
+    COMPARE_AND_DELETE,
+];
 
-/// The scripts the floor and the baseline call themselves.
+/// The scripts the two floors and the baseline call themselves.
 pub(crate) struct Scripts {
+    /// keyholder's own scripts (the `keyholder scripts` floor, W3's and
+    /// W4's raw holders).
     pub(crate) acquire: redis::Script,
     pub(crate) release: redis::Script,
     pub(crate) renew: redis::Script,
+    /// The minimal Redisson-semantics pair (the `minimal floor`).
+    pub(crate) minimal_acquire: redis::Script,
+    pub(crate) minimal_release: redis::Script,
+    pub(crate) minimal_release_sharded: redis::Script,
     pub(crate) compare_and_delete: redis::Script,
 }
 
@@ -86,6 +144,9 @@ impl Scripts {
             acquire: redis::Script::new(ACQUIRE_LUA),
             release: redis::Script::new(RELEASE_LUA),
             renew: redis::Script::new(RENEW_LUA),
+            minimal_acquire: redis::Script::new(MINIMAL_ACQUIRE_LUA),
+            minimal_release: redis::Script::new(MINIMAL_RELEASE_LUA),
+            minimal_release_sharded: redis::Script::new(MINIMAL_RELEASE_SHARDED_LUA),
             compare_and_delete: redis::Script::new(COMPARE_AND_DELETE),
         }
     }

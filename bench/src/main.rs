@@ -1,7 +1,10 @@
 //! The keyholder benchmark: the workloads of SPEC section 4 (W1 to W7), each
-//! measured three ways in one process against one Redis server: the floor
-//! (keyholder's own scripts, raw), the baseline (hand-rolled `SET NX PX`)
-//! and keyholder. See `lock_impl` for the three, `workloads` for what each
+//! measured in one process against one Redis server as the minimal floor
+//! (the minimal Redisson-semantics scripts of SPEC section 2, raw: every
+//! "vs floor" ratio and target is against it), the keyholder scripts floor
+//! (keyholder's own scripts, raw, where the gap between the two floors is
+//! shown), the baseline (hand-rolled `SET NX PX`) and keyholder. See
+//! `lock_impl` for them, `workloads` for what each
 //! workload measures, and `docs/performance.md` for the figures. `FAIR`
 //! (issue 9) runs W2's multi-process shape on a fair lock, against the
 //! reentrant lock and the ideal (`workloads/fair.rs`).

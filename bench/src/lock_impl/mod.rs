@@ -1,11 +1,15 @@
-//! The three lock implementations every workload compares, behind one
-//! trait, so that each workload is written once:
+//! The lock implementations the workloads compare, behind one trait, so
+//! that each workload is written once:
 //!
-//! * [`Floor`]: the library's own `lua/lock/acquire.lua` and `lua/lock/release.lua`
-//!   called on a plain redis-rs connection, with no library logic: the
-//!   physical floor. It never waits (a held lock is an error), so it runs
+//! * [`MinimalFloor`]: the minimal scripts that carry Redisson's semantics
+//!   (SPEC section 2) called on a plain redis-rs connection, with no
+//!   library logic: the physical floor, the denominator of every "vs floor"
+//!   ratio and target. It never waits (a held lock is an error), so it runs
 //!   only where nothing contends; the contended workloads' floor is the
 //!   *ideal* `1 / (hold + one handoff)`, one handoff being its pair time.
+//! * [`ScriptFloor`]: the library's own `lua/lock/acquire.lua` and
+//!   `lua/lock/release.lua`, run the same way (`keyholder scripts` in the
+//!   tables): its gap to the minimal floor is the cost of their extra work.
 //! * [`Baseline`]: the hand-rolled lock users replace: `SET key token NX PX
 //!   30000`, on failure sleep 10 ms and retry; release with the Lua
 //!   compare-and-delete. One connection per thread.
@@ -16,18 +20,20 @@
 //! and releases locks by name through it.
 
 mod baseline;
-mod floor;
 mod keyholder;
+mod minimal_floor;
+mod script_floor;
 
 pub(crate) use baseline::Baseline;
-pub(crate) use floor::Floor;
 pub(crate) use keyholder::Keyholder;
+pub(crate) use minimal_floor::MinimalFloor;
+pub(crate) use script_floor::ScriptFloor;
 
 use std::time::Duration;
 
 use crate::error::Res;
 
-/// The lease of floor and baseline locks, equal to keyholder's default
+/// The lease of the floors' and the baseline's locks, equal to keyholder's default
 /// watchdog lease.
 pub(crate) const LEASE_MS: u64 = 30_000;
 
@@ -35,7 +41,8 @@ pub(crate) const LEASE_MS: u64 = 30_000;
 /// forever).
 pub(crate) const ACQUIRE_LIMIT: Duration = Duration::from_secs(120);
 
-/// Commands that keyholder's and the floor's scripts run inside EVALSHA
+/// Commands that keyholder's scripts (and so the `keyholder scripts` floor)
+/// run inside EVALSHA
 /// (acquire with the waiter queue, release with its unlock latch and the
 /// queue, handoff, renew); keyholder sends none of them on its own in these
 /// workloads but the HEXISTS the audit tells apart.
@@ -109,7 +116,7 @@ pub(crate) trait Session {
     /// A hold, as its release needs it.
     type Held;
 
-    /// Takes `name`, waiting at most [`ACQUIRE_LIMIT`] (the floor does not
+    /// Takes `name`, waiting at most [`ACQUIRE_LIMIT`] (the floors do not
     /// wait): a lock not taken is an error.
     fn acquire(&mut self, name: &str) -> Res<Self::Held>;
 

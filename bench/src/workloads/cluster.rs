@@ -1,7 +1,7 @@
 //! `--cluster`: W1 and W2 on a private Redis Cluster (three primaries and
 //! three replicas of the installed redis-server, all on 127.0.0.1, from
 //! `keyholder_testkit::cluster`), over lock names spread across the shards:
-//! one name per primary. The floor and the baseline reach each name's
+//! one name per primary. The floors and the baseline reach each name's
 //! primary on a plain connection (a connection per session to each
 //! primary, picked by the name's slot); keyholder is a cluster client
 //! (`Client::builder_cluster`). Every primary's counters are read at both
@@ -19,12 +19,12 @@ use keyholder_testkit::server::RedisServer;
 use super::contended::{Cells, Figures, Shape, cells, run_workers};
 use super::handoff::handoff_over;
 use super::header::{build_line, configuration_line, machine_line, p50_p99_us, ping_rtts, redis_version};
-use super::loops::{Loop, loop_header, loop_row};
+use super::loops::{Loop, floor_gap, loop_header, loop_row};
 use super::w1::w1_runs;
 use crate::config::Cfg;
 use crate::env::{Env, PRELOADED, Shards, connect, key_slot, raw_client};
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor};
 use crate::measure::{NodeDelta, ShardStats, median};
 use crate::report::{fmt, print_table};
 
@@ -202,7 +202,7 @@ fn header(env: &Env, cluster: &RedisCluster, stats: &mut ShardStats, one: u16) -
     let workloads = format!(
         "W1 {} pairs over one name per shard, in turn; W2 one lock per shard, {} threads on each (all \
          locks at once) x {} acquisitions, hold {:?}, keyholder in 1 client and in {} clients; handoff = \
-         floor pair mean over {} pairs per name",
+         minimal floor pair mean over {} pairs per name",
         c.w1_pairs, c.w2_threads, c.w2_per_thread, c.hold, c.w2_clients, c.handoff_pairs,
     );
     println!("{}", configuration_line(c, &workloads));
@@ -267,14 +267,19 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
         ),
         &loop_header("pair", "pairs/s", Some("MOVED+ASK+ASKING")),
         &all.iter().map(|r| loop_row(r.label, &r.runs, Some(fmt(hops(&r.runs), 0)))).collect::<Vec<_>>(),
-        &[format!(
-            "vs floor = median over runs of (pairs/s ÷ the same run's floor pairs/s). Round trips: top-level \
+        &[
+            format!(
+                "vs floor = median over runs of (pairs/s ÷ the same run's minimal floor pairs/s). Round trips: top-level \
              commands on {} (INFO commandstats less the scripts' own commands). MOVED+ASK+ASKING: \
              redirections answered (INFO errorstats) and ASKING calls received, summed over runs: a call \
-             sent to a shard that does not serve its name would add one and a second hop. Redis CPU: {}.",
-            servers(env),
-            servers(env)
-        )],
+             sent to a shard that does not serve its name would add one and a second hop. Redis CPU: {}. \
+             minimal floor: the minimal Redisson-semantics scripts raw (SPUBLISH on a cluster); keyholder \
+             scripts: keyholder's own, raw; the four take turns, each run starting with another.",
+                servers(env),
+                servers(env)
+            ),
+            floor_gap("pair", &all[0].runs, &all[1].runs, &all[3].runs),
+        ],
     );
     if env.shards.is_none() {
         return Ok(());
@@ -373,7 +378,7 @@ struct Window {
 
 fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
     let c = &env.cfg;
-    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let (floor, baseline) = (MinimalFloor::new(env), Baseline::new(env));
     let locks = names.len();
     for clients in [1, c.w2_clients] {
         let (mut ideal, mut handoffs, mut floor_loop, mut base, mut kh) =
@@ -441,13 +446,13 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
                 "Redis CPU µs/acq",
             ],
             &[
-                row("floor (ideal)", &ideal),
-                row(&format!("floor loop, 1 thread per lock ({locks}), same hold"), &floor_loop),
+                row("minimal floor (ideal)", &ideal),
+                row(&format!("minimal floor loop, 1 thread per lock ({locks}), same hold"), &floor_loop),
                 row("baseline", &base),
                 row("keyholder", &kh),
             ],
             &[format!(
-                "ideal = {locks} locks / (measured mean hold + one handoff); handoff = floor acquire+release \
+                "ideal = {locks} locks / (measured mean hold + one handoff); handoff = minimal floor acquire+release \
                  pair on each lock in turn, median {} µs; an implementation's handoff = {locks}/(acq/s) - \
                  mean hold. Waits are each acquisition's, over all locks. Lost updates: summed over runs \
                  and locks. Round trips: top-level commands on {}{}, less the counter's GET and SET; \
@@ -475,7 +480,7 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
             &format!("Cluster W2 ({spread}), per shard"),
             "acq",
             names,
-            &[("floor loop", &floor_loop), ("baseline", &base), ("keyholder", &kh)],
+            &[("minimal floor loop", &floor_loop), ("baseline", &base), ("keyholder", &kh)],
             |r| &r.nodes,
         );
     }

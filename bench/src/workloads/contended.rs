@@ -12,7 +12,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use crate::env::Env;
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, Session};
 use crate::measure::{Counters, Delta, longest_streak, max_of, med, median, pct, sorted, sum_of};
 use crate::report::{fmt, fmt_ratio, print_table};
 
@@ -54,7 +54,7 @@ pub(crate) struct Figures {
 
 impl Figures {
     /// The figures of `imp`'s window: its `workers` on `locks` locks at
-    /// once, `d` its counters, `handoff` the floor's pair time (seconds),
+    /// once, `d` its counters, `handoff` the minimal floor's pair time (seconds),
     /// `lost` the updates the counters lost, `subs` the subscription
     /// commands to count.
     pub(crate) fn new<I: LockImpl>(
@@ -95,7 +95,7 @@ impl Figures {
         }
     }
 
-    /// The floor's ideal row of a run: its locks / (hold + handoff) at the
+    /// The minimal floor's ideal row of a run: its locks / (hold + handoff) at the
     /// hold keyholder measured (these are keyholder's figures), with the
     /// floor's known costs (two script calls, one attempt) per acquisition.
     pub(crate) fn ideal(&self, handoff_s: f64) -> Figures {
@@ -150,7 +150,7 @@ impl Contended {
 }
 
 /// Runs one contended configuration (`shape` spread over `clients`
-/// keyholder clients) as the floor, the baseline and keyholder, and prints
+/// keyholder clients) as the minimal floor, the baseline and keyholder, and prints
 /// its table.
 pub(crate) fn contended(
     env: &Env,
@@ -161,14 +161,14 @@ pub(crate) fn contended(
     title: &str,
 ) -> Res<()> {
     let c = &env.cfg;
-    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let (floor, baseline) = (MinimalFloor::new(env), Baseline::new(env));
     let (mut ideal, mut handoffs, mut floor_loop, mut base, mut kh) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for run in 1..=c.runs {
         eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
         let h = handoff(env)?;
         handoffs.push(h * 1e6);
-        // The floor never waits: one thread runs the raw scripts around the
+        // The minimal floor never waits: one thread runs its raw scripts around the
         // same critical section. Nobody waits, so wait and streak figures
         // would only restate its pair latency.
         let alone = Shape { threads: 1, per_thread: (shape.per_thread * 2).max(10) };
@@ -211,14 +211,14 @@ pub(crate) fn contended(
             "Redis CPU µs/acq",
         ],
         &[
-            contended_row("floor (ideal)", &ideal),
-            contended_row("floor loop, 1 thread, same hold", &floor_loop),
+            contended_row("minimal floor (ideal)", &ideal),
+            contended_row("minimal floor loop, 1 thread, same hold", &floor_loop),
             contended_row("baseline", &base),
             contended_row("keyholder", &kh),
         ],
         &[
             format!(
-                "ideal = 1 / (measured mean hold + one handoff); handoff = floor acquire+release pair, \
+                "ideal = 1 / (measured mean hold + one handoff); handoff = minimal floor acquire+release pair, \
                  median {} µs; an implementation's handoff = 1/(acq/s) - mean hold. vs ideal is each \
                  run's own ratio. Longest streak: most consecutive acquisitions by one thread / one \
                  keyholder client, worst run (a streak is barging). During worst wait: in the worst run, the \
@@ -231,9 +231,9 @@ pub(crate) fn contended(
                  calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
                  count: handoff.lua calls that passed the lock straight to a local thread, and grant \
                  entries taken off the queue when clients queue (about one per acquisition then). Client CPU includes the \
-                 counter's GET/SET, and has a 10 ms tick resolution. The floor loop is measured: one \
-                 thread runs the raw acquire.lua, the same critical section and release.lua, with no \
-                 second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
+                 counter's GET/SET, and has a 10 ms tick resolution. The minimal floor loop is measured: \
+                 one thread runs the minimal acquire script, the same critical section and the minimal \
+                 release, with no second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
                 fmt(median(handoffs), 0),
                 if c.audit {
                     " counted by the server's slow log (every command logged, script-internal ones \

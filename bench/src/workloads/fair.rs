@@ -1,7 +1,7 @@
 //! FAIR: the fair lock in W2's multi-process shape: `--w2-threads` (8)
 //! clients of one thread each on one fair lock, 1 ms holds with W2's
 //! GET-then-SET counter, back to back. Keyholder's reentrant lock runs the
-//! same shape in the same run for comparison, and the floor's handoff gives
+//! same shape in the same run for comparison, and the minimal floor's handoff gives
 //! the ideal `1 / (hold + one handoff)`.
 //!
 //! Besides W2's figures it counts FIFO inversions: pairs of acquisitions
@@ -232,13 +232,13 @@ pub(crate) fn fair(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "Redis CPU µs/acq",
         ],
         &[
-            row("floor (ideal)", &ideal_runs),
+            row("minimal floor (ideal)", &ideal_runs),
             row("keyholder FairLock", &fair_runs),
             row("keyholder Lock (RLock), same shape", &lock_runs),
         ],
         &[format!(
-            "ideal = 1 / (the fair lock's measured mean hold + one handoff), handoff = the floor's \
-             acquire+release pair; vs ideal is each run's own ratio. FIFO inversions: pairs of \
+            "ideal = 1 / (the fair lock's measured mean hold + one handoff), handoff = the minimal \
+             floor's acquire+release pair; vs ideal is each run's own ratio. FIFO inversions: pairs of \
              acquisitions served in the opposite order of their arrival (when the worker called for the \
              lock), counting arrivals more than {TOLERANCE_MS} ms apart; in parentheses, with no \
              tolerance (arrivals microseconds apart may reach Redis in either order). Round trips: \

@@ -33,7 +33,7 @@ pub(crate) fn header(env: &Env, redis: &Redis, stats: &mut redis::Connection) ->
          W2 {} threads x {} acquisitions, hold {:?}, 1 client and {} clients; W3 {} threads over {} \
          and over {} clients (baseline {} threads), idle window {:?}, stacks {} KiB; W4 {} locks from {} \
          threads, watchdog timeout {:?} ({} periods held); W5 {} iterations; W6 {:?} clients of 1 thread, \
-         {} acquisitions in all; handoff = floor pair mean over {} pairs",
+         {} acquisitions in all; handoff = minimal floor pair mean over {} pairs",
         c.w1_pairs,
         c.w2_threads,
         c.w2_per_thread,

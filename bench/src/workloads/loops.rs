@@ -1,11 +1,12 @@
 //! The single-thread loops of W1 and W5 (and of `--cluster`'s W1): one
 //! operation repeated, timed one by one, with the server's counters (or
-//! every primary's) over the whole loop.
+//! every primary's) over the whole loop; and the note on the gap between
+//! the two floors that their tables print.
 
 use std::time::Instant;
 
 use crate::error::Res;
-use crate::measure::{Counters, med, pct, sorted, us};
+use crate::measure::{Counters, med, median, pct, sorted, us};
 use crate::report::{fmt, fmt_ratio};
 
 /// One measured single-thread loop; `parts`: what the counters show beyond
@@ -17,8 +18,9 @@ pub(crate) struct Loop<P = ()> {
     rt: f64,
     evalsha: f64,
     cpu_us: f64,
-    server_us: f64,
-    /// Rate ÷ the same run's floor rate.
+    /// Redis CPU per operation, µs.
+    pub(crate) server_us: f64,
+    /// Rate ÷ the same run's minimal-floor rate.
     pub(crate) vs_floor: f64,
     pub(crate) parts: P,
 }
@@ -97,4 +99,39 @@ pub(crate) fn loop_row<P>(name: &str, runs: &[Loop<P>], extra: Option<String>) -
     row.extend(extra);
     row.extend([fmt(med(runs, |r| r.cpu_us), 1), fmt(med(runs, |r| r.server_us), 1)]);
     row
+}
+
+/// The note under a loop table on the gap between its two floors (the cost
+/// of keyholder's scripts' extra work) and on Redis's own time per `per`
+/// (`pair`, `iteration`): medians over runs; `keyholder`'s Redis time set
+/// against the minimal floor's too.
+pub(crate) fn floor_gap<P>(
+    per: &str,
+    minimal: &[Loop<P>],
+    scripts: &[Loop<P>],
+    keyholder: &[Loop<P>],
+) -> String {
+    let us_per = |runs: &[Loop<P>]| 1e6 / med(runs, |r| r.rate);
+    let redis = |runs: &[Loop<P>]| med(runs, |r| r.server_us);
+    let gap_redis = median(scripts.iter().zip(minimal).map(|(s, m)| s.server_us - m.server_us).collect());
+    let kh_redis = median(keyholder.iter().zip(minimal).map(|(k, m)| k.server_us - m.server_us).collect());
+    format!(
+        "Floor gap (the cost of the extra work in keyholder's scripts): the keyholder scripts floor runs \
+         at {} of the minimal floor ({} µs per {per} against the minimal floor's {} µs). Redis CPU per \
+         {per}: minimal floor {} µs, keyholder scripts {} µs ({} µs), keyholder {} µs ({} µs against the \
+         minimal floor); differences are medians of per-run differences.",
+        fmt_ratio(med(scripts, |r| r.vs_floor)),
+        fmt(us_per(scripts), 0),
+        fmt(us_per(minimal), 0),
+        fmt(redis(minimal), 1),
+        fmt(redis(scripts), 1),
+        signed(gap_redis),
+        fmt(redis(keyholder), 1),
+        signed(kh_redis),
+    )
+}
+
+/// A difference with its sign, one decimal: `+3.2`, `-0.4`, `n/a`.
+fn signed(v: f64) -> String {
+    if v.is_nan() { "n/a".to_owned() } else { format!("{v:+.1}") }
 }

@@ -1,6 +1,7 @@
 //! The workloads of SPEC section 4, one module each (W2 and W6 share the
 //! contended runner), each written once over [`LockImpl`](crate::lock_impl::LockImpl)
-//! and run as the floor, the baseline and keyholder in turn on the same
+//! and run as the minimal floor (and, in W1, W5 and W7, the keyholder
+//! scripts floor beside it), the baseline and keyholder in turn on the same
 //! server, `--runs` times; every table figure is the median over runs.
 
 mod cluster;

@@ -2,8 +2,8 @@
 //! the single-node floor measured in the same run, and with one, two and
 //! three masters killed.
 //!
-//! The floor is `lua/lock/acquire.lua` + `release.lua` raw on one master's
-//! plain connection (two round trips a pair); a RedLock pair asks five
+//! The floor is the minimal floor's scripts (SPEC section 2's minimal
+//! Redisson-semantics pair) raw on one master's plain connection (two round trips a pair); a RedLock pair asks five
 //! masters one after another, so "5x the floor" is the time of five floor
 //! pairs, and `vs 5x floor` = RedLock pairs/s ÷ (floor pairs/s ÷ 5).
 //! Round trips are the masters' top-level commands (EVALSHA, EVAL,
@@ -64,7 +64,7 @@ pub(crate) fn redlock(env: &Env, _stats: &mut redis::Connection) -> Res<()> {
         &format!("REDLOCK: acquire+release pairs over 5 local masters, 1 thread, {pairs} pairs"),
         &["implementation", "pairs/s", "vs 5x floor", "round trips/pair"],
         &[
-            row("floor, 1 master (raw scripts)", &floor_runs, 1.0),
+            row("minimal floor, 1 master (raw scripts)", &floor_runs, 1.0),
             row("raw scripts, 5 masters asked in parallel (5 threads)", &parallel_runs, 5.0),
             row("RedLock, 5 masters", &red_runs, 5.0),
             row("RedLock fenced, 5 masters", &fenced_runs, 5.0),
@@ -153,7 +153,7 @@ fn parallel_raw(env: &Env, servers: &[RedisServer], pairs: usize) -> Res<Row> {
     for server in servers {
         conns.push(connect(&raw_client(&server.url())?)?);
     }
-    let (acquire, release) = (&env.scripts.acquire, &env.scripts.release);
+    let (acquire, release) = (&env.scripts.minimal_acquire, &env.scripts.minimal_release);
     std::thread::scope(|scope| -> Res<Row> {
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Result<(), String>>();
         let mut go = Vec::new();
@@ -212,20 +212,27 @@ fn parallel_raw(env: &Env, servers: &[RedisServer], pairs: usize) -> Res<Row> {
     })
 }
 
-/// The single-master floor: raw acquire + release scripts on one plain
-/// connection.
+/// The single-master floor: the minimal acquire + release scripts, raw,
+/// on one plain connection.
 fn floor(env: &Env, server: &RedisServer, pairs: usize) -> Res<Row> {
     let mut con = connect(&raw_client(&server.url())?)?;
     let (name, owner) = ("bench:redlock-floor", "bench-floor:0");
     let channel = channel_of(name);
     let mut one = || -> Res<()> {
         let acquired: redis::Value =
-            env.scripts.acquire.key(name).arg(LEASE_MS).arg(owner).invoke(&mut con)?;
+            env.scripts.minimal_acquire.key(name).arg(LEASE_MS).arg(owner).invoke(&mut con)?;
         if acquired != redis::Value::Nil {
             return Err(err(format!("REDLOCK floor: acquire replied {acquired:?}")));
         }
-        let _: i64 =
-            env.scripts.release.key(name).key(&channel).arg("0").arg(LEASE_MS).arg(owner).invoke(&mut con)?;
+        let _: i64 = env
+            .scripts
+            .minimal_release
+            .key(name)
+            .key(&channel)
+            .arg("0")
+            .arg(LEASE_MS)
+            .arg(owner)
+            .invoke(&mut con)?;
         Ok(())
     };
     for _ in 0..pairs / 10 {

@@ -1,10 +1,11 @@
 //! SPIN: the spin lock against the pub/sub lock (`Lock`), uncontended and
 //! under contention, in the same run on the same server.
 //!
-//! Uncontended: one thread, acquire+release pairs, against the raw-script
-//! floor. Contended: `CLIENTS` clients of one thread each take one lock in
-//! turn, holding it `hold` (a sleep, the critical section), for a fixed
-//! number of acquisitions in all: throughput, the server's top-level
+//! Uncontended: one thread, acquire+release pairs, against the minimal
+//! floor (the minimal Redisson-semantics scripts, raw). Contended:
+//! `CLIENTS` clients of one thread each take one lock in turn, holding it
+//! `hold` (a sleep, the critical section), for a fixed number of
+//! acquisitions in all: throughput, the server's top-level
 //! commands per acquisition (EVALSHA/EVAL for every try, SUBSCRIBE and
 //! friends for the pub/sub lock's waits) and the worst wait.
 
@@ -62,7 +63,7 @@ pub(crate) fn spin(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     }
     let floor_rate = med(&floor_runs, |r| r.rate);
     let mut rows =
-        vec![vec!["floor (raw scripts)".to_owned(), fmt(floor_rate, 0), fmt_ratio(1.0), fmt(2.0, 2)]];
+        vec![vec!["minimal floor (raw scripts)".to_owned(), fmt(floor_rate, 0), fmt_ratio(1.0), fmt(2.0, 2)]];
     for (i, (label, _)) in kinds.iter().enumerate() {
         let rate = med(&alone[i], |r| r.rate);
         rows.push(vec![
@@ -202,7 +203,8 @@ fn contend(env: &Env, stats: &mut redis::Connection, kind: Kind, total: usize, h
     Ok(Row { rate: done / wall, round_trips: top / done, worst_ms: worst })
 }
 
-/// The floor: raw acquire + release scripts on one plain connection.
+/// The minimal floor: the minimal acquire + release scripts, raw, on one
+/// plain connection.
 fn floor(env: &Env, stats: &mut redis::Connection, pairs: usize) -> Res<Row> {
     let _ = stats;
     let mut con = env.connect()?;
@@ -211,13 +213,13 @@ fn floor(env: &Env, stats: &mut redis::Connection, pairs: usize) -> Res<Row> {
     let started = Instant::now();
     for _ in 0..pairs {
         let acquired: redis::Value =
-            env.scripts.acquire.key(&name).arg(LEASE_MS).arg(owner).invoke(&mut con)?;
+            env.scripts.minimal_acquire.key(&name).arg(LEASE_MS).arg(owner).invoke(&mut con)?;
         if acquired != redis::Value::Nil {
             return Err(err(format!("SPIN floor: acquire replied {acquired:?}")));
         }
         let _: i64 = env
             .scripts
-            .release
+            .minimal_release
             .key(&name)
             .key(&channel)
             .arg("0")

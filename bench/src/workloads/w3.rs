@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::env::{Env, channel_of};
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, ScriptFloor, Session};
 use crate::measure::{
     Delta, audit_end, audit_start, connected_clients, info, info_field, med, median, snap, thread_switches,
 };
@@ -46,8 +46,8 @@ struct Herd {
 }
 
 impl Herd {
-    /// The floor's ideal row of a run: the measured holds plus one handoff
-    /// per thread, with the floor's known costs per acquisition.
+    /// The minimal floor's ideal row of a run: the measured holds plus one handoff
+    /// per thread, with the minimal floor's known costs per acquisition.
     fn ideal(keyholder: &Herd) -> Herd {
         Herd {
             threads: keyholder.threads,
@@ -106,12 +106,12 @@ fn herds(env: &Env, stats: &mut redis::Connection, clients: usize, baseline: boo
         // keyholder's herd waits behind the raw scripts: the same wire
         // format, held by an owner outside its clients.
         let keyholder = || Keyholder::new(env, clients, None);
-        let k = herd(env, stats, keyholder, &Floor::new(env), c.w3_threads, "w3", h)?;
+        let k = herd(env, stats, keyholder, &ScriptFloor::new(env), c.w3_threads, "w3", h)?;
         ideal.push(Herd::ideal(&k));
         kh.push(k);
     }
     let mut notes = vec![format!(
-        "ideal = sum of measured holds + threads x one handoff (floor pair, median {} µs). Idle figures are \
+        "ideal = sum of measured holds + threads x one handoff (minimal floor pair, median {} µs). Idle figures are \
          measured over {:?} while every thread waits on a lock held by another owner: client CPU, context \
          switches of all non-main threads (wake-ups), and top-level Redis commands. pub/sub conns: CLIENT \
          LIST TYPE pubsub; conns: connected_clients added by the implementation; subscribers: PUBSUB NUMSUB \
@@ -169,9 +169,13 @@ fn herds(env: &Env, stats: &mut redis::Connection, clients: usize, baseline: boo
             "herd Redis CPU µs/acq",
         ],
         &if baseline {
-            vec![herd_row("floor (ideal)", &ideal), herd_row("baseline", &base), herd_row("keyholder", &kh)]
+            vec![
+                herd_row("minimal floor (ideal)", &ideal),
+                herd_row("baseline", &base),
+                herd_row("keyholder", &kh),
+            ]
         } else {
-            vec![herd_row("floor (ideal)", &ideal), herd_row("keyholder", &kh)]
+            vec![herd_row("minimal floor (ideal)", &ideal), herd_row("keyholder", &kh)]
         },
         &notes,
     );

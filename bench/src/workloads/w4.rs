@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::env::Env;
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, ScriptFloor, Session};
 use crate::measure::{Delta, med, snap, sum_of};
 use crate::report::{fmt, print_table};
 
@@ -21,7 +21,7 @@ enum Renewal<'a> {
     /// keyholder's watchdog, on its own.
     Watchdog,
     /// The bench, calling the floor's `renew.lua` every period.
-    ByHand(&'a Floor<'a>),
+    ByHand(&'a ScriptFloor<'a>),
     /// Nobody (a fixed lease): the hold window is skipped.
     Never,
 }
@@ -46,7 +46,7 @@ struct Many {
 
 pub(crate) fn w4(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let c = &env.cfg;
-    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let (floor, baseline) = (ScriptFloor::new(env), Baseline::new(env));
     let (mut floor_runs, mut base_runs, mut kh_runs) = (Vec::new(), Vec::new(), Vec::new());
     for run in 1..=c.runs {
         eprintln!("W4 run {run}/{}", c.runs);
@@ -228,7 +228,7 @@ fn hold_window(
             for round in 1..=c.w4_periods {
                 thread::sleep((start + period * round).saturating_duration_since(Instant::now()));
                 for (t, chunk) in names.chunks(per_thread).enumerate() {
-                    let owner = Floor::owner(t);
+                    let owner = ScriptFloor::owner(t);
                     for batch in chunk.chunks(100) {
                         floor.renew(&mut con, batch, &owner, lease_ms)?;
                     }

@@ -1,97 +1,141 @@
 //! W7: thread-per-request. One process's threads each take and release
-//! their own lock names, with no contention: the floor and the baseline
-//! with a connection per thread, keyholder with one client and its
-//! defaults (at most 16 command connections, shared by its threads).
+//! their own lock names, with no contention: the two floors (the minimal
+//! scripts and keyholder's own) and the baseline with a connection per
+//! thread, keyholder with one client and its defaults (at most 16 command
+//! connections, shared by its threads).
 
 use std::sync::Barrier;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::env::Env;
 use crate::error::Res;
-use crate::lock_impl::{Baseline, Floor, Keyholder, LockImpl, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, ScriptFloor, Session};
 use crate::measure::{Delta, connected_clients, median, snap};
 use crate::report::{fmt, fmt_ratio, print_table};
 
 use super::threads::join;
 
 /// One W7 window: pairs per second, Redis connections in use, round trips
-/// per pair.
+/// and Redis CPU µs per pair.
 struct PerRequest {
     rate: f64,
     connections: f64,
     rt: f64,
+    server_us: f64,
 }
 
 pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let c = &env.cfg;
-    let (floor, baseline) = (Floor::new(env), Baseline::new(env));
+    let (minimal, scripts, baseline) = (MinimalFloor::new(env), ScriptFloor::new(env), Baseline::new(env));
+    // What the server counts with none of W7's connections open: each
+    // window waits for the previous one's to close before it counts its own.
+    let idle = settle(stats, f64::INFINITY)?;
     let mut rows = Vec::new();
     for &threads in &c.w7_threads {
-        let (mut floor_runs, mut base_runs, mut kh_runs) = (Vec::new(), Vec::new(), Vec::new());
+        // minimal floor, keyholder scripts, baseline, keyholder.
+        let mut runs: [Vec<PerRequest>; 4] = Default::default();
         for run in 1..=c.runs {
             eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
-            // Each run starts with another of the three, so that none is
+            // Each run starts with another of the four, so that none is
             // always measured right after the same one.
-            for turn in 0..3 {
-                match (run + turn) % 3 {
-                    1 => floor_runs.push(per_request(env, stats, &floor, threads, None)?),
-                    2 => base_runs.push(per_request(env, stats, &baseline, threads, None)?),
+            for turn in 0..4 {
+                let which = (run + turn) % 4;
+                settle(stats, idle)?;
+                let window = match which {
+                    0 => per_request(env, stats, &minimal, threads, None)?,
+                    1 => per_request(env, stats, &scripts, threads, None)?,
+                    2 => per_request(env, stats, &baseline, threads, None)?,
                     _ => {
                         // The client opens a connection as it is built:
                         // counted too.
                         let before = connected_clients(stats)?;
                         let keyholder = Keyholder::new(env, 1, None)?;
-                        kh_runs.push(per_request(env, stats, &keyholder, threads, Some(before))?);
+                        per_request(env, stats, &keyholder, threads, Some(before))?
                     }
-                }
+                };
+                runs[which].push(window);
             }
         }
-        let rate = |runs: &[PerRequest]| median(runs.iter().map(|r| r.rate).collect());
-        let conns = |runs: &[PerRequest]| median(runs.iter().map(|r| r.connections).collect());
-        let ratio =
-            |over: &[PerRequest]| median(kh_runs.iter().zip(over).map(|(k, o)| k.rate / o.rate).collect());
+        let [minimal_runs, script_runs, base_runs, kh_runs] = &runs;
+        let rate = |runs: &[PerRequest]| fmt(median(runs.iter().map(|r| r.rate).collect()), 0);
+        let each = |f: fn(&PerRequest) -> f64, decimals: usize| {
+            runs.iter()
+                .map(|r| fmt(median(r.iter().map(f).collect()), decimals))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        // Median of per-run ratios: the runs of one round are index-aligned.
+        let ratio = |of: &[PerRequest], over: &[PerRequest]| {
+            fmt_ratio(median(of.iter().zip(over).map(|(a, o)| a.rate / o.rate).collect()))
+        };
         rows.push(vec![
             threads.to_string(),
-            fmt(rate(&floor_runs), 0),
-            fmt(rate(&base_runs), 0),
-            fmt(rate(&kh_runs), 0),
-            fmt_ratio(ratio(&floor_runs)),
-            fmt_ratio(ratio(&base_runs)),
-            format!(
-                "{} / {} / {}",
-                fmt(conns(&floor_runs), 0),
-                fmt(conns(&base_runs), 0),
-                fmt(conns(&kh_runs), 0)
-            ),
+            rate(minimal_runs),
+            rate(script_runs),
+            rate(base_runs),
+            rate(kh_runs),
+            ratio(kh_runs, minimal_runs),
+            ratio(script_runs, minimal_runs),
+            ratio(kh_runs, base_runs),
+            each(|r| r.connections, 0),
+            each(|r| r.server_us, 1),
             fmt(median(kh_runs.iter().map(|r| r.rt).collect()), 2),
         ]);
     }
     print_table(
         &format!(
             "W7: thread-per-request, 1 client, each thread on its own lock names, {} acquire+release pairs in \
-             all (a quarter at 1 thread) (targets: keyholder >= 0.9x the floor at every thread count with default settings and at \
-             most 16 connections per client; stretch: >= the baseline from 32 threads)",
+             all (a quarter at 1 thread) (targets: keyholder >= 0.9x the minimal floor at 1, 8, 32, 128 and \
+             512 threads with default settings and at most 16 connections per client, in every run; stretch: \
+             >= the baseline from 32 threads)",
             c.w7_pairs
         ),
         &[
             "threads",
-            "floor pairs/s",
+            "minimal floor pairs/s",
+            "keyholder scripts pairs/s",
             "baseline pairs/s",
             "keyholder pairs/s",
-            "keyholder vs floor",
+            "keyholder vs minimal floor",
+            "keyholder scripts vs minimal floor",
             "keyholder vs baseline",
-            "Redis connections floor / baseline / keyholder",
+            "Redis connections minimal / scripts / baseline / keyholder",
+            "Redis CPU µs/pair minimal / scripts / baseline / keyholder",
             "keyholder round trips/pair",
         ],
         &rows,
-        &["The floor runs the raw acquire.lua and release.lua and the baseline SET NX PX and its \
-           compare-and-delete, each thread on a connection of its own; keyholder is one client with \
-           default settings (at most 16 command connections, shared by its threads). Connections: connected_clients added while every \
-           thread still holds what it opened, counting keyholder's pub/sub connection. Rates are medians \
-           over runs, ratios medians of per-run ratios; round trips from INFO commandstats."
+        &["The minimal floor runs the minimal Redisson-semantics scripts of SPEC section 2 raw, the \
+           keyholder scripts floor keyholder's own acquire.lua and release.lua raw (its gap to the minimal \
+           floor is the cost of their extra work), and the baseline SET NX PX and its compare-and-delete, \
+           each thread on a connection of its own; keyholder is one client with default settings (at most \
+           16 command connections, shared by its threads). The four take turns, each run starting with \
+           another. Connections: connected_clients added while every thread still holds what it opened, \
+           counting keyholder's pub/sub connection; each window starts once the connections before it \
+           have closed. Rates are medians over runs, ratios medians of per-run \
+           ratios; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
+           window, per pair."
             .to_owned()],
     );
     Ok(())
+}
+
+/// Waits, at most 5 s, until the server's `connected_clients` is at most
+/// `idle` and the same in two reads 10 ms apart (the connections a window
+/// or an earlier workload dropped are closed on the server too, so that a
+/// window does not count their closing against its own); returns the last
+/// count. Past the 5 s it goes on with what it has.
+fn settle(stats: &mut redis::Connection, idle: f64) -> Res<f64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = connected_clients(stats)?;
+    loop {
+        thread::sleep(Duration::from_millis(10));
+        let now = connected_clients(stats)?;
+        if (now == last && now <= idle) || Instant::now() >= deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
 }
 
 /// W7 once: `threads` threads of `imp`, each taking and releasing its own
@@ -154,5 +198,10 @@ fn per_request<I: LockImpl>(
         Ok((Delta::between(&a, &b), connections))
     })?;
     let n = (per_thread * threads) as f64;
-    Ok(PerRequest { rate: n / d.wall, connections, rt: d.round_trips(imp.script_commands(), 0) / n })
+    Ok(PerRequest {
+        rate: n / d.wall,
+        connections,
+        rt: d.round_trips(imp.script_commands(), 0) / n,
+        server_us: d.server_cpu / n * 1e6,
+    })
 }

@@ -1,5 +1,10 @@
-//! The floor: keyholder's own acquire and release scripts, raw, on a plain
-//! connection per session: two round trips per pair and no library logic.
+//! The `keyholder scripts` floor: keyholder's own acquire and release
+//! scripts, raw, on a plain connection per session: two round trips per
+//! pair and no library logic, but the scripts' own weight (queue,
+//! reservations, unlock latch, fencing, migration mode: 6 to 17 keys and
+//! arguments). Shown beside the minimal floor ([`super::MinimalFloor`]):
+//! the gap between the two is the cost of that extra work. W3's raw holder
+//! and W4's raw renewals use it too.
 //! On a Redis Cluster, a connection per session to each primary, the one
 //! serving the lock's slot taken, and the unlock message sent with
 //! `SPUBLISH`, as keyholder's cluster client does.
@@ -12,14 +17,14 @@ use super::{LEASE_MS, LIBRARY_SCRIPT_COMMANDS, LockImpl, Session};
 use crate::env::{Conns, Env, channel_of};
 use crate::error::{Res, err};
 
-/// The raw-script floor.
-pub(crate) struct Floor<'e> {
+/// keyholder's scripts run raw.
+pub(crate) struct ScriptFloor<'e> {
     env: &'e Env,
 }
 
-impl<'e> Floor<'e> {
-    pub(crate) fn new(env: &'e Env) -> Floor<'e> {
-        Floor { env }
+impl<'e> ScriptFloor<'e> {
+    pub(crate) fn new(env: &'e Env) -> ScriptFloor<'e> {
+        ScriptFloor { env }
     }
 
     /// The owner id (hash field) of session `index`.
@@ -43,20 +48,20 @@ impl<'e> Floor<'e> {
         }
         let renewed: Vec<i64> = invocation.invoke(con)?;
         if renewed.iter().any(|r| *r != 1) {
-            return Err(err("floor: a renewal was refused"));
+            return Err(err("keyholder scripts floor: a renewal was refused"));
         }
         Ok(())
     }
 }
 
-impl<'e> LockImpl for Floor<'e> {
-    type Session = FloorSession<'e>;
+impl<'e> LockImpl for ScriptFloor<'e> {
+    type Session = ScriptFloorSession<'e>;
 
     fn session(&self, index: usize) -> Res<Self::Session> {
-        Ok(FloorSession {
+        Ok(ScriptFloorSession {
             env: self.env,
             con: self.env.conns()?,
-            owner: Floor::owner(index),
+            owner: ScriptFloor::owner(index),
             depth: HashMap::new(),
         })
     }
@@ -72,14 +77,14 @@ impl<'e> LockImpl for Floor<'e> {
 
 /// A floor connection and owner id, with the hold count of each key it
 /// holds (release.lua replies 0 until the last release, then 1).
-pub(crate) struct FloorSession<'e> {
+pub(crate) struct ScriptFloorSession<'e> {
     env: &'e Env,
     con: Conns<'e>,
     owner: String,
     depth: HashMap<String, u32>,
 }
 
-impl Session for FloorSession<'_> {
+impl Session for ScriptFloorSession<'_> {
     /// The key.
     type Held = String;
 
@@ -94,7 +99,9 @@ impl Session for FloorSession<'_> {
             .invoke(self.con.for_key(name)?)?;
         match reply {
             Value::Nil => {}
-            Value::Int(_) => return Err(err(format!("floor: {name} is unexpectedly held"))),
+            Value::Int(_) => {
+                return Err(err(format!("keyholder scripts floor: {name} is unexpectedly held")));
+            }
             other => return Err(err(format!("acquire.lua replied {other:?}"))),
         }
         match self.depth.get_mut(name) {
@@ -108,7 +115,7 @@ impl Session for FloorSession<'_> {
 
     fn release(&mut self, key: String) -> Res<()> {
         let Some(depth) = self.depth.get_mut(&key) else {
-            return Err(err(format!("floor: {key} released but not held")));
+            return Err(err(format!("keyholder scripts floor: {key} released but not held")));
         };
         *depth -= 1;
         let expected = if *depth == 0 {
@@ -125,7 +132,9 @@ impl Session for FloorSession<'_> {
         let reply: Value = release.invoke(self.con.for_key(&key)?)?;
         match reply {
             Value::Int(n) if n == expected => Ok(()),
-            other => Err(err(format!("floor: release.lua replied {other:?}, expected {expected}"))),
+            other => Err(err(format!(
+                "keyholder scripts floor: release.lua replied {other:?}, expected {expected}"
+            ))),
         }
     }
 }
