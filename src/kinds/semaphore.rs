@@ -69,6 +69,12 @@ pub(crate) fn check_permits(permits: u32, what: &str) -> Result<()> {
 /// waits as long as it takes. The raw calls (`release`, `add_permits`,
 /// `drain_permits` ...) are Redisson's, for permits taken without a guard.
 ///
+/// Like Redisson's, the semaphore is not fair, but its barging is bounded:
+/// a thread that gives permits back while others wait for them leaves them
+/// to those waiters for up to 2 ms, so its next waiting acquire of the same
+/// semaphore (`acquire`, `try_acquire_for/until`) within 2 ms of the
+/// release first waits out the rest of them; `try_acquire` never does.
+///
 /// # Examples
 ///
 /// ```no_run

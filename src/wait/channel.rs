@@ -356,6 +356,19 @@ mod tests {
     }
 
     #[test]
+    fn the_waiting_threads_of_a_channel_are_counted_while_they_wait() {
+        let waits = waits();
+        assert_eq!(waits.waiting("channel"), 0);
+        let (a, b) = (join(&waits, Wakes::Permits), join(&waits, Wakes::Permits));
+        assert_eq!(waits.waiting("channel"), 2);
+        assert_eq!(waits.waiting("other"), 0);
+        drop(a);
+        assert_eq!(waits.waiting("channel"), 1);
+        drop(b);
+        assert_eq!(waits.waiting("channel"), 0);
+    }
+
+    #[test]
     fn a_wakeup_after_the_reading_is_never_missed() {
         let waits = waits();
         let wait = join(&waits, Wakes::All);
