@@ -10,11 +10,14 @@
 --          channels)
 --
 -- Returns
---   string   the new number of available permits as a decimal STRING
---            (exact over the 64-bit range): KEYS[1] incremented by ARGV[1]
---            (INCRBY: an absent key starts from 0, a TTL is kept), and that
---            number published on KEYS[2] (a Java waiter wakes at most that
---            many local waiters)
+--   {count, listeners}
+--            count: the new number of available permits as a decimal
+--            STRING (exact over the 64-bit range): KEYS[1] incremented by
+--            ARGV[1] (INCRBY: an absent key starts from 0, a TTL is kept),
+--            and that number published on KEYS[2] (a Java waiter wakes at
+--            most that many local waiters); listeners: the number of
+--            connections the message reached (PUBLISH's reply), which
+--            tells the releasing client whether anyone waits (ADR 49)
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when KEYS[1] holds another type.
@@ -33,5 +36,5 @@ if bad then
     return bad
 end
 local total = redis.call('get', KEYS[1])
-redis.call(ARGV[2], KEYS[2], total)
-return total
+local listeners = redis.call(ARGV[2], KEYS[2], total)
+return {total, listeners}

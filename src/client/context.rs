@@ -265,6 +265,17 @@ impl<'a> Waits<'a> {
         &self.inner.subscribers
     }
 
+    /// How many of the client's threads are in the wait on `channel`.
+    pub(crate) fn waiting_on(&self, channel: &str) -> usize {
+        self.inner.waits.waiting(channel)
+    }
+
+    /// The client's identity while it lives (its address), for state kept
+    /// per thread (a semaphore's hand-over).
+    pub(crate) fn client_id(&self) -> usize {
+        std::ptr::from_ref(self.inner) as usize
+    }
+
     /// A call's ride through outages (see `wait/outage.rs`).
     pub(crate) fn outage(&self, waits: bool) -> Outage<'a> {
         self.inner.outage(waits)

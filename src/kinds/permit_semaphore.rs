@@ -185,7 +185,7 @@ impl PermitExpirableSemaphore {
         let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::observed(ctx, &self.keys.name, &self.keys.channel, patience, || {
+        let sent = wait_loop::observed(ctx, &self.keys.name, &self.keys.channel, patience, None, || {
             let sent = Instant::now();
             Ok(match scripts::acquire(calls, &self.keys, &ids, Some(lease_ms))? {
                 Acquired::Yes { replicated } => Attempt::Won((sent, replicated)),

@@ -12,6 +12,7 @@
 //! bounded (see `wait_loop.rs`), and bad input refused before any I/O.
 
 mod guard;
+mod handover;
 pub(crate) mod scripts;
 pub(crate) mod wait_loop;
 
@@ -67,6 +68,12 @@ pub(crate) fn check_permits(permits: u32, what: &str) -> Result<()> {
 /// long (`Ok(None)` when time runs out), [`acquire`](Semaphore::acquire)
 /// waits as long as it takes. The raw calls (`release`, `add_permits`,
 /// `drain_permits` ...) are Redisson's, for permits taken without a guard.
+///
+/// Like Redisson's, the semaphore is not fair, but its barging is bounded:
+/// a thread that gives permits back while others wait for them leaves them
+/// to those waiters for up to 2 ms, so its next waiting acquire of the same
+/// semaphore (`acquire`, `try_acquire_for/until`) within 2 ms of the
+/// release first waits out the rest of them; `try_acquire` never does.
 ///
 /// # Examples
 ///
@@ -155,8 +162,14 @@ impl Semaphore {
 
     fn acquire_with(&self, permits: u32, patience: Patience) -> Result<Option<SemaphorePermits>> {
         check_permits(permits, "acquire")?;
-        let calls = self.calls();
-        wait_loop::observed(self.client.context(), &self.name, &self.channel, patience, || {
+        let (ctx, calls) = (self.client.context(), self.calls());
+        // A waiting acquire right after this thread's own release leaves
+        // the permits to the waiters first (`handover.rs`).
+        let pause = match patience {
+            Patience::Once => None,
+            Patience::Until(_) | Patience::Forever => handover::pause_until(ctx, &self.name),
+        };
+        wait_loop::observed(ctx, &self.name, &self.channel, patience, pause, || {
             Ok(if scripts::try_acquire(calls, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {
@@ -188,7 +201,9 @@ impl Semaphore {
     /// as [`try_acquire`](Semaphore::try_acquire).
     pub fn release(&self, permits: u32) -> Result<i64> {
         check_permits(permits, "release")?;
-        scripts::release(self.calls(), &self.name, &self.channel, permits)
+        let released = scripts::release(self.calls(), &self.name, &self.channel, permits)?;
+        handover::released(self.client.context(), &self.name, &self.channel, released);
+        Ok(released.count)
     }
 
     /// Sets the number of permits if the semaphore has none set yet (its

@@ -139,6 +139,14 @@ impl ChannelWaits {
     }
 }
 
+impl ChannelWaits {
+    /// How many of the client's threads are in the wait on `channel`.
+    pub(crate) fn waiting(&self, channel: &str) -> usize {
+        let shared = self.map.lock().get(channel).and_then(Weak::upgrade);
+        shared.map_or(0, |s| s.state.lock().waiting)
+    }
+}
+
 impl Shared {
     fn new(name: Arc<str>, channel: String, grant_channel: Option<String>, wakes: Wakes) -> Self {
         Shared {
@@ -345,6 +353,19 @@ mod tests {
         assert!(weak.upgrade().is_none());
         let other = waits.join(&Arc::from("l"), "other", Wakes::All);
         assert_eq!(shared(&other).state.lock().waiting, 1);
+    }
+
+    #[test]
+    fn the_waiting_threads_of_a_channel_are_counted_while_they_wait() {
+        let waits = waits();
+        assert_eq!(waits.waiting("channel"), 0);
+        let (a, b) = (join(&waits, Wakes::Permits), join(&waits, Wakes::Permits));
+        assert_eq!(waits.waiting("channel"), 2);
+        assert_eq!(waits.waiting("other"), 0);
+        drop(a);
+        assert_eq!(waits.waiting("channel"), 1);
+        drop(b);
+        assert_eq!(waits.waiting("channel"), 0);
     }
 
     #[test]

@@ -593,3 +593,61 @@ fn permits_taken_without_an_optional_replica_ack_say_so() {
     assert!(!permit.is_replicated());
     permit.release().unwrap();
 }
+
+/// The longest run of acquisitions by one thread while the other still
+/// had acquisitions to make (the log is cut where the first finishes).
+fn longest_run(log: &[usize], rounds: usize) -> usize {
+    let mut done = [0usize; 2];
+    let (mut longest, mut run, mut last) = (0, 0, usize::MAX);
+    for &who in log {
+        done[who] += 1;
+        run = if who == last { run + 1 } else { 1 };
+        last = who;
+        longest = longest.max(run);
+        if done[who] == rounds {
+            break;
+        }
+    }
+    longest
+}
+
+#[test]
+fn a_thread_that_gives_a_permit_back_does_not_retake_it_ahead_of_a_waiting_client() {
+    // One permit, two clients of one thread each, each taking it `ROUNDS`
+    // times in a row (1 ms hold, asking again right after its release). A
+    // release that others hear leaves them the permit for a short
+    // hand-over: the two alternate, where a releaser that re-takes at once
+    // runs ahead for most of its rounds while the other waits. Counted, not
+    // timed: the longest run of one thread while the other still waits.
+    const ROUNDS: usize = 40;
+    const MOST_IN_A_ROW: usize = 4;
+    let server = RedisServer::start();
+    assert!(server.client().semaphore("turns").unwrap().try_set_permits(1).unwrap());
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(2));
+    let done: Vec<_> = (0..2)
+        .map(|who| {
+            let (sem, log, start) =
+                (server.client().semaphore("turns").unwrap(), Arc::clone(&log), Arc::clone(&start));
+            spawn(move || {
+                start.wait();
+                for _ in 0..ROUNDS {
+                    let permit =
+                        sem.try_acquire_for(1, 60 * SECOND).unwrap().expect("a permit within a minute");
+                    log.lock().unwrap().push(who);
+                    std::thread::sleep(Duration::from_millis(1));
+                    permit.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for rx in done {
+        recv_within(&rx, 120 * SECOND, "a taker");
+    }
+    let log = log.lock().unwrap().clone();
+    let longest = longest_run(&log, ROUNDS);
+    assert!(
+        longest <= MOST_IN_A_ROW,
+        "one thread took the permit {longest} times in a row while the other waited: {log:?}"
+    );
+}

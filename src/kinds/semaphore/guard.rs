@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::client::Inner;
 use crate::error::Result;
-use crate::kinds::semaphore::scripts;
+use crate::kinds::semaphore::{handover, scripts};
 
 /// Permits taken from a [`Semaphore`](crate::Semaphore), given back when
 /// dropped (one script call, bounded by the client's timeouts; an error is
@@ -55,7 +55,16 @@ impl SemaphorePermits {
     /// [`Semaphore::release`](crate::Semaphore::release) to give them back by hand).
     pub fn release(mut self) -> Result<i64> {
         self.done = true;
-        scripts::release(self.client.context().calls(), &self.name, &self.channel, self.permits)
+        self.give_back()
+    }
+
+    /// One release script; a release that others heard is noted for this
+    /// thread's next acquire (`handover.rs`).
+    fn give_back(&self) -> Result<i64> {
+        let ctx = self.client.context();
+        let released = scripts::release(ctx.calls(), &self.name, &self.channel, self.permits)?;
+        handover::released(ctx, &self.name, &self.channel, released);
+        Ok(released.count)
     }
 
     /// Keeps the permits taken: the guard is consumed without giving them
@@ -71,9 +80,7 @@ impl Drop for SemaphorePermits {
         if self.done {
             return;
         }
-        if let Err(e) =
-            scripts::release(self.client.context().calls(), &self.name, &self.channel, self.permits)
-        {
+        if let Err(e) = self.give_back() {
             log::warn!(
                 "keyholder: giving back {} permits of semaphore '{}' on drop failed: {e}",
                 self.permits,

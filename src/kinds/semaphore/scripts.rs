@@ -65,12 +65,30 @@ pub(crate) fn try_acquire(calls: Calls<'_>, name: &str, channel: &str, permits: 
     }
 }
 
-/// `release.lua`: the new count.
-pub(crate) fn release(calls: Calls<'_>, name: &str, channel: &str, permits: u32) -> Result<i64> {
+/// What `release.lua` answers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Released {
+    /// The new count.
+    pub(crate) count: i64,
+    /// The connections its message reached (see `handover.rs`).
+    pub(crate) listeners: i64,
+}
+
+/// `release.lua`: the new count, and how many connections heard it.
+pub(crate) fn release(calls: Calls<'_>, name: &str, channel: &str, permits: u32) -> Result<Released> {
     let reply = calls.eval(name, &RELEASE, Repeat::Once, |call| {
         call.key(name).key(channel).arg(permits).arg(calls.publish());
     })?;
-    int("semaphore release", &reply)
+    match &reply {
+        Value::Array(parts) => match parts.as_slice() {
+            [count, listeners] => Ok(Released {
+                count: int("semaphore release", count)?,
+                listeners: int("semaphore release", listeners)?,
+            }),
+            _ => Err(unexpected("semaphore release", &reply)),
+        },
+        other => Err(unexpected("semaphore release", other)),
+    }
 }
 
 /// `try_set_permits.lua`: true when set.

@@ -64,11 +64,12 @@ pub(crate) fn observed<T>(
     name: &Arc<str>,
     channel: &str,
     patience: Patience,
+    pause: Option<Instant>,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
     let obs = observe::Acquire::start(name, patience.mode());
     let on = On { name, channel, wakes: Wakes::Permits };
-    let outcome = obs.in_scope(|| wait_for_observed(ctx, &on, patience, Some(&obs), attempt));
+    let outcome = obs.in_scope(|| wait_for_observed(ctx, &on, patience, pause, Some(&obs), attempt));
     obs.finish(|| match &outcome {
         Ok(Some(_)) => observe::AcquireOutcome::Acquired { reentrant: false },
         Ok(None) if matches!(patience, Patience::Once) => observe::AcquireOutcome::Busy,
@@ -88,7 +89,7 @@ pub(crate) fn wait_for<T>(
     patience: Patience,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    wait_for_observed(ctx, &On { name, channel, wakes: Wakes::All }, patience, None, attempt)
+    wait_for_observed(ctx, &On { name, channel, wakes: Wakes::All }, patience, None, None, attempt)
 }
 
 /// The channel a loop sleeps on, and what its messages say.
@@ -102,6 +103,7 @@ fn wait_for_observed<T>(
     ctx: Context<'_>,
     on: &On<'_>,
     patience: Patience,
+    pause: Option<Instant>,
     obs: Option<&observe::Acquire<'_>>,
     mut attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
@@ -118,6 +120,16 @@ fn wait_for_observed<T>(
     // permits a plain semaphore's attempt took with its reply lost are
     // lost whether the call returns the error or tries again.
     let mut outage = waits.outage(patient);
+    if let (true, Some(pause)) = (patient, pause) {
+        // The hand-over of this thread's own release (the semaphore's
+        // `handover.rs`): one bounded pause, not a poll; the woken waiters
+        // take the permits meanwhile, or this thread takes them next.
+        if let Some(obs) = obs {
+            obs.waiting();
+        }
+        let until = deadline.map_or(pause, |d| d.min(pause));
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+    }
     loop {
         ctx.check_running()?;
         let seen = wait.as_ref().map(|w| w.seen());
