@@ -423,6 +423,8 @@ pub(crate) fn connection_failed(by: Opener, error: &dyn std::fmt::Display) {
         error = %error,
         "a command connection could not be opened"
     );
+    #[cfg(not(feature = "tracing"))]
+    let _ = error;
     #[cfg(feature = "metrics")]
     metrics::counter!(metric_names::CONNECTION_FAILURES, "by" => by.as_str()).increment(1);
 }
