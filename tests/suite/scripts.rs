@@ -388,12 +388,28 @@ fn release_queued(
     owner: &str,
     listening_ms: u64,
 ) -> redis::RedisResult<Value> {
+    release_last(con, name, owner, listening_ms, None)
+}
+
+/// [`release_queued`], and with `barging_ms` the barging window
+/// (ARGV[13], ms) behind no foreign turns (ARGV[12]) and the 2 ms head
+/// start (ARGV[14]).
+fn release_last(
+    con: &mut redis::Connection,
+    name: &str,
+    owner: &str,
+    listening_ms: u64,
+    barging_ms: Option<u64>,
+) -> redis::RedisResult<Value> {
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.key(recent_of(name));
     invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
     invocation.arg(wake_prefix_of(name)).arg(1_000).arg(listening_ms).arg(client_of(owner));
+    if let Some(window_ms) = barging_ms {
+        invocation.arg(0).arg(window_ms).arg(2);
+    }
     invocation.invoke(con)
 }
 
@@ -956,13 +972,7 @@ fn release_barging(
     owner: &str,
     window_ms: u64,
 ) -> redis::RedisResult<Value> {
-    let script = release_script();
-    let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name));
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner)).arg(0).arg(window_ms).arg(2);
-    invocation.invoke(con)
+    release_last(con, name, owner, 0, Some(window_ms))
 }
 
 /// The queue's client ids and scores (when each joined, server ms), front first.
