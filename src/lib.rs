@@ -285,6 +285,12 @@ pub use observe::{collapse_ids, metric_names};
 #[cfg(feature = "metrics")]
 pub use observe::{describe_metrics, label_metrics_by_lock};
 
+// The README's Rust examples are compiled as doc tests (`no_run`), so the
+// first code a new user copies keeps up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The kinds of lock, the parameter of [`Handle`], [`Guard`] and
 /// [`MultiLock`]: `Handle<kind::Fair>` is a [`FairLock`]. Code that names
 /// the aliases never needs these.
