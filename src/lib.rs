@@ -257,7 +257,8 @@ mod observe;
 mod tls;
 
 pub use admin::{
-    HeldPermit, Holder, ListedLock, LockInfo, LockKind, ReadWriteMode, UnlockMessage, UnlockWatch, Waiter, WatchEvent,
+    HeldPermit, Holder, ListedLock, LockInfo, LockKind, ReadWriteMode, UnlockMessage, UnlockWatch, Waiter,
+    WatchEvent,
 };
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};

@@ -190,8 +190,9 @@ impl Client {
         let fair_grants: Vec<String> = lenient(next()).unwrap_or_default();
         let permits: Vec<(Vec<u8>, f64)> = lenient(next()).unwrap_or_default();
         let writers: Vec<(String, f64)> = lenient(next()).unwrap_or_default();
-        let now = lenient::<(u64, u64)>(next())
-            .and_then(|(secs, micros)| UNIX_EPOCH.checked_add(Duration::new(secs, 0) + Duration::from_micros(micros)));
+        let now = lenient::<(u64, u64)>(next()).and_then(|(secs, micros)| {
+            UNIX_EPOCH.checked_add(Duration::new(secs, 0) + Duration::from_micros(micros))
+        });
         let seen = Observed {
             redis_type: redis_type.clone(),
             pttl,
@@ -235,5 +236,8 @@ impl Client {
 
 /// A `PUBSUB NUMSUB` reply (`[channel, count]`) as its count.
 pub(crate) fn numsub_count(value: Value) -> u64 {
-    lenient::<Vec<Value>>(value).and_then(|pair| pair.into_iter().nth(1)).and_then(lenient::<u64>).unwrap_or(0)
+    lenient::<Vec<Value>>(value)
+        .and_then(|pair| pair.into_iter().nth(1))
+        .and_then(lenient::<u64>)
+        .unwrap_or(0)
 }

@@ -400,12 +400,7 @@ fn classify_hash(seen: &Observed) -> Classified {
             _ => None,
         };
         let holders = fields.iter().filter(|(field, _)| *field != "mode").filter_map(|(k, v)| holder(k, v));
-        return Classified {
-            kind: LockKind::ReadWrite,
-            holders: holders.collect(),
-            mode,
-            count: None,
-        };
+        return Classified { kind: LockKind::ReadWrite, holders: holders.collect(), mode, count: None };
     }
     let holders: Option<Vec<Holder>> =
         fields.iter().map(|(k, v)| holder(k, v).filter(|holder| !holder.write)).collect();
@@ -479,12 +474,7 @@ pub(crate) fn fair_waiters(
         .map(|owner| {
             let deadline =
                 deadlines.iter().find(|(member, _)| *member == owner).and_then(|(_, score)| epoch_ms(*score));
-            Waiter {
-                keyholder: keyholder.contains(&owner),
-                remaining: until(now, deadline),
-                deadline,
-                owner,
-            }
+            Waiter { keyholder: keyholder.contains(&owner), remaining: until(now, deadline), deadline, owner }
         })
         .collect()
 }

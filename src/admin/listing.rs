@@ -144,7 +144,12 @@ const DETAILS: usize = 9;
 impl Scan<'_> {
     /// Scans one node's keys, adding the locks among them to `found` until
     /// it has `limit`.
-    fn node(&self, session: &mut Session<'_>, node: Option<String>, found: &mut Vec<ListedLock>) -> Result<()> {
+    fn node(
+        &self,
+        session: &mut Session<'_>,
+        node: Option<String>,
+        found: &mut Vec<ListedLock>,
+    ) -> Result<()> {
         let mut cursor = String::from("0");
         loop {
             let scan = redis::cmd("SCAN")
@@ -194,7 +199,8 @@ impl Scan<'_> {
             let candidate = match redis_type.as_deref() {
                 Some("hash") => {
                     let (fields, rw) = (at(1).unwrap_or(0), at(2) == Some(1));
-                    let fits = if rw { fields <= MAX_RW_FIELDS } else { (1..=MAX_LOCK_FIELDS).contains(&fields) };
+                    let fits =
+                        if rw { fields <= MAX_RW_FIELDS } else { (1..=MAX_LOCK_FIELDS).contains(&fields) };
                     fits.then_some("hash")
                 }
                 Some("string") => at(3).is_some_and(|len| len <= MAX_STRING_LEN).then_some("string"),
@@ -232,7 +238,11 @@ impl Scan<'_> {
             let exists = |i: usize| lenient::<i64>(reply(i)).is_some_and(|n| n > 0);
             let pttl: i64 = lenient(reply(1)).unwrap_or(-2);
             let (fields, value): (Option<BTreeMap<String, String>>, Option<String>) =
-                if candidate.redis_type == "hash" { (lenient(reply(0)), None) } else { (None, lenient(reply(0))) };
+                if candidate.redis_type == "hash" {
+                    (lenient(reply(0)), None)
+                } else {
+                    (None, lenient(reply(0)))
+                };
             let seen = Observed {
                 redis_type: candidate.redis_type.to_owned(),
                 pttl,

@@ -37,12 +37,15 @@ impl UnlockMessage {
     pub fn meaning(&self) -> &'static str {
         match (self.kind, self.payload.as_str()) {
             (LockKind::ReadWrite, "0") => "unlocked: the last read hold went (Redisson's read unlock)",
-            (LockKind::ReadWrite, "1") => "unlocked: a write hold went, or a keyholder writer waits: every waiter may proceed",
+            (LockKind::ReadWrite, "1") => {
+                "unlocked: a write hold went, or a keyholder writer waits: every waiter may proceed"
+            }
             (LockKind::CountDownLatch, "0") => "opened: the count reached zero",
             (LockKind::CountDownLatch, "1") => "the count was set, or the latch deleted",
-            (LockKind::Semaphore | LockKind::PermitExpirableSemaphore | LockKind::SemaphoreOrLatch, payload)
-                if payload.trim().parse::<i64>().is_ok() =>
-            {
+            (
+                LockKind::Semaphore | LockKind::PermitExpirableSemaphore | LockKind::SemaphoreOrLatch,
+                payload,
+            ) if payload.trim().parse::<i64>().is_ok() => {
                 "permits released or added: the number available now (the permits added, for addPermits of a permit-expirable semaphore)"
             }
             (_, "0") => "unlocked: one waiter may proceed",
@@ -305,7 +308,10 @@ impl UnlockWatch {
                 // the name (MOVED), and the router then subscribes where the
                 // slot went.
                 let probe = redis::cmd("EXISTS").arg(&self.key).clone();
-                let _ = self.client.inner().with_live_conn(&self.key, |session| Ok(session.query::<i64>(&probe)?.is_ok()));
+                let _ = self
+                    .client
+                    .inner()
+                    .with_live_conn(&self.key, |session| Ok(session.query::<i64>(&probe)?.is_ok()));
                 match self.subscribe(until) {
                     Ok(subscription) => self.subscription = Some(subscription),
                     Err(e) if e.kind() == crate::ErrorKind::Shutdown => return Err(e),
@@ -354,7 +360,6 @@ impl UnlockWatch {
         self.feed.missed.load(Ordering::Relaxed)
     }
 }
-
 
 #[cfg(test)]
 mod tests {

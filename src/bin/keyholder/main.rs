@@ -247,10 +247,13 @@ fn force_unlock(client: &Client, out: &Output, name: &str, yes: bool) -> Result<
 fn confirmed(name: &str, info: &LockInfo) -> Result<bool, Failure> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        eprintln!("keyholder: not force-unlocking '{name}': confirm with --yes (standard input is not a terminal)");
+        eprintln!(
+            "keyholder: not force-unlocking '{name}': confirm with --yes (standard input is not a terminal)"
+        );
         return Ok(false);
     }
-    let holders: Vec<String> = info.holders.iter().map(|h| format!("{} (count {})", h.owner, h.count)).collect();
+    let holders: Vec<String> =
+        info.holders.iter().map(|h| format!("{} (count {})", h.owner, h.count)).collect();
     eprint!(
         "Force-unlock {} '{name}', held by {}{}? Its holder is not told at once. [y/N] ",
         info.kind.as_str(),
@@ -344,7 +347,7 @@ mod tests {
 
     #[test]
     fn the_redis_timeout_defaults_to_the_librarys() {
-        let cli = Cli::try_parse_from(["keyholder", "inspect", "x"]).unwrap();
+        let cli = <Cli as clap::Parser>::try_parse_from(["keyholder", "inspect", "x"]).unwrap();
         assert_eq!(cli.connection.redis_timeout, 3.0);
     }
 }

@@ -115,7 +115,8 @@ impl Output {
                 text.push_str(&table(&["CLIENT", "THREAD", "COUNT"], &rows));
             }
         }
-        for (title, waiters) in [("FAIR QUEUE", &info.fair_queue), ("WAITING WRITER", &info.waiting_writers)] {
+        for (title, waiters) in [("FAIR QUEUE", &info.fair_queue), ("WAITING WRITER", &info.waiting_writers)]
+        {
             if waiters.is_empty() {
                 continue;
             }
@@ -243,7 +244,13 @@ impl Output {
                 "meaning": message.meaning(),
             }));
         }
-        print_text(&format!("{}  {}  {}  {}\n", utc(now), message.channel, message.payload, message.meaning()))
+        print_text(&format!(
+            "{}  {}  {}  {}\n",
+            utc(now),
+            message.channel,
+            message.payload,
+            message.meaning()
+        ))
     }
 }
 
