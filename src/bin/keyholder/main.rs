@@ -255,7 +255,7 @@ fn confirmed(name: &str, info: &LockInfo) -> Result<bool, Failure> {
     let holders: Vec<String> =
         info.holders.iter().map(|h| format!("{} (count {})", h.owner, h.count)).collect();
     eprint!(
-        "Force-unlock {} '{name}', held by {}{}? Its holder is not told at once. [y/N] ",
+        "Force-unlock '{name}' ({}), held by {}{}? Its holder is not told at once. [y/N] ",
         info.kind.as_str(),
         holders.join(", "),
         info.remaining_lease.map(|l| format!(" for {} more", seconds(l))).unwrap_or_default()
