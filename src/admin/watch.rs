@@ -274,21 +274,20 @@ impl UnlockWatch {
     /// shut down.
     pub fn next_event(&mut self, wait: Duration) -> Result<Option<WatchEvent>> {
         let until = Instant::now() + wait;
-        loop {
-            self.client.inner().check_running()?;
-            if self.interrupted {
-                return self.resume(until);
+        self.client.inner().check_running()?;
+        if self.interrupted {
+            return self.resume(until);
+        }
+        match self.incoming.recv_deadline(until) {
+            Ok(Item::Message(payload)) => Ok(Some(self.message(payload))),
+            Ok(Item::Changed) => {
+                self.client.inner().check_running()?;
+                // Even when reconnected and confirmed already, messages
+                // published in between were not heard: a gap.
+                self.interrupted = true;
+                Ok(Some(WatchEvent::Interrupted))
             }
-            match self.incoming.recv_deadline(until) {
-                Ok(Item::Message(payload)) => return Ok(Some(self.message(payload))),
-                Ok(Item::Changed) => {
-                    // Even when reconnected and confirmed already, messages
-                    // published in between were not heard: a gap.
-                    self.interrupted = true;
-                    return Ok(Some(WatchEvent::Interrupted));
-                }
-                Err(_) => return Ok(None),
-            }
+            Err(_) => Ok(None),
         }
     }
 

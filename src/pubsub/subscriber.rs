@@ -897,7 +897,7 @@ impl Subscriber {
                     let Some(slot) = st.channels.get_mut(channel) else { return };
                     let held = slot.held;
                     let wakes = slot.wakes(payload);
-                    let (observers, waiters): (Vec<Arc<dyn Waiters>>, Vec<Arc<dyn Waiters>>) =
+                    let (observers, waiters): (Vec<_>, Vec<_>) =
                         slot.waiters().partition(|w| w.hears_every_message());
                     (slot.kind, if wakes { waiters } else { Vec::new() }, observers, held)
                 };

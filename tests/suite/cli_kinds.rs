@@ -427,3 +427,29 @@ fn a_watch_follows_its_slot_to_another_primary() {
     let message = watch.next_message(10 * SECOND).unwrap().expect("the release, heard on the new owner");
     assert_eq!(message.payload, "0");
 }
+
+/// A watch shares its client's pub/sub connection with the client's own
+/// waiters on the same channel: it hears every message (the `2` of a
+/// keyholder hand-over too), and the waiter is still woken.
+#[test]
+fn a_watch_and_a_waiter_of_one_client_share_the_channel_without_harm() {
+    let server = RedisServer::start();
+    let (holder, watcher) = (server.client(), server.client());
+    let guard = holder.lock("shared:lock").unwrap().lock().unwrap();
+    let mut watch = watcher.watch("shared:lock").unwrap();
+    assert_eq!(watch.kind(), LockKind::Reentrant);
+    let lock = watcher.lock("shared:lock").unwrap();
+    let waiting = spawn(move || lock.try_lock_for(15 * SECOND).unwrap().is_some());
+    assert!(eventually(5 * SECOND, || holder.inspect("shared:lock").unwrap().queued_clients.len() == 1));
+    // A second watch of the same name in the same client is independent.
+    let mut second = watcher.watch_as("shared:lock", LockKind::Reentrant).unwrap();
+    // A force unlock always publishes `0` (a release may hand the lock over
+    // without a message).
+    assert!(holder.lock("shared:lock").unwrap().force_unlock().unwrap());
+    assert!(recv_within(&waiting, 10 * SECOND, "the waiter of the watching client"));
+    let heard = watch.next_message(5 * SECOND).unwrap().expect("the force unlock");
+    assert_eq!(heard.payload, "0");
+    assert!(guard.is_lost() || guard.unlock().is_err());
+    assert_eq!(second.next_message(5 * SECOND).unwrap().map(|m| m.payload), Some(heard.payload));
+    assert_eq!(watch.missed(), 0);
+}
