@@ -60,7 +60,7 @@ impl Output {
             }));
         }
         let mut rows = vec![
-            ["lock".to_owned(), info.name.clone()],
+            ["name".to_owned(), info.name.clone()],
             ["kind".to_owned(), describe(info.kind, &info.redis_type)],
         ];
         if let Some(node) = &info.node {
