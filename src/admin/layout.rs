@@ -94,7 +94,7 @@ impl LockKind {
     }
 
     /// Every kind, in the order of [`LockKind::as_str`]'s list.
-    pub const ALL: [LockKind; 10] = [
+    pub const ALL: &'static [LockKind] = &[
         LockKind::Free,
         LockKind::Reentrant,
         LockKind::Fair,
@@ -137,7 +137,7 @@ impl FromStr for LockKind {
 
     /// Parses [`LockKind::as_str`]'s names.
     fn from_str(text: &str) -> Result<LockKind, Error> {
-        LockKind::ALL.into_iter().find(|kind| kind.as_str() == text).ok_or_else(|| {
+        LockKind::ALL.iter().copied().find(|kind| kind.as_str() == text).ok_or_else(|| {
             let names: Vec<&str> = LockKind::ALL.iter().map(LockKind::as_str).collect();
             Error::invalid_argument(format!("no lock kind is called {text:?} (one of {})", names.join(", ")))
         })
@@ -206,8 +206,10 @@ pub struct Waiter {
     /// The time from the server's clock to `deadline`, zero once passed.
     pub remaining: Option<Duration>,
     /// A fair waiter with a keyholder grant entry (a keyholder thread, to
-    /// whom a release hands the lock directly); false for a Java waiter.
-    /// Always true for a waiting writer (only keyholder writers queue).
+    /// whom a release hands the lock directly); false for a Java waiter,
+    /// and for a fenced keyholder waiter (which is woken, never handed the
+    /// lock, so it has no entry). Always true for a waiting writer (only
+    /// keyholder writers queue).
     pub keyholder: bool,
 }
 
@@ -619,7 +621,7 @@ mod tests {
 
     #[test]
     fn kinds_have_names_that_parse_back() {
-        for kind in LockKind::ALL {
+        for &kind in LockKind::ALL {
             assert_eq!(kind.as_str().parse::<LockKind>().unwrap(), kind);
         }
         assert!("lock".parse::<LockKind>().unwrap_err().is_invalid());
