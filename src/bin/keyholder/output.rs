@@ -115,27 +115,24 @@ impl Output {
                 text.push_str(&table(&["CLIENT", "THREAD", "COUNT"], &rows));
             }
         }
-        for (title, waiters) in [("FAIR QUEUE", &info.fair_queue), ("WAITING WRITER", &info.waiting_writers)]
-        {
-            if waiters.is_empty() {
-                continue;
-            }
+        if !info.fair_queue.is_empty() {
             text.push('\n');
-            let rows: Vec<[String; 5]> = waiters
+            let rows: Vec<[String; 5]> = info
+                .fair_queue
                 .iter()
                 .enumerate()
                 .map(|(at, w)| {
-                    [
-                        (at + 1).to_string(),
-                        w.owner.clone(),
-                        w.deadline.map_or_else(|| "-".to_owned(), |d| utc(since_epoch(d))),
-                        w.remaining.map_or_else(|| "-".to_owned(), seconds),
-                        if w.keyholder { "keyholder" } else { "redisson" }.to_owned(),
-                    ]
+                    let [owner, deadline, left] = waiter_cells(w);
+                    let grant = if w.keyholder { "yes" } else { "-" };
+                    [(at + 1).to_string(), owner, deadline, left, grant.to_owned()]
                 })
                 .collect();
-            let deadline = if title == "FAIR QUEUE" { "DEADLINE" } else { "STALE AT" };
-            text.push_str(&table(&["#", title, deadline, "LEFT", "CLIENT"], &rows));
+            text.push_str(&table(&["#", "FAIR QUEUE", "DEADLINE", "LEFT", "GRANT"], &rows));
+        }
+        if !info.waiting_writers.is_empty() {
+            text.push('\n');
+            let rows: Vec<[String; 3]> = info.waiting_writers.iter().map(waiter_cells).collect();
+            text.push_str(&table(&["WAITING WRITER", "STALE AT", "LEFT"], &rows));
         }
         if !info.permits.is_empty() {
             text.push('\n');
@@ -252,6 +249,15 @@ impl Output {
             message.meaning()
         ))
     }
+}
+
+/// A waiter's owner, deadline and time left, as table cells.
+fn waiter_cells(w: &Waiter) -> [String; 3] {
+    [
+        w.owner.clone(),
+        w.deadline.map_or_else(|| "-".to_owned(), |d| utc(since_epoch(d))),
+        w.remaining.map_or_else(|| "-".to_owned(), seconds),
+    ]
 }
 
 fn holders_json(holders: &[Holder]) -> Vec<Value> {
