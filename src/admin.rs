@@ -6,7 +6,8 @@
 //! offers.
 //!
 //! One concept per file: `layout.rs` tells keyholder's kinds apart by what
-//! they keep in Redis (pure, unit-tested), `inspect.rs` reads one name,
+//! they keep in Redis (pure, unit-tested), `queues.rs` reads what waits
+//! and what is held beside a name, `inspect.rs` reads one name,
 //! `listing.rs` walks the keyspace, `watch.rs` follows a channel on the
 //! client's own pub/sub connections.
 //!
@@ -17,6 +18,7 @@
 mod inspect;
 mod layout;
 mod listing;
+mod queues;
 mod watch;
 
 use std::time::Duration;
@@ -24,8 +26,9 @@ use std::time::Duration;
 use redis::{FromRedisValue, Value};
 
 pub use inspect::LockInfo;
-pub use layout::{HeldPermit, Holder, LockKind, ReadWriteMode, Waiter};
+pub use layout::{Holder, LockKind, ReadWriteMode};
 pub use listing::ListedLock;
+pub use queues::{HeldPermit, Waiter};
 pub use watch::{UnlockMessage, UnlockWatch, WatchEvent};
 
 use crate::client::Client;

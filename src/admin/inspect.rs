@@ -7,9 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
-use super::layout::{
-    self, Classified, Companions, HeldPermit, Holder, Listeners, LockKind, Observed, ReadWriteMode, Waiter,
-};
+use super::layout::{self, Classified, Companions, Holder, Listeners, LockKind, Observed, ReadWriteMode};
+use super::queues::{self, HeldPermit, Waiter};
 use super::{lease, lenient, strict};
 use crate::client::Client;
 use crate::error::Result;
@@ -218,9 +217,9 @@ impl Client {
             holders,
             mode,
             count,
-            permits: layout::held_permits(permits, now),
-            fair_queue: layout::fair_waiters(fair_queue, &fair_deadlines, &fair_grants, now),
-            waiting_writers: layout::waiting_writers(writers, now),
+            permits: queues::held_permits(permits, now),
+            fair_queue: queues::fair_waiters(fair_queue, &fair_deadlines, &fair_grants, now),
+            waiting_writers: queues::waiting_writers(writers, now),
             legacy_token: if kind == LockKind::Legacy { value } else { None },
             remaining_lease: lease(pttl),
             fencing_token: token.and_then(|token| token.parse().ok()),
