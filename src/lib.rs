@@ -260,7 +260,10 @@ mod observe;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use admin::{Holder, ListedLock, LockInfo, LockKind, UnlockMessage, UnlockWatch};
+pub use admin::{
+    HeldPermit, Holder, ListedLock, LockInfo, LockKind, ReadWriteMode, UnlockMessage, UnlockWatch, Waiter,
+    WatchEvent,
+};
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use error::{Error, ErrorKind, LostReason, Result};

@@ -161,7 +161,7 @@ pub(crate) fn token_key(name: &str) -> String {
 /// `<prefix>:{<name>}`, or `<prefix>:tagged:<name>` when the name carries its
 /// own hash tag. (Redisson's rule would give `x` and `{x}` the same key.) The
 /// first `{` of either form opens the name's slot tag, as in the lock key.
-fn own_key(prefix: &str, name: &str) -> String {
+pub(crate) fn own_key(prefix: &str, name: &str) -> String {
     if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
 }
 

@@ -54,6 +54,13 @@ pub(crate) trait Waiters: Send + Sync {
     /// channel), with its payload: the waiters decide whom it wakes (a
     /// semaphore's count wakes at most that many threads).
     fn message(&self, payload: &str);
+    /// True for an observer (the operators' watch, `admin/watch.rs`) rather
+    /// than a waiter: it is handed every message on its channel with
+    /// [`Waiters::message`], whatever the channel carries, and a channel it
+    /// subscribes alone takes its kind from the first real waiter.
+    fn hears_every_message(&self) -> bool {
+        false
+    }
 }
 
 /// What a held lock's channel tells: the client's holds of the lock may be
@@ -385,6 +392,33 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// Waits until the server has confirmed every channel of the
+    /// subscription on the current connection (the connection may be down
+    /// or being replaced), at most until `until`; true when confirmed.
+    pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
+        let subscriber = &self.subscriber;
+        let mut st = subscriber.state.lock();
+        loop {
+            if st.shutdown {
+                return false;
+            }
+            if self.channels.iter().all(|name| st.channels.contains_key(name) && st.is_confirmed(name)) {
+                return true;
+            }
+            if subscriber.confirmed.wait_until(&mut st, until).timed_out() {
+                return false;
+            }
+        }
+    }
+
+    /// Where the subscription's connection goes (`host:port`, or a
+    /// socket path).
+    pub(crate) fn node(&self) -> String {
+        self.subscriber.target.lock().describe()
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut st = self.subscriber.state.lock();
@@ -575,7 +609,10 @@ impl Subscriber {
             interest.channels().map(|(c, kind)| (c.to_owned(), kind)).unzip();
         let Interest { name: lock_name, waiters, .. } = interest;
         let mut created = Vec::new();
+        let observer = waiters.upgrade().is_some_and(|w| w.hears_every_message());
         for (name, kind) in channels.iter().zip(kinds) {
+            // An observer leaves the channel's kind to the first waiter.
+            let kind = if observer { Kind::Held } else { kind };
             let slot = st.channels.entry(name.clone()).or_insert_with(|| {
                 created.push(name.clone());
                 Channel { kind, listeners: Vec::new(), held: false, idle_since: None, paired: false }
@@ -855,15 +892,20 @@ impl Subscriber {
                 let (channel, Some(payload)) = (message.get_channel_name(), payload_of(&message)) else {
                     return;
                 };
-                let (kind, waiters, held): (Kind, Vec<Arc<dyn Waiters>>, bool) = {
+                let (kind, waiters, observers, held) = {
                     let mut st = self.state.lock();
                     let Some(slot) = st.channels.get_mut(channel) else { return };
                     let held = slot.held;
-                    let waiters = if slot.wakes(payload) { slot.waiters().collect() } else { Vec::new() };
-                    (slot.kind, waiters, held)
+                    let wakes = slot.wakes(payload);
+                    let (observers, waiters): (Vec<_>, Vec<_>) =
+                        slot.waiters().partition(|w| w.hears_every_message());
+                    (slot.kind, if wakes { waiters } else { Vec::new() }, observers, held)
                 };
                 if held && let Some(holders) = self.holders() {
                     holders.heard(channel);
+                }
+                for observer in observers {
+                    observer.message(payload);
                 }
                 let grant = (kind == Kind::Wake).then(|| parse_grant(payload)).flatten();
                 for waiters in waiters {

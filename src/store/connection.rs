@@ -233,11 +233,6 @@ impl Connector {
 }
 
 impl Connector {
-    /// Where this connector's connections go.
-    pub(crate) fn primary(&self) -> &Arc<Primary> {
-        &self.primary
-    }
-
     /// The generation of the connections this connector opens.
     pub(crate) fn generation(&self) -> &Generation {
         &self.generation

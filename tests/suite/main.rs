@@ -76,5 +76,7 @@ mod processes;
 // Optional features.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_kinds;
 #[cfg(feature = "tls")]
 mod tls;
