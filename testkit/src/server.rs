@@ -490,7 +490,8 @@ mod tests {
 
     #[test]
     fn both_servers_versions_parse() {
-        let redis = ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64");
+        let redis =
+            ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64");
         assert_eq!((redis.to_string(), redis.has_waitaof()), ("Redis 7.0.15".to_owned(), false));
         let valkey = ServerVersion::parse("Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64");
         assert_eq!((valkey.to_string(), valkey.has_waitaof()), ("Valkey 8.1.8".to_owned(), true));

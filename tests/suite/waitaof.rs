@@ -64,7 +64,7 @@ fn a_server_that_refuses_waitaof_fails_the_build() {
     let server = RedisServer::start();
     let version = server_version();
     println!("server: {version}");
-    let err = builder(&server).replica_acks_aof(true, 0, ACK_WAIT).build().err().expect("built");
+    let err = builder(&server).replica_acks_aof(true, 0, ACK_WAIT).build().expect_err("built");
     assert!(err.is_invalid(), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("replica_acks_aof") && text.contains("WAITAOF"), "{text}");
@@ -94,8 +94,7 @@ fn every_cluster_primary_is_asked_for_waitaof() {
     let err = Client::builder_cluster(cluster.seed_urls())
         .replica_acks_aof(true, 0, ACK_WAIT)
         .build()
-        .err()
-        .expect("built a cluster client whose nodes refuse WAITAOF");
+        .expect_err("built a cluster client whose nodes refuse WAITAOF");
     assert!(err.is_invalid(), "{err:?}");
     assert!(err.to_string().contains("the node 127.0.0.1:"), "the node is not named: {err}");
 }
