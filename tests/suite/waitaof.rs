@@ -67,6 +67,7 @@ fn a_server_that_refuses_waitaof_fails_the_build() {
     let err = builder(&server).replica_acks_aof(true, 0, ACK_WAIT).build().expect_err("built");
     assert!(err.is_invalid(), "{err:?}");
     let text = err.to_string();
+    println!("refused: {text}");
     assert!(text.contains("replica_acks_aof") && text.contains("WAITAOF"), "{text}");
     if version.has_waitaof() {
         assert!(text.contains("appendonly"), "{text}");
