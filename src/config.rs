@@ -60,8 +60,8 @@ pub(crate) struct Config {
     pub(crate) barging_window: Duration,
     /// How long a waiting call rides out an outage (zero: not at all).
     pub(crate) outage_budget: Duration,
-    /// Replicas to wait for after each write, and for how long.
-    pub(crate) replica_acks: Option<(u32, Duration)>,
+    /// What to wait for after each write, and for how long.
+    pub(crate) replica_acks: Option<ReplicaAcks>,
     /// Missing acknowledgements of an acquisition or release are errors.
     pub(crate) replica_acks_required: bool,
     /// A string key at a lock's name is a hand-rolled lock's holder.
@@ -69,6 +69,17 @@ pub(crate) struct Config {
     /// Root CA, client certificate and the tests-only opt-out.
     #[cfg(feature = "tls")]
     pub(crate) tls: crate::tls::TlsOptions,
+}
+
+/// The acknowledgement every write of a lock waits for
+/// ([`ClientBuilder::replica_acks`], [`ClientBuilder::replica_acks_aof`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    /// `WAITAOF`, with the primary's own fsync when `Some(true)`; `None`:
+    /// `WAIT`.
+    pub(crate) aof_local: Option<bool>,
 }
 
 /// The sentinels of a client that finds its primary through Sentinel.
@@ -424,9 +435,43 @@ impl ClientBuilder {
     /// [`ErrorKind::ReplicaAcks`](crate::ErrorKind::ReplicaAcks), as does a
     /// release. The timeout must be shorter than the command timeout.
     ///
-    /// Off by default.
+    /// Off by default. [`replica_acks_aof`](ClientBuilder::replica_acks_aof)
+    /// waits for the append-only files instead; the later of the two calls
+    /// is the one that counts.
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.config.replica_acks = Some((replicas, timeout));
+        self.config.replica_acks = Some(ReplicaAcks { replicas, timeout, aof_local: None });
+        self
+    }
+
+    /// As [`replica_acks`](ClientBuilder::replica_acks), with `WAITAOF`
+    /// (Redis 7.2 or newer, Valkey) instead of `WAIT`: after every write of
+    /// a lock, waits until the write is fsynced to the append-only file of
+    /// `replicas` replicas and, with `local`, of the primary itself, or
+    /// until `timeout` passes (`WAITAOF local replicas timeout`, in the same
+    /// round trip as the script, as Redisson's `syncAOF`). A lock then
+    /// survives a failover to an acknowledged replica even if that replica
+    /// restarts, and, with `local`, a restart of the primary itself (with
+    /// `appendfsync everysec`, the server's default, a crash can otherwise
+    /// lose the last second of writes, and with it a hold).
+    ///
+    /// `local` or at least one replica; the timeout must be shorter than
+    /// the command timeout. Every replica must run with `appendonly yes`
+    /// to be counted; the primary too with `local`. Not reaching them is
+    /// handled as with `replica_acks` (the guard's
+    /// [`is_replicated`](crate::LockGuard::is_replicated), or
+    /// [`replica_acks_required`](ClientBuilder::replica_acks_required)).
+    ///
+    /// [`build`](ClientBuilder::build) fails with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) when
+    /// the server refuses `WAITAOF`: one older than Redis 7.2 (which does
+    /// not know the command), or, with `local`, one without `appendonly
+    /// yes`. On a cluster, the node that serves slot 0 is asked. A server
+    /// that refuses it later (a failover to an older one, appendonly turned
+    /// off) acknowledges nothing, and says why in a logged warning.
+    ///
+    /// Off by default; the later of this and `replica_acks` counts.
+    pub fn replica_acks_aof(mut self, local: bool, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_acks = Some(ReplicaAcks { replicas, timeout, aof_local: Some(local) });
         self
     }
 
@@ -650,13 +695,23 @@ impl Config {
                 return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
             }
         }
-        if let Some((replicas, timeout)) = self.replica_acks
-            && (replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout)
-        {
-            return invalid(format!(
-                "replica_acks({replicas}, {timeout:?}) needs at least one replica and a timeout in (0, \
-                 command_timeout)"
-            ));
+        if let Some(ReplicaAcks { replicas, timeout, aof_local }) = self.replica_acks {
+            let timed = !timeout.is_zero() && timeout < self.command_timeout;
+            match aof_local {
+                None if replicas == 0 || !timed => {
+                    return invalid(format!(
+                        "replica_acks({replicas}, {timeout:?}) needs at least one replica and a timeout in \
+                         (0, command_timeout)"
+                    ));
+                }
+                Some(local) if (replicas == 0 && !local) || !timed => {
+                    return invalid(format!(
+                        "replica_acks_aof({local}, {replicas}, {timeout:?}) needs the local fsync or at least \
+                         one replica, and a timeout in (0, command_timeout)"
+                    ));
+                }
+                _ => {}
+            }
         }
         if self.fairness_window > Duration::from_secs(3600) {
             return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
@@ -739,5 +794,27 @@ mod tests {
         let never = Config { idle_timeout: None, max_lifetime: None, min_idle: 0, ..config() };
         assert!(never.validate().is_ok(), "no idle timeout, no lifetime, no reserve");
         assert!(Config { min_idle: 15, ..config() }.validate().is_ok());
+    }
+
+    #[test]
+    fn replica_acks_need_something_to_wait_for_within_the_command_timeout() {
+        let acks = |replicas, millis, aof_local| Config {
+            replica_acks: Some(ReplicaAcks { replicas, timeout: Duration::from_millis(millis), aof_local }),
+            ..config()
+        };
+        let refused = [acks(0, 500, None), acks(1, 0, None), acks(1, 3_000, None), acks(0, 500, Some(false))];
+        for c in refused {
+            assert!(c.validate().unwrap_err().is_invalid(), "{:?}", c.replica_acks);
+        }
+        let accepted = [acks(1, 500, None), acks(0, 500, Some(true)), acks(2, 500, Some(false))];
+        for c in accepted {
+            assert!(c.validate().is_ok(), "{:?}", c.replica_acks);
+        }
+        let builder =
+            ClientBuilder::new("redis://127.0.0.1/").replica_acks_aof(true, 0, Duration::from_millis(5));
+        let aof = ReplicaAcks { replicas: 0, timeout: Duration::from_millis(5), aof_local: Some(true) };
+        assert_eq!(builder.config.replica_acks, Some(aof), "the later call counts");
+        let wait = builder.replica_acks(1, Duration::from_millis(5)).config.replica_acks;
+        assert_eq!(wait.and_then(|acks| acks.aof_local), None);
     }
 }

@@ -101,7 +101,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The client configuration was refused: before any I/O (a malformed
     /// URL, a setting out of range), or by the server (a database index it
-    /// does not have).
+    /// does not have; the `WAITAOF` of
+    /// [`ClientBuilder::replica_acks_aof`](crate::ClientBuilder::replica_acks_aof)).
     InvalidConfig,
     /// A script replied outside its documented contract.
     UnexpectedReply,
@@ -110,7 +111,8 @@ pub enum ErrorKind {
     /// Refused before anything was written: the count is unchanged.
     CountOverflow,
     /// Fewer replicas than asked for acknowledged a write within the wait
-    /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
+    /// (see [`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks)
+    /// and [`replica_acks_aof`](crate::ClientBuilder::replica_acks_aof));
     /// reported only when the client requires them.
     ReplicaAcks,
     /// A background thread (pub/sub reader, watchdog) could not be started.

@@ -14,7 +14,8 @@ use crate::error::{Error, Result};
 use crate::net::stream::TlsConfig;
 use crate::pubsub::sentinel_watch::{SentinelWatch, Switches};
 use crate::pubsub::target::Target;
-use crate::store::batch::Wait;
+use crate::store::batch::{Aof, Wait};
+use crate::store::lanes::Session;
 use crate::store::primary::{Node, OpenNode, Primary};
 use crate::store::sentinel::Sentinels;
 
@@ -116,9 +117,34 @@ pub(super) fn node_opener(
 
 /// The replica acknowledgement every write asks for, if any.
 pub(super) fn wait_of(config: &Config) -> Option<Wait> {
-    config
-        .replica_acks
-        .map(|(replicas, timeout)| Wait { replicas, timeout_ms: crate::lease::millis_ceil(timeout) })
+    config.replica_acks.map(|acks| Wait {
+        replicas: acks.replicas,
+        timeout_ms: crate::lease::millis_ceil(acks.timeout),
+        aof: acks.aof_local.map(|local| Aof { local }),
+    })
+}
+
+/// Fails `build()` when the server (`node`, named in the error) refuses
+/// the `WAITAOF` the client was built to send after every write:
+/// `InvalidConfig` for a server without the command (older than Redis
+/// 7.2) or, with the local fsync, without `appendonly yes`;
+/// `AccessDenied` for an ACL that denies it. Asking later, at the first
+/// lock, would fail or flag every write of a client that cannot work.
+/// Nothing to check for `WAIT`.
+pub(super) fn check_wait(session: &mut Session<'_>, wait: Option<Wait>, node: &str) -> Result<()> {
+    let Some(probe) = wait.and_then(|wait| wait.probe()) else { return Ok(()) };
+    let Err(e) = session.query::<redis::Value>(&probe)? else { return Ok(()) };
+    if e.code() == Some("NOPERM") {
+        return Err(Error::access_denied_to(format!(
+            "this user may not run WAITAOF, which replica_acks_aof sends after every write ({node}): {e}"
+        )));
+    }
+    let why = if e.to_string().to_ascii_lowercase().contains("unknown command") {
+        "does not have WAITAOF (Redis 7.2 or newer and Valkey have it; use replica_acks, which waits with WAIT)"
+    } else {
+        "refuses WAITAOF"
+    };
+    Err(Error::invalid_config(format!("replica_acks_aof: {node} {why}: {e}")))
 }
 
 /// A channel name for probes: never subscribed or published to by locks.

@@ -14,7 +14,8 @@ use super::background::Background;
 #[cfg(feature = "tls")]
 use super::nodes::explain_tls;
 use super::nodes::{
-    FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, locate, node_opener, primary_of, wait_of,
+    FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, check_wait, locate, node_opener, primary_of,
+    wait_of,
 };
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -136,14 +137,15 @@ pub(crate) fn primary_connections(
     ));
     let wait = wait_of(config);
     let pool = NodePool::new(connector, pool_settings(config), "the primary".to_owned());
-    let lanes = Lanes::new(
+    let lanes = Arc::new(Lanes::new(
         pool,
         Some(first),
         config.pool_max_size,
         wait,
         config.connect_timeout,
         config.command_timeout,
-    );
+    ));
+    check_wait(&mut lanes.session()?, wait, "the server")?;
     let reader = Arc::clone(&subscriber);
     let first_attempt = config.connect_timeout + config.command_timeout;
     let on_start: OnStart = Box::new(move |client, stop_rx, short_id| {
@@ -178,7 +180,7 @@ pub(crate) fn primary_connections(
         Ok(())
     });
     Ok(Connections {
-        routes: Routes::Primary(Arc::new(lanes)),
+        routes: Routes::Primary(lanes),
         subscribers: Subscribers::One(subscriber),
         sharded: false,
         wait,
@@ -257,6 +259,9 @@ pub(crate) fn cluster_connections(
             session.query::<redis::Value>(redis::cmd("PUBSUB").arg("SHARDNUMSUB"))?.is_ok()
         }
     };
+    for shard in cluster.shards() {
+        check_wait(&mut shard.session()?, wait, &format!("the node {}:{}", shard.addr.0, shard.addr.1))?;
+    }
     let pubsub_name = format!("{connection_name}:pubsub");
     let target_of = Arc::new(move |shard: &Shard| {
         Target::from_info(&shard.info, pubsub_name.clone(), pubsub_tls.as_ref().cloned())

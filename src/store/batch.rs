@@ -10,20 +10,81 @@
 //! its replies.
 //!
 //! **Replica acknowledgement.** A request that writes a lock may ask for
-//! the replicas' acknowledgement. The batch then ends with one `WAIT`: it
-//! waits for every earlier write of the connection, so one `WAIT` answers
-//! for the whole batch, and a batch never waits for the replicas more than
-//! once (several `WAIT`s would run one after another, each up to its
-//! timeout).
+//! the replicas' acknowledgement. The batch then ends with one `WAIT` (or
+//! `WAITAOF`, when the client waits for the append-only files): it waits
+//! for every earlier write of the connection, so one `WAIT` answers for the
+//! whole batch, and a batch never waits for the replicas more than once
+//! (several `WAIT`s would run one after another, each up to its timeout).
+//! A `WAITAOF` the server refuses (a server without it, appendonly turned
+//! off since the client was built) is an acknowledgement not given, and
+//! the refusal is logged.
 
 use redis::{RedisError, Value};
 
-/// A replica acknowledgement to wait for, as Redisson's `syncSlaves`:
-/// `WAIT replicas timeout` behind the commands that asked for it.
+/// A replica acknowledgement to wait for, as Redisson's `syncSlaves` and
+/// `syncAOF`: `WAIT replicas timeout`, or `WAITAOF local replicas timeout`,
+/// behind the commands that asked for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Wait {
     pub(crate) replicas: u32,
     pub(crate) timeout_ms: u64,
+    /// `WAITAOF`: the write fsynced to the append-only file of `replicas`
+    /// replicas, and of the primary itself too when `local`. `None`:
+    /// `WAIT`, the write in the replicas' memory.
+    pub(crate) aof: Option<Aof>,
+}
+
+/// What a `WAITAOF` asks of the primary itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Aof {
+    /// The primary's own fsync too (`numlocal` 1).
+    pub(crate) local: bool,
+}
+
+impl Wait {
+    /// The command that waits: `WAIT replicas timeout` or `WAITAOF local
+    /// replicas timeout`.
+    fn command(&self) -> redis::Cmd {
+        match self.aof {
+            None => redis::cmd("WAIT").arg(self.replicas).arg(self.timeout_ms).clone(),
+            Some(Aof { local }) => {
+                redis::cmd("WAITAOF").arg(u8::from(local)).arg(self.replicas).arg(self.timeout_ms).clone()
+            }
+        }
+    }
+
+    /// A `WAITAOF` that waits for no replica, to learn before any lock is
+    /// taken whether the server has `WAITAOF` and, with `local`, an
+    /// append-only file (it answers at once on a connection that wrote
+    /// nothing); `None` for `WAIT`, which every supported server has.
+    pub(crate) fn probe(&self) -> Option<redis::Cmd> {
+        self.aof.map(|_| Wait { replicas: 0, ..*self }.command())
+    }
+
+    /// Whether `reply`, the reply to [`command`](Wait::command), counts
+    /// enough acknowledgements. An error reply (a server without
+    /// `WAITAOF`, or with appendonly turned off) counts none, and is
+    /// logged: it is a server that does not do what the client was built
+    /// for, not a slow replica.
+    fn met_by(&self, reply: &Value) -> bool {
+        let at_least = |value: &Value, wanted: u32| match value {
+            Value::Int(n) => u64::try_from(*n).unwrap_or(0) >= u64::from(wanted),
+            _ => false,
+        };
+        match (self.aof, reply) {
+            (None, reply) => at_least(reply, self.replicas),
+            (Some(Aof { local }), Value::Array(counts)) if counts.len() == 2 => {
+                at_least(&counts[0], u32::from(local)) && at_least(&counts[1], self.replicas)
+            }
+            (_, Value::ServerError(e)) => {
+                log::warn!(
+                    "keyholder: the server refused the replica acknowledgement (not acknowledged): {e}"
+                );
+                false
+            }
+            _ => false,
+        }
+    }
 }
 
 /// One caller's commands, packed for the wire.
@@ -214,7 +275,7 @@ impl Batch {
         }
         let wait = wait.filter(|_| shape.iter().any(|&(_, acked)| acked));
         if let Some(wait) = wait {
-            redis::cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms).write_packed_command(&mut bytes);
+            wait.command().write_packed_command(&mut bytes);
         }
         Batch { bytes, shape, wait }
     }
@@ -240,10 +301,7 @@ impl Batch {
     ) -> Vec<Result<Replies, RedisError>> {
         let read = values.len();
         let acked = match (self.wait, values.last()) {
-            (Some(wait), Some(reply)) if read == self.replies() => Some(match reply {
-                Value::Int(n) => u64::try_from(*n).unwrap_or(0) >= u64::from(wait.replicas),
-                _ => false,
-            }),
+            (Some(wait), Some(reply)) if read == self.replies() => Some(wait.met_by(reply)),
             _ => None,
         };
         let cut = || {
@@ -275,7 +333,8 @@ mod tests {
 
     use super::*;
 
-    const WAIT: Wait = Wait { replicas: 1, timeout_ms: 50 };
+    const WAIT: Wait = Wait { replicas: 1, timeout_ms: 50, aof: None };
+    const WAITAOF: Wait = Wait { replicas: 1, timeout_ms: 50, aof: Some(Aof { local: true }) };
 
     fn get(key: &str) -> Request {
         Request::command(redis::cmd("GET").arg(key))
@@ -380,6 +439,48 @@ mod tests {
         let mut a = get("a").acknowledged();
         let split = Batch::new([&mut a], Some(WAIT)).split(vec![Value::Nil, Value::Int(0)], None);
         assert_eq!(split[0].as_ref().unwrap().acked, Some(false));
+    }
+
+    #[test]
+    fn waitaof_needs_the_local_fsync_and_the_replicas_asked_for() {
+        let mut a = get("a").acknowledged();
+        let batch = Batch::new([&mut a], Some(WAITAOF));
+        assert!(batch.bytes().ends_with(&redis::cmd("WAITAOF").arg(1).arg(1).arg(50).get_packed_command()));
+        let acked = |local, replicas| {
+            let mut a = get("a").acknowledged();
+            let reply = Value::Array(vec![Value::Int(local), Value::Int(replicas)]);
+            Batch::new([&mut a], Some(WAITAOF)).split(vec![Value::Nil, reply], None)[0]
+                .as_ref()
+                .unwrap()
+                .acked
+        };
+        assert_eq!(acked(1, 1), Some(true));
+        assert_eq!(acked(1, 0), Some(false), "one replica short");
+        assert_eq!(acked(0, 1), Some(false), "not fsynced on the primary");
+        let replicas_only = Wait { aof: Some(Aof { local: false }), ..WAITAOF };
+        let mut b = get("b").acknowledged();
+        let reply = Value::Array(vec![Value::Int(0), Value::Int(1)]);
+        let split = Batch::new([&mut b], Some(replicas_only)).split(vec![Value::Nil, reply], None);
+        assert_eq!(split[0].as_ref().unwrap().acked, Some(true));
+    }
+
+    #[test]
+    fn a_refused_waitaof_is_not_an_acknowledgement_and_the_write_keeps_its_reply() {
+        let mut a = get("a").acknowledged();
+        let refusal = redis::parse_redis_value(b"-ERR unknown command 'WAITAOF'\r\n").unwrap();
+        let split = Batch::new([&mut a], Some(WAITAOF)).split(vec![Value::Int(7), refusal], None);
+        let replies = split[0].as_ref().unwrap();
+        assert_eq!((replies.values.as_slice(), replies.acked), (&[Value::Int(7)][..], Some(false)));
+    }
+
+    #[test]
+    fn only_waitaof_is_probed() {
+        assert!(WAIT.probe().is_none());
+        let probe = WAITAOF.probe().unwrap();
+        assert_eq!(
+            probe.get_packed_command(),
+            redis::cmd("WAITAOF").arg(1).arg(0).arg(50).get_packed_command()
+        );
     }
 
     #[test]

@@ -20,4 +20,4 @@ pub use cluster::RedisCluster;
 pub use sentinel::SentinelSet;
 #[cfg(feature = "tls")]
 pub use server::ClientAuth;
-pub use server::{RedisServer, free_port};
+pub use server::{RedisServer, ServerVersion, free_port, server_version};

@@ -2,7 +2,9 @@
 //! killed when dropped. Used by the tests (`tests/common`), the demo and the
 //! benchmark (`bench/`).
 //!
-//! `REDIS_SERVER_BIN` overrides the binary. A missing binary fails loudly.
+//! `REDIS_SERVER_BIN` overrides the binary (a `valkey-server` too: see
+//! [`server_version`] for what the tests may ask of it). A missing binary
+//! fails loudly.
 //!
 //! With the `tls` feature, `RedisServer::start_tls` starts one that listens
 //! for TLS only (`--port 0 --tls-port`), with certificates made for it in its
@@ -101,11 +103,53 @@ pub(crate) fn server_bin() -> String {
 }
 
 pub(crate) fn server_major_version() -> u32 {
-    let out = Command::new(server_bin()).arg("--version").output().unwrap_or_else(|e| {
-        panic!("cannot run {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
-    });
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split("v=").nth(1).and_then(|v| v.split('.').next()).and_then(|m| m.parse().ok()).unwrap_or(0)
+    server_version().major
+}
+
+/// The server the tests run (`REDIS_SERVER_BIN`, else `redis-server`), from
+/// its `--version`: Redis or Valkey, and its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// `"Redis"` or `"Valkey"`.
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl ServerVersion {
+    /// Parses `redis-server --version`'s `Redis server v=7.0.15 sha=…` (or
+    /// Valkey's `Valkey server v=8.1.8 …`).
+    pub fn parse(text: &str) -> ServerVersion {
+        let name = if text.trim_start().starts_with("Valkey") { "Valkey" } else { "Redis" };
+        let version = text.split("v=").nth(1).and_then(|v| v.split_whitespace().next()).unwrap_or("");
+        let mut parts = version.split('.').map(|n| n.parse().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        ServerVersion { name: name.to_owned(), major: next(), minor: next(), patch: next() }
+    }
+
+    /// Whether the server has `WAITAOF`: Redis 7.2 or newer, and Valkey
+    /// (forked from 7.2.4).
+    pub fn has_waitaof(&self) -> bool {
+        self.name == "Valkey" || (self.major, self.minor) >= (7, 2)
+    }
+}
+
+impl std::fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}.{}.{}", self.name, self.major, self.minor, self.patch)
+    }
+}
+
+/// The server the tests run, asked once per process.
+pub fn server_version() -> &'static ServerVersion {
+    static VERSION: std::sync::OnceLock<ServerVersion> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        let out = Command::new(server_bin()).arg("--version").output().unwrap_or_else(|e| {
+            panic!("cannot run {} ({e}); install redis-server or set REDIS_SERVER_BIN", server_bin())
+        });
+        ServerVersion::parse(&String::from_utf8_lossy(&out.stdout))
+    })
 }
 
 /// Whether `setsid` (util-linux) runs here.
@@ -143,11 +187,25 @@ impl RedisServer {
         RedisServer::start_with(Vec::new())
     }
 
+    /// Starts a server with `args` after the defaults, which they override
+    /// (`["--appendonly", "yes"]`: the harness's servers keep no data on
+    /// disk otherwise).
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        RedisServer::start_with(args.iter().map(|&arg| arg.to_owned()).collect())
+    }
+
     /// Starts a replica of `primary` and waits (bounded) until the primary
     /// counts it as a connected replica.
     pub fn start_replica_of(primary: &RedisServer) -> RedisServer {
-        let args = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
-        primary.start_replica(|| RedisServer::start_with(args))
+        RedisServer::start_replica_of_with_args(primary, &[])
+    }
+
+    /// As [`start_replica_of`](RedisServer::start_replica_of), with `args`
+    /// after the defaults (see [`start_with_args`](RedisServer::start_with_args)).
+    pub fn start_replica_of_with_args(primary: &RedisServer, args: &[&str]) -> RedisServer {
+        let mut extra = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
+        extra.extend(args.iter().map(|&arg| arg.to_owned()));
+        primary.start_replica(|| RedisServer::start_with(extra))
     }
 
     /// Starts a replica of the TLS server `primary` that replicates over TLS
@@ -363,7 +421,9 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, empty.
+    /// Starts the server again on the same port (and with the same
+    /// arguments): empty, unless it was started with `--appendonly yes`,
+    /// whose file in its temp dir it loads.
     pub fn restart(&mut self) {
         self.stop();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -421,5 +481,20 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerVersion;
+
+    #[test]
+    fn both_servers_versions_parse() {
+        let redis =
+            ServerVersion::parse("Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64");
+        assert_eq!((redis.to_string(), redis.has_waitaof()), ("Redis 7.0.15".to_owned(), false));
+        let valkey = ServerVersion::parse("Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64");
+        assert_eq!((valkey.to_string(), valkey.has_waitaof()), ("Valkey 8.1.8".to_owned(), true));
+        assert!(ServerVersion::parse("Redis server v=7.2.4 sha=0").has_waitaof());
     }
 }

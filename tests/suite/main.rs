@@ -58,6 +58,7 @@ mod semaphore;
 mod shared_connections;
 mod spin_lock;
 mod traps;
+mod waitaof;
 mod wakeup;
 
 // Several servers: RedLock, MultiLock, Redis Cluster, Sentinel.
