@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lease::MAX_LEASE;
+use crate::lease::{MAX_LEASE, for_people};
 
 /// The default most command connections: with the pub/sub connection, 16
 /// per server, the most a managed Redis plan's budget should see from one
@@ -586,8 +586,8 @@ impl Config {
     fn validate_barging(&self) -> Result<()> {
         if self.barging_window > MAX_BARGING_WINDOW {
             return Err(Error::invalid_config(format!(
-                "barging_window {:?} is over 60 s",
-                self.barging_window
+                "barging_window {} is over 60 s",
+                for_people(self.barging_window)
             )));
         }
         Ok(())
@@ -636,35 +636,38 @@ impl Config {
             if let Some(value) = value
                 && (value.is_zero() || value > MAX_CONNECTION_AGE)
             {
-                return invalid(format!("{name} {value:?} is outside (0, 24 h]"));
+                return invalid(format!("{name} {} is outside (0, 24 h]", for_people(value)));
             }
         }
         for (name, value) in
             [("connect_timeout", self.connect_timeout), ("command_timeout", self.command_timeout)]
         {
             if value.is_zero() || value > Duration::from_secs(3600) {
-                return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
+                return invalid(format!("{name} {} is outside (0, 1 h]", for_people(value)));
             }
         }
         if let Some((replicas, timeout)) = self.replica_acks
             && (replicas == 0 || timeout.is_zero() || timeout >= self.command_timeout)
         {
             return invalid(format!(
-                "replica_acks({replicas}, {timeout:?}) needs at least one replica and a timeout in (0, \
-                 command_timeout)"
+                "replica_acks({replicas}, {}) needs at least one replica and a timeout in (0, \
+                 command_timeout)",
+                for_people(timeout)
             ));
         }
         if self.fairness_window > Duration::from_secs(3600) {
-            return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
+            return invalid(format!("fairness_window {} is over 1 h", for_people(self.fairness_window)));
         }
         self.validate_barging()?;
         if self.outage_budget > Duration::from_secs(3600) {
-            return invalid(format!("outage_budget {:?} is over 1 h", self.outage_budget));
+            return invalid(format!("outage_budget {} is over 1 h", for_people(self.outage_budget)));
         }
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return invalid(format!(
-                "watchdog_timeout {:?} is outside 30 ms ..= 30 days",
-                self.watchdog_timeout
+                "watchdog_timeout {} is outside {} ..= {}",
+                for_people(self.watchdog_timeout),
+                for_people(MIN_WATCHDOG_TIMEOUT),
+                for_people(MAX_LEASE)
             ));
         }
         Ok(())
