@@ -357,6 +357,23 @@ impl Error {
             .with_detail("no shared connection could send the command within its timeout; it was not sent")
     }
 
+    /// Redis is taken to be unreachable because a connect just before
+    /// failed with `because`: said again, with its address, when known.
+    pub(crate) fn unreachable_after(because: Option<&redis::RedisError>) -> Error {
+        match because.and_then(reaching::of) {
+            Some(net) => {
+                let mut error = Error::reaching(net);
+                let detail = format!(
+                    "{} (just before; not tried again yet)",
+                    error.inner.detail.take().unwrap_or_default()
+                );
+                error.inner.detail = Some(detail);
+                error
+            }
+            None => Error::unreachable(),
+        }
+    }
+
     /// Redis is taken to be unreachable (see `Inner::connection`).
     pub(crate) fn unreachable() -> Error {
         Error::new(ErrorKind::Connection)

@@ -40,6 +40,8 @@ pub(crate) struct NetError {
     what: What,
     /// What the system or a library said, when it adds to `what`.
     cause: Option<Arc<dyn StdError + Send + Sync>>,
+    /// The connection was set up, and failed later (a command's).
+    established: bool,
 }
 
 /// What happened.
@@ -79,6 +81,8 @@ pub(crate) enum Stage {
     TlsHandshake,
     /// The setup's round trip (`AUTH`, `CLIENT SETNAME`, ...).
     Setup,
+    /// A command on a connection set up (bounded by the command timeout).
+    Command,
 }
 
 /// What kind of keyholder error a failure is (see `error.rs`).
@@ -93,7 +97,18 @@ impl NetError {
     /// A failure reaching redis at `address` (see [`NetError::peer`] for a
     /// sentinel or a cluster node).
     pub(crate) fn new(address: impl Into<String>, what: What) -> NetError {
-        NetError { address: address.into(), peer: "redis", what, cause: None }
+        NetError { address: address.into(), peer: "redis", what, cause: None, established: false }
+    }
+
+    /// A failure of a connection to `address` that was set up: a command
+    /// timed out, or the server dropped it. `cause`, when its words are the
+    /// only ones (`What::Failed`).
+    pub(crate) fn broken(address: impl Into<String>, what: What, cause: Option<RedisError>) -> NetError {
+        NetError {
+            cause: cause.map(|e| Arc::new(e) as Arc<dyn StdError + Send + Sync>),
+            established: true,
+            ..NetError::new(address, what)
+        }
     }
 
     /// The same, with what the system or a library said.
@@ -122,7 +137,7 @@ impl NetError {
         };
         let cause: Option<Arc<dyn StdError + Send + Sync>> =
             matches!(what, What::Failed).then(|| Arc::new(e.clone()) as _);
-        Some(NetError { address: address.into(), peer: "redis", what, cause })
+        Some(NetError { address: address.into(), peer: "redis", what, cause, established: false })
     }
 
     /// Who was being reached, when not a Redis server: `the sentinel`,
@@ -167,35 +182,45 @@ impl NetError {
                 io::ErrorKind::InvalidData
             }
             What::NoSentinel { .. } => io::ErrorKind::NotConnected,
-            What::Unresolved | What::Failed => self
-                .cause
-                .as_deref()
-                .and_then(|cause| cause.downcast_ref::<io::Error>())
-                .map_or(io::ErrorKind::Other, io::Error::kind),
+            What::Unresolved | What::Failed => {
+                let cause = self.cause.as_deref();
+                let io = cause.and_then(|cause| {
+                    cause
+                        .downcast_ref::<io::Error>()
+                        .or_else(|| cause.downcast_ref::<RedisError>().and_then(io_of))
+                });
+                io.map_or(io::ErrorKind::Other, io::Error::kind)
+            }
         }
     }
 }
 
 impl fmt::Display for NetError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let NetError { address, peer, what, cause } = self;
-        write!(f, "cannot connect to {peer} at {address}: ")?;
+        let NetError { address, peer, what, cause, established } = self;
+        if *established {
+            write!(f, "the connection to {peer} at {address} failed: ")?;
+        } else {
+            write!(f, "cannot connect to {peer} at {address}: ")?;
+        }
         match what {
             What::Unresolved => f.write_str("its host name did not resolve"),
             What::Refused => f.write_str("connection refused"),
+            What::TimedOut { after, stage: Stage::Command } => {
+                write!(f, "timed out after {} (the command timeout)", for_people(*after))
+            }
             What::TimedOut { after, stage } => {
                 write!(f, "timed out after {} (the connect timeout)", for_people(*after))?;
                 f.write_str(match stage {
-                    Stage::Connect => "",
+                    Stage::Connect | Stage::Command => "",
                     Stage::TlsHandshake => ": no answer to the TLS handshake",
                     Stage::Setup => ": the server accepted the connection and never answered",
                 })
             }
-            What::Closed { reset } => write!(
-                f,
-                "the server {} the connection before answering",
-                if *reset { "reset" } else { "closed" }
-            ),
+            What::Closed { reset } => {
+                write!(f, "the server {} the connection", if *reset { "reset" } else { "closed" })?;
+                f.write_str(if *established { "" } else { " before answering" })
+            }
             What::NotRedis { answer } => {
                 write!(f, "the server there does not speak Redis (it answered {answer:?})")
             }
@@ -284,6 +309,26 @@ mod tests {
         assert!(silent.is_timeout());
         assert!(silent.to_string().contains("timed out after 3 s (the connect timeout)"), "{silent}");
         assert!(of(&RedisError::from(io::Error::from(io::ErrorKind::TimedOut))).is_none());
+    }
+
+    #[test]
+    fn a_broken_connection_keeps_the_kind_and_words_beneath() {
+        let demoted =
+            RedisError::from(io::Error::new(io::ErrorKind::ConnectionReset, "the primary was demoted"));
+        let broken: RedisError = NetError::broken("h:1", What::Failed, Some(demoted)).into();
+        assert!(broken.is_connection_dropped(), "{broken:?}");
+        assert_eq!(broken.to_string(), "the connection to redis at h:1 failed: the primary was demoted");
+        let slow: RedisError = NetError::broken(
+            "h:1",
+            What::TimedOut { after: Duration::from_millis(1500), stage: Stage::Command },
+            None,
+        )
+        .into();
+        assert!(slow.is_timeout());
+        assert_eq!(
+            slow.to_string(),
+            "the connection to redis at h:1 failed: timed out after 1.5 s (the command timeout)"
+        );
     }
 
     #[test]

@@ -147,3 +147,19 @@ fn bad_urls_say_what_is_wrong() {
         assert!(took < SECOND, "{url:?}: took {took:?}");
     }
 }
+
+/// A call that finds the server gone names it too: the connection it had
+/// (reset or closed) or the one it tried to open (refused).
+#[test]
+fn a_server_gone_later_is_named_by_the_calls_that_find_it_gone() {
+    let mut server = RedisServer::start();
+    let address = format!("127.0.0.1:{}", server.port());
+    let client =
+        Client::builder(server.url()).connect_timeout(SECOND).command_timeout(SECOND).build().unwrap();
+    let lock = client.lock("named").unwrap();
+    drop(lock.lock().unwrap());
+    server.stop();
+    let e = lock.try_lock().unwrap_err();
+    assert_names(&e, ErrorKind::Connection, &address, "redis at");
+    assert!(e.is_connection_error());
+}
