@@ -61,9 +61,11 @@ pub(crate) enum What {
     /// A `redis://` URL, and the port speaks TLS.
     TlsPort,
     /// A `rediss://` URL, and the port speaks plain Redis.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     PlainPort,
     /// The TLS handshake was refused, as the words say (by which side, and
     /// what to check).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     TlsRefused(String),
     /// No sentinel answered for the master (the cause: the last one's
     /// failure).
@@ -78,6 +80,7 @@ pub(crate) enum Stage {
     /// The TCP connect.
     Connect,
     /// The TLS handshake.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     TlsHandshake,
     /// The setup's round trip (`AUTH`, `CLIENT SETNAME`, ...).
     Setup,

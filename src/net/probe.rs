@@ -30,6 +30,7 @@ use std::time::Duration;
 /// asks the port whether it speaks plain Redis (or half the connect
 /// timeout, when that is shorter). A TLS server answers a hello within a
 /// round trip: far less, on any network a lock service runs on.
+#[cfg(feature = "tls")]
 pub(crate) const PLAIN_PROBE_AFTER: Duration = Duration::from_millis(300);
 
 /// The longest a probe waits for its answer.
@@ -48,6 +49,7 @@ const TLS_HELLO: [u8; 50] = [
 
 /// True when the port at `addr` answers a plain `PING` in RESP within
 /// `timeout`.
+#[cfg(feature = "tls")]
 pub(crate) fn speaks_plain_redis(addr: SocketAddr, timeout: Duration) -> bool {
     let answer = ask(addr, timeout, b"PING\r\n");
     matches!(answer.first(), Some(b'+' | b'-')) && answer.contains(&b'\n')
@@ -90,6 +92,7 @@ mod tests {
     #[test]
     fn a_closed_port_speaks_nothing() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        #[cfg(feature = "tls")]
         assert!(!speaks_plain_redis(port, Duration::from_millis(100)));
         assert!(!speaks_tls(port, Duration::from_millis(100)));
     }
