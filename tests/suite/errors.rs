@@ -163,3 +163,21 @@ fn a_server_gone_later_is_named_by_the_calls_that_find_it_gone() {
     assert_names(&e, ErrorKind::Connection, &address, "redis at");
     assert!(e.is_connection_error());
 }
+
+/// Through Sentinel and to a Redis Cluster, the error names the sentinels
+/// and the cluster node tried.
+#[test]
+fn sentinels_and_cluster_nodes_are_named() {
+    let sentinel = format!("127.0.0.1:{}", free_port());
+    let (result, took) = common::timed(|| {
+        Client::builder_sentinel([format!("redis://{sentinel}")], "orders").connect_timeout(SECOND).build()
+    });
+    let e = result.err().unwrap();
+    assert_names(&e, ErrorKind::Connection, &sentinel, "the sentinels at");
+    assert!(e.to_string().contains("cannot connect to the sentinel at") && e.to_string().contains("refused"), "{e}");
+    assert!(took < SECOND, "took {took:?}");
+
+    let node = format!("127.0.0.1:{}", free_port());
+    let e = Client::builder_cluster([format!("redis://{node}")]).connect_timeout(SECOND).build().err().unwrap();
+    assert_names(&e, ErrorKind::Connection, &node, "cannot connect to the cluster node at");
+}
