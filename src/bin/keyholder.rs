@@ -176,8 +176,10 @@ enum Failure {
     TimedOut,
 }
 
-/// An error and its causes: `the connection to redis failed: Connection
-/// refused (os error 111)`.
+/// An error and the causes it does not already say: `cannot connect to
+/// redis at 127.0.0.1:6379: connection refused`, or `cannot connect to redis
+/// at nohost:6379: its host name did not resolve: failed to lookup address
+/// information: Name or service not known`.
 impl<E: std::error::Error> From<E> for Failure {
     fn from(e: E) -> Failure {
         let mut message = e.to_string();
