@@ -523,7 +523,7 @@ impl std::fmt::Debug for Counted {
 
 impl Counted {
     /// Adds one to `gauge` for `name`'s lock of the client `client` (its
-    /// id, or an owner id that starts with it).
+    /// id; the label is its first 8 characters).
     #[cfg(feature = "metrics")]
     fn start(gauge: &'static str, name: &str, client: &str) -> Counted {
         let client: String = client.chars().take(8).collect();
@@ -550,18 +550,17 @@ impl Drop for Counted {
     }
 }
 
-/// A hold of `name`'s lock by `owner` (`<client-id>:<thread>`) began: one
-/// more in the held-now gauge, until the returned unit ends (see
-/// `Hold::new`).
+/// A hold of `name`'s lock by the client `client` (its id) began: one more
+/// in the held-now gauge, until the returned unit ends (see `Hold::new`).
 #[cfg(feature = "metrics")]
-pub(crate) fn hold_started(name: &str, owner: &str) -> Counted {
-    Counted::start(metric_names::LOCKS_HELD, name, owner)
+pub(crate) fn hold_started(name: &str, client: &str) -> Counted {
+    Counted::start(metric_names::LOCKS_HELD, name, client)
 }
 
 /// A hold began (nothing to count without the `metrics` feature).
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn hold_started(_name: &str, _owner: &str) -> Counted {
+pub(crate) fn hold_started(_name: &str, _client: &str) -> Counted {
     Counted {}
 }
 

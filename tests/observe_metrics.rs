@@ -200,6 +200,14 @@ fn lock_operations_are_counted() {
     assert!(recv_within(&waiter, LIMIT, "the waiter"));
     second.unlock().unwrap();
     assert_eq!(gauges(&mut rec), (0.0, 0.0), "released, and the waiter's hold released too");
+    // Expirable permits are a hold too, counted for their client.
+    let pool = client.permit_expirable_semaphore("pool:7").unwrap();
+    assert!(pool.try_set_permits(2).unwrap());
+    let permits = pool.try_acquire(2).unwrap().unwrap();
+    let pool_now = [("client", short_id.as_str()), ("lock", "pool:*")];
+    assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 1.0);
+    drop(permits);
+    assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 0.0);
 
     // A hold force-unlocked by its own client: marked lost at once, and no
     // longer counted as held while its guard lives on.
@@ -247,7 +255,7 @@ fn lock_operations_are_counted() {
     assert!(eventually(LIMIT, || failures(&mut rec) >= 1), "no failed connect counted");
 
     // One `lock` label value per name group, never a raw id.
-    assert_eq!(rec.all_lock_labels(), ["orders:*", "reports:daily"]);
+    assert_eq!(rec.all_lock_labels(), ["orders:*", "pool:*", "reports:daily"]);
 }
 
 fn recv_within_signal(rx: &crossbeam_channel::Receiver<LostReason>) -> LostReason {

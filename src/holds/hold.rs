@@ -96,10 +96,11 @@ impl Hold {
         self.base
     }
 
-    /// The hold begun by `acquisition`, with one guard.
-    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition) -> Self {
+    /// The hold begun by `acquisition`, with one guard, by the client
+    /// `client` (its id: the held-now gauge's `client` label).
+    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition, client: &str) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
-        let counted = crate::observe::hold_started(&name, &owner);
+        let counted = crate::observe::hold_started(&name, client);
         let hold = Hold {
             id,
             name,
@@ -261,6 +262,6 @@ impl Hold {
             token: None,
             sent,
         };
-        Arc::new(Hold::new(id, Arc::from(name), acquisition))
+        Arc::new(Hold::new(id, Arc::from(name), acquisition, "c"))
     }
 }

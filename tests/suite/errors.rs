@@ -174,10 +174,14 @@ fn sentinels_and_cluster_nodes_are_named() {
     });
     let e = result.err().unwrap();
     assert_names(&e, ErrorKind::Connection, &sentinel, "the sentinels at");
-    assert!(e.to_string().contains("cannot connect to the sentinel at") && e.to_string().contains("refused"), "{e}");
+    assert!(
+        e.to_string().contains("cannot connect to the sentinel at") && e.to_string().contains("refused"),
+        "{e}"
+    );
     assert!(took < SECOND, "took {took:?}");
 
     let node = format!("127.0.0.1:{}", free_port());
-    let e = Client::builder_cluster([format!("redis://{node}")]).connect_timeout(SECOND).build().err().unwrap();
+    let e =
+        Client::builder_cluster([format!("redis://{node}")]).connect_timeout(SECOND).build().err().unwrap();
     assert_names(&e, ErrorKind::Connection, &node, "cannot connect to the cluster node at");
 }
