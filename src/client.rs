@@ -381,7 +381,8 @@ impl Client {
     }
 
     /// The number of pub/sub connections this client has: one, or on a
-    /// Redis Cluster one per node that has had a waiting thread.
+    /// Redis Cluster one per primary (kept open while idle, so the client
+    /// hears at once that a primary died).
     pub fn pubsub_connections(&self) -> usize {
         self.inner().subscribers.connection_count()
     }

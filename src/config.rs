@@ -310,6 +310,7 @@ impl ClientBuilder {
     ///
     /// Defaults to false. Requires the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn node_tls(mut self, tls: bool) -> Self {
         self.config.node.tls = tls;
         self
@@ -547,6 +548,7 @@ impl ClientBuilder {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.config.tls.ca_pem = Some(pem.into());
         self
@@ -563,6 +565,7 @@ impl ClientBuilder {
     /// server that refuses the certificate (or its absence), with
     /// [`ErrorKind::Tls`](crate::ErrorKind::Tls). Requires the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
         cert_pem: impl Into<Vec<u8>>,
@@ -581,6 +584,7 @@ impl ClientBuilder {
     ///
     /// Defaults to false. Requires the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn danger_accept_invalid_certs(mut self, accept: bool) -> Self {
         self.config.tls.accept_invalid_certs = accept;
         self

@@ -228,6 +228,10 @@
 //! Without the features none of this is compiled in. `docs/observability.md`
 //! lists every span, field and metric.
 
+// docs.rs (`--cfg docsrs`, see Cargo.toml): mark the items a cargo feature
+// gates ("Available on crate feature tls only").
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
 // The kinds of lock (one module each), and the operators' view of them.
@@ -264,7 +268,7 @@ pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{
     DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
 };
-pub use kinds::family::{Fenced, Guard, Handle, Kind};
+pub use kinds::family::{Fenced, Guard, Handle, Kind, ThreadOwnedHold};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard};
 pub use kinds::multi_lock::{Lost, LostSignals, MultiLock, MultiLockGuard};
@@ -280,6 +284,12 @@ pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
 #[cfg(feature = "metrics")]
 pub use observe::{describe_metrics, label_metrics_by_lock};
+
+// The README's Rust examples are compiled as doc tests (`no_run`), so the
+// first code a new user copies keeps up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 /// The kinds of lock, the parameter of [`Handle`], [`Guard`] and
 /// [`MultiLock`]: `Handle<kind::Fair>` is a [`FairLock`]. Code that names

@@ -596,6 +596,7 @@ static LOCK_LABEL: std::sync::OnceLock<fn(&str) -> String> = std::sync::OnceLock
 /// # }
 /// ```
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn label_metrics_by_lock(label: fn(&str) -> String) -> bool {
     LOCK_LABEL.set(label).is_ok()
 }
@@ -658,6 +659,7 @@ fn labels<const N: usize>(
 /// installed recorder (call it after installing one), so exporters can
 /// show help texts.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe_metrics() {
     use metric_names as m;
     use metrics::Unit;

@@ -19,8 +19,14 @@ local function latch_check(latch, request, retry)
         return nil, nil
     end
     -- <common:latch_check>
-    local kind = redis.call('type', latch).ok
-    local earlier = kind == 'none' and '' or (kind == 'string' and redis.call('get', latch))
+    -- One GET reads it: nothing there is an empty latch; an error reply
+    -- (WRONGTYPE: a key of another type) is no latch.
+    local earlier = redis.pcall('get', latch)
+    if earlier == false then
+        earlier = ''
+    elseif type(earlier) ~= 'string' then
+        earlier = nil
+    end
     if not (earlier == '' or (earlier and string.match(earlier, '^%d+:%d+$'))) then
         latch = nil
     elseif earlier ~= '' and retry then

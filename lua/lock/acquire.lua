@@ -112,9 +112,10 @@ local lease = tonumber(ARGV[1])
 -- The common case first, before any helper below is built: a new hold (or
 -- a Redisson-rule acquisition) of a free lock that no marker reserves, with
 -- no token to mint, no migration mode and no queue entry to clear. The
--- general path below does the same for it, in more calls.
+-- general path below does the same for it, in more calls; here one EXISTS
+-- counts the lock and the marker.
 if not counter and ARGV[3] ~= '0' and ARGV[5] ~= '1' and ARGV[8] ~= '1'
-    and redis.call('exists', key) == 0 and not (marker and redis.call('exists', marker) == 1) then
+    and (marker and redis.call('exists', key, marker) or redis.call('exists', key)) == 0 then
     if ARGV[3] == '1' then
         redis.call('hset', key, owner, 1)
     else
@@ -122,6 +123,28 @@ if not counter and ARGV[3] ~= '0' and ARGV[5] ~= '1' and ARGV[8] ~= '1'
     end
     redis.call('pexpire', key, lease)
     return nil
+end
+
+-- The other common case, a re-entry with no token to mint and no migration
+-- mode: one HMGET reads the owner's field and tells a read-write lock's
+-- hash (its "mode" field) apart. The general path below does the same in
+-- more calls.
+-- <common:rwlock_here> lua/common/kinds.lua's, inline (see the header)
+local RWLOCK_HERE = ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)'
+-- </common:rwlock_here>
+if ARGV[3] == '0' and not counter and ARGV[8] ~= '1' then
+    local held = redis.call('hmget', key, owner, 'mode')
+    if held[2] then
+        return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
+    end
+    if held[1] then
+        redis.call('hincrby', key, owner, 1)
+        if redis.call('pttl', key) < lease then
+            redis.call('pexpire', key, lease)
+        end
+        return nil
+    end
+    return redis.call('pttl', key)
 end
 
 local function refuse(ms)
@@ -183,9 +206,6 @@ end
 -- Another kind's lock at the name (the free lock of the fast path above
 -- needs no such check): a read-write lock's hash is never taken.
 if redis.call('hexists', key, 'mode') == 1 then
-    -- <common:rwlock_here> lua/common/kinds.lua's, inline (see the header)
-    local RWLOCK_HERE = ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)'
-    -- </common:rwlock_here>
     return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
 end
 

@@ -1,4 +1,4 @@
--- job_finish.lua: end a run-once job's hold (see src/job.rs): keep the lock
+-- job_finish.lua: end a run-once job's hold (see src/kinds/job.rs): keep the lock
 -- for the rest of its minimum hold time, or release it.
 --
 -- KEYS[1]  lock key: a HASH holding the run's own owner id (one per run, so

@@ -134,8 +134,14 @@ if latch then
     -- unlatches the release; a retry of a recorded release replays it.
     local replay = nil
     -- <common:latch_check> lua/common/latch.lua's, inline (see the header)
-    local kind = redis.call('type', latch).ok
-    local earlier = kind == 'none' and '' or (kind == 'string' and redis.call('get', latch))
+    -- One GET reads it: nothing there is an empty latch; an error reply
+    -- (WRONGTYPE: a key of another type) is no latch.
+    local earlier = redis.pcall('get', latch)
+    if earlier == false then
+        earlier = ''
+    elseif type(earlier) ~= 'string' then
+        earlier = nil
+    end
     if not (earlier == '' or (earlier and string.match(earlier, '^%d+:%d+$'))) then
         latch = nil
     elseif earlier ~= '' and retry then
@@ -171,9 +177,15 @@ end
 if not held[1] then
     return nil
 end
-if redis.call('hincrby', key, ARGV[3], -1) > 0 then
-    redis.call('pexpire', key, ARGV[2])
-    return done(0)
+-- A count of 1 is the last hold: deleted without counting it down first
+-- (one call fewer; the same outcome). Anything else is counted down, and
+-- a count that is no integer is an error there, untouched.
+local count = tonumber(held[1])
+if not count or count > 1 then
+    if redis.call('hincrby', key, ARGV[3], -1) > 0 then
+        redis.call('pexpire', key, ARGV[2])
+        return done(0)
+    end
 end
 redis.call('del', key)
 

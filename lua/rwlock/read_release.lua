@@ -1,6 +1,6 @@
 -- read_release.lua: give back one read hold of a read-write lock (Redisson
 -- RedissonReadLock.unlockInnerAsync), with keyholder's unlock latch for
--- retried releases (the convention of lua/release.lua).
+-- retried releases (the convention of lua/lock/release.lua).
 --
 -- KEYS[1]  lock key (HASH; see read_acquire.lua)
 -- KEYS[2]  channel "redisson_rwlock:{<name>}"

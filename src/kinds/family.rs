@@ -31,7 +31,7 @@ mod kind;
 pub(crate) mod reentry;
 pub(crate) mod release;
 
-pub use guard::Guard;
+pub use guard::{Guard, ThreadOwnedHold};
 pub(crate) use kind::Call;
 pub(crate) use kind::sealed;
 pub use kind::{Fenced, Kind};

@@ -100,7 +100,9 @@ impl Client {
 /// ```
 pub type Lock = Handle<Reentrant>;
 
-/// An RAII guard for one acquisition of a [`Lock`]; see [`Guard`].
+/// An RAII guard for one acquisition of a [`Lock`]; see [`Guard`]. It
+/// stays on the thread that acquired it; [`Guard`] says what to do instead
+/// of moving it.
 pub type LockGuard = Guard<Reentrant>;
 
 /// The reentrant lock's core (Redisson's `RLock`): the kind of a [`Lock`].

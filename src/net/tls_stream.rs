@@ -1,5 +1,6 @@
-//! The pub/sub connection over TLS (the `tls` feature): one TLS session that
-//! a reader thread and writing waiters use at once.
+//! A connection over TLS (the `tls` feature), for commands or pub/sub: one
+//! TLS session that a pub/sub connection's reader thread and its writing
+//! waiters can use at once.
 //!
 //! A plain socket is cloned into a read half and a write half. A TLS session
 //! cannot be: reading and writing share its state (keys, sequence numbers,

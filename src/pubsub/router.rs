@@ -7,7 +7,7 @@
 //! primary, as Redisson does: with `SSUBSCRIBE` where the servers have
 //! shard channels (Redis 7 and newer; the scripts then publish with
 //! `SPUBLISH`), with `SUBSCRIBE` otherwise (a plain `PUBLISH` reaches every
-//! node). There is one subscriber, with its reader thread, per node that has
+//! node). There is one subscriber, with its reader thread, per node that
 //! serves slots, not one per lock; an idle one is how the client hears at
 //! once that its node died. When slots change hands, the channels of the
 //! slots that moved are dropped and their waiters woken, and they subscribe

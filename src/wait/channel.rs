@@ -31,12 +31,12 @@
 //! connection (messages may have been lost) wakes every thread.
 //!
 //! ```text
-//! let wait = inner.channel_wait(&name, &channel);
+//! let wait = waits.join(&name, &channel, wakes);
 //! loop {
 //!     let seen = wait.seen();
 //!     match attempt()? { Won => break, Refused { retry_in } => {} }
 //!     if out of time { break }
-//!     if !wait.is_subscribed() { wait.subscribe(&inner.subscribers, deadline)?; continue }
+//!     if !wait.is_subscribed() { wait.subscribe(&subscribers, deadline)?; continue }
 //!     wait.wait_past(seen, now + retry_in (capped by the deadline));
 //! }
 //! ```

@@ -424,9 +424,12 @@ fn a_lost_acquire_reply_is_given_back_at_once() {
 /// A client through `proxy` that can open no second connection while the
 /// proxy black-holes replies, so an acquire whose reply is lost cannot be
 /// given back; its owner, and the moment just before the acquire was sent.
+/// It keeps no idle connection in reserve: one opened by the pool's
+/// maintenance thread before the fault would carry the give-back.
 fn orphan_an_acquire(server: &RedisServer, proxy: &FaultProxy, lease: Duration) -> (Client, Lock, Instant) {
     let client = Client::builder(proxy.url())
         .pool_max_size(1)
+        .min_idle_connections(0)
         .connect_timeout(Duration::from_millis(300))
         .command_timeout(Duration::from_millis(300))
         .watchdog_timeout(lease)
@@ -558,8 +561,8 @@ fn lost_release_replies_do_not_release_twice() {
     let owner = outer.owner_id().to_owned();
     assert_eq!(count_of(&mut con, "lost-release", &owner).as_deref(), Some("2"));
 
-    // The first release runs (2 -> 1); its reply is lost; the retry, with
-    // the same unlock latch, returns the first outcome.
+    // The first release runs (2 -> 1); its reply is lost; the owner's count
+    // says it ran, so it is not sent again.
     let watched = owner.clone();
     let cleared = lose_replies_until(&proxy, Fault::BlackholeReplies, server.conn(), move |c| {
         count_of(c, "lost-release", &watched).as_deref() == Some("1")
@@ -584,6 +587,45 @@ fn lost_release_replies_do_not_release_twice() {
     assert_eq!(listener.drain_until_marker(&mut con, &channel_of("lost-release")), [], "published twice");
     other.try_lock().unwrap().expect("another client is locked out").unlock().unwrap();
     assert_eq!(client.watched_locks(), 0);
+}
+
+/// A nested release whose request is lost on the way (the script never
+/// ran) is sent again: the owner's count, read after the timeout, is still
+/// the hold's guards.
+#[test]
+fn a_nested_release_whose_request_is_lost_is_sent_again() {
+    const COMMAND: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let proxy = Arc::new(FaultProxy::start(server.port()));
+    let mut con = server.conn();
+    let client =
+        Client::builder(proxy.url()).connect_timeout(2 * SECOND).command_timeout(COMMAND).build().unwrap();
+    let lock = client.lock("lost-request").unwrap();
+    warm_up(&lock);
+    fill_pool(&server, &client, 4);
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    let owner = outer.owner_id().to_owned();
+
+    // Everything sent in the next 300 ms is dropped, the release with it;
+    // the fault is gone long before the release's reply times out.
+    proxy.set(Fault::BlackholeAll);
+    let clearer = {
+        let proxy = Arc::clone(&proxy);
+        spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            proxy.set(Fault::None);
+            true
+        })
+    };
+    let (result, took) = timed(|| inner.unlock());
+    assert!(recv_within(&clearer, 5 * SECOND, "fault clearer"));
+    result.expect("the release sent again failed");
+    eprintln!("the nested release took {took:?} (over {COMMAND:?}: its first request was lost)");
+    assert_eq!(count_of(&mut con, "lost-request", &owner).as_deref(), Some("1"), "not released once");
+    assert!(!outer.is_lost());
+    outer.unlock().unwrap();
+    assert!(!exists(&mut con, "lost-request"));
 }
 
 #[test]

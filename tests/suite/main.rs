@@ -29,6 +29,7 @@ mod script_headers;
 mod scripts;
 mod scripts_count_down_latch;
 mod scripts_fair;
+mod scripts_queue;
 mod scripts_red_lock;
 mod scripts_rwlock;
 mod scripts_seams;

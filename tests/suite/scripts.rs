@@ -9,38 +9,52 @@ use std::time::Duration;
 use common::{Listener, RedisServer, ServerExt, channel_of, exists, hgetall, pttl};
 use redis::Value;
 
-const OWNER_A: &str = "8c1f0a4e-1111-4000-8000-000000000001:1";
-const OWNER_B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
+pub(crate) const OWNER_A: &str = "8c1f0a4e-1111-4000-8000-000000000001:1";
+pub(crate) const OWNER_B: &str = "8c1f0a4e-2222-4000-8000-000000000002:7";
 
-fn acquire_script() -> redis::Script {
+pub(crate) fn acquire_script() -> redis::Script {
     redis::Script::new(include_str!("../../lua/lock/acquire.lua"))
 }
 
-fn release_script() -> redis::Script {
+pub(crate) fn release_script() -> redis::Script {
     redis::Script::new(include_str!("../../lua/lock/release.lua"))
 }
 
-fn renew_script() -> redis::Script {
+pub(crate) fn renew_script() -> redis::Script {
     redis::Script::new(include_str!("../../lua/lock/renew.lua"))
 }
 
-fn force_unlock_script() -> redis::Script {
+pub(crate) fn force_unlock_script() -> redis::Script {
     redis::Script::new(&common::lua("lock/force_unlock.lua"))
 }
 
-fn acquire(con: &mut redis::Connection, name: &str, lease_ms: u64, owner: &str) -> redis::RedisResult<Value> {
+pub(crate) fn acquire(
+    con: &mut redis::Connection,
+    name: &str,
+    lease_ms: u64,
+    owner: &str,
+) -> redis::RedisResult<Value> {
     acquire_script().key(name).arg(lease_ms).arg(owner).invoke(con)
 }
 
-fn release(con: &mut redis::Connection, name: &str, lease_ms: u64, owner: &str) -> redis::RedisResult<Value> {
+pub(crate) fn release(
+    con: &mut redis::Connection,
+    name: &str,
+    lease_ms: u64,
+    owner: &str,
+) -> redis::RedisResult<Value> {
     release_script().key(name).key(channel_of(name)).arg("0").arg(lease_ms).arg(owner).invoke(con)
 }
 
-fn force_unlock(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {
+pub(crate) fn force_unlock(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {
     force_unlock_script().key(name).key(channel_of(name)).arg("0").invoke(con)
 }
 
-fn renew(con: &mut redis::Connection, lease_ms: u64, pairs: &[(&str, &str)]) -> redis::RedisResult<Value> {
+pub(crate) fn renew(
+    con: &mut redis::Connection,
+    lease_ms: u64,
+    pairs: &[(&str, &str)],
+) -> redis::RedisResult<Value> {
     let script = renew_script();
     let mut invocation = script.prepare_invoke();
     invocation.arg(lease_ms);
@@ -50,11 +64,11 @@ fn renew(con: &mut redis::Connection, lease_ms: u64, pairs: &[(&str, &str)]) -> 
     invocation.invoke(con)
 }
 
-fn is_wrongtype(e: &redis::RedisError) -> bool {
+pub(crate) fn is_wrongtype(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE")
 }
 
-fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn one_field(owner: &str, count: &str) -> std::collections::BTreeMap<String, String> {
     [(owner.to_owned(), count.to_owned())].into_iter().collect()
 }
 
@@ -196,6 +210,28 @@ fn final_release_returns_one_deletes_the_key_and_publishes_zero() {
     assert_eq!(release(&mut con, "final", 10_000, OWNER_A).unwrap(), Value::Nil);
 }
 
+/// A count of 1 is deleted without being counted down first (the common
+/// case's short cut); the counts a foreign writer may leave behave as
+/// Redisson's count-down would have them: 0 or less is a last hold, and a
+/// count that is no integer is an error, the hash untouched.
+#[test]
+fn a_last_hold_of_any_count_is_deleted_and_a_count_that_is_no_integer_is_refused() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let listener = Listener::start(&server, &[&channel_of("counts")]);
+    for count in ["1", "0", "-3"] {
+        let _: i64 = redis::cmd("HSET").arg("counts").arg(OWNER_A).arg(count).query(&mut con).unwrap();
+        assert_eq!(release(&mut con, "counts", 10_000, OWNER_A).unwrap(), Value::Int(1), "count {count}");
+        assert!(!exists(&mut con, "counts"), "count {count}");
+        let message = listener.next(Duration::from_secs(5));
+        assert_eq!(message, Some((channel_of("counts"), "0".to_owned())), "count {count}");
+    }
+    let _: i64 = redis::cmd("HSET").arg("counts").arg(OWNER_A).arg("many").query(&mut con).unwrap();
+    assert!(release(&mut con, "counts", 10_000, OWNER_A).is_err());
+    assert_eq!(hgetall(&mut con, "counts"), one_field(OWNER_A, "many"));
+    assert_eq!(listener.drain_until_marker(&mut con, &channel_of("counts")), []);
+}
+
 #[test]
 fn renew_reports_per_key_and_extends_only_owned_keys() {
     let server = RedisServer::start();
@@ -323,735 +359,4 @@ fn the_channel_of_a_name_with_braces_keeps_the_names_own_braces() {
         Some(("redisson_lock__channel:{orders:42}".to_owned(), "0".to_owned()))
     );
     assert_eq!(listener.drain_until_marker(&mut con, "redisson_lock__channel:{user}:1"), []);
-}
-
-// Optional arguments added beyond Redisson's layout: unlock latches (Redisson
-// 3.24+), the next-in-line marker, fencing tokens, the local hand-off.
-
-const OWNER_C: &str = "8c1f0a4e-3333-4000-8000-000000000003:9";
-const OWNER_D: &str = "8c1f0a4e-4444-4000-8000-000000000004:2";
-const OWNER_E: &str = "8c1f0a4e-5555-4000-8000-000000000005:3";
-
-fn marker_of(name: &str) -> String {
-    format!("keyholder_lock_next:{{{name}}}")
-}
-
-fn queue_of(name: &str) -> String {
-    format!("keyholder_lock_queue:{{{name}}}")
-}
-
-fn grants_of(name: &str) -> String {
-    format!("keyholder_lock_grants:{{{name}}}")
-}
-
-fn recent_of(name: &str) -> String {
-    format!("keyholder_lock_recent:{{{name}}}")
-}
-
-fn wake_prefix_of(name: &str) -> String {
-    format!("keyholder_lock__wake:{{{name}}}")
-}
-
-/// The client id part of an owner id.
-fn client_of(owner: &str) -> &str {
-    owner.rsplit_once(':').unwrap().0
-}
-
-fn latch_of(name: &str, id: u32) -> String {
-    format!("redisson_unlock_latch:{{{name}}}:{id:032x}")
-}
-
-/// release.lua with the owner's latch, as request `request` (a retry or not).
-fn release_latched(
-    con: &mut redis::Connection,
-    name: &str,
-    owner: &str,
-    latch: &str,
-    request: u64,
-    retry: bool,
-) -> redis::RedisResult<Value> {
-    let script = release_script();
-    let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name)).key(latch);
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner));
-    invocation.invoke(con)
-}
-
-/// release.lua as keyholder sends a last release: unlatched, with the queue;
-/// `listening_ms`: how much longer the releasing client listens on the
-/// unlock channel (0: it does not).
-fn release_queued(
-    con: &mut redis::Connection,
-    name: &str,
-    owner: &str,
-    listening_ms: u64,
-) -> redis::RedisResult<Value> {
-    release_last(con, name, owner, listening_ms, None)
-}
-
-/// [`release_queued`], and with `barging_ms` the barging window
-/// (ARGV[13], ms) behind no foreign turns (ARGV[12]) and the 2 ms head
-/// start (ARGV[14]).
-fn release_last(
-    con: &mut redis::Connection,
-    name: &str,
-    owner: &str,
-    listening_ms: u64,
-    barging_ms: Option<u64>,
-) -> redis::RedisResult<Value> {
-    let script = release_script();
-    let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name));
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(listening_ms).arg(client_of(owner));
-    if let Some(window_ms) = barging_ms {
-        invocation.arg(0).arg(window_ms).arg(2);
-    }
-    invocation.invoke(con)
-}
-
-/// acquire.lua as a keyholder waiter takes a new hold: with the marker and
-/// the queue, queueing its client when refused if it is `listening`, ready to
-/// be handed the lock if `grantable`.
-fn acquire_queued(
-    con: &mut redis::Connection,
-    name: &str,
-    owner: &str,
-    listening: bool,
-    grantable: bool,
-) -> redis::RedisResult<Value> {
-    let script = acquire_script();
-    let mut invocation = script.key(name);
-    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).key(recent_of(name));
-    invocation.arg(10_000).arg(owner).arg("1");
-    invocation.arg(client_of(owner)).arg(u8::from(listening)).arg(1_000).arg(u8::from(grantable));
-    invocation.invoke(con)
-}
-
-/// The queue's client ids, front first.
-fn queue(con: &mut redis::Connection, name: &str) -> Vec<String> {
-    redis::cmd("ZRANGE").arg(queue_of(name)).arg(0).arg(-1).query(con).unwrap()
-}
-
-/// handoff.lua, optionally with the giver's latch as request `(id, retry)`.
-fn handoff(
-    con: &mut redis::Connection,
-    name: &str,
-    from: &str,
-    to: &str,
-    latch: Option<(&str, u64, bool)>,
-) -> redis::RedisResult<Value> {
-    let script = redis::Script::new(&common::lua("lock/handoff.lua"));
-    let mut invocation = script.key(name);
-    invocation.key(channel_of(name)).key(marker_of(name));
-    if let Some((latch, _, _)) = latch {
-        invocation.key(latch);
-    }
-    invocation.arg("0").arg(10_000).arg(from).arg(to).arg("publish");
-    match latch {
-        Some((_, request, retry)) => invocation.arg(5_000).arg(request).arg(u8::from(retry)),
-        None => invocation.arg(0).arg(0).arg(0),
-    };
-    invocation.arg(client_of(to)).invoke(con)
-}
-
-fn get(con: &mut redis::Connection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(con).unwrap()
-}
-
-#[test]
-fn a_latched_release_retried_returns_the_first_outcome_and_changes_nothing() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let channel = channel_of("latched");
-    let listener = Listener::start(&server, &[&channel]);
-    let (latch_a, latch_b) = (latch_of("latched", 1), latch_of("latched", 2));
-    assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
-    assert_eq!(acquire(&mut con, "latched", 10_000, OWNER_A).unwrap(), Value::Nil);
-
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 41, false).unwrap(), Value::Int(0));
-    assert_eq!(get(&mut con, &latch_a).as_deref(), Some("41:0"));
-    let ttl = pttl(&mut con, &latch_a);
-    assert!(ttl > 0 && ttl <= 5_000, "latch PTTL {ttl}");
-    // The retry of request 41 (its first reply was lost) does not release a
-    // second hold.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 41, true).unwrap(), Value::Int(0));
-    assert_eq!(hgetall(&mut con, "latched"), one_field(OWNER_A, "1"));
-
-    // The next request reuses the owner's latch key; its retry does not
-    // publish a second time.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 42, false).unwrap(), Value::Int(1));
-    assert_eq!(get(&mut con, &latch_a).as_deref(), Some("42:1"));
-    assert!(!exists(&mut con, "latched"));
-    assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 42, true).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, "latched"));
-    assert_eq!(listener.drain_until_marker(&mut con, &channel), [], "a retried release published again");
-
-    // A retry whose request id is not the stored one runs for real: here the
-    // owner holds nothing any more, so it is nil.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_A, &latch_a, 40, true).unwrap(), Value::Nil);
-
-    // Without a stored outcome, a latched release by a non-owner is nil and
-    // stores nothing.
-    assert_eq!(release_latched(&mut con, "latched", OWNER_B, &latch_b, 7, false).unwrap(), Value::Nil);
-    assert!(!exists(&mut con, &latch_b));
-}
-
-#[test]
-fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_message() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "fair";
-    let (client_a, client_c, client_d) = (client_of(OWNER_A), client_of(OWNER_C), client_of(OWNER_D));
-    let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
-    let wake_c = format!("{}:{client_c}", wake_prefix_of(name));
-    let listener = Listener::start(&server, &[&channel_of(name), &wake_a, &wake_c]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
-
-    // A refusal queues a listening waiter's client, in arrival order, once;
-    // one that does not listen yet is not queued.
-    for (owner, listening) in
-        [(OWNER_D, true), (OWNER_A, true), (OWNER_C, true), (OWNER_A, true), (OWNER_E, false)]
-    {
-        let reply = acquire_queued(&mut con, name, owner, listening, false).unwrap();
-        assert!(matches!(reply, Value::Int(ms) if ms > 9_000), "{owner}: {reply:?}");
-    }
-    assert_eq!(queue(&mut con, name), [client_d, client_a, client_c]);
-    assert!(pttl(&mut con, &queue_of(name)) > 10_000, "the queue must outlast its waiters' sleep");
-
-    // The release skips D (nobody listens on its wake channel), wakes A
-    // alone (A takes no grant: it mints fencing tokens), and marks the lock as
-    // A's turn; its "0" comes right after "2".
-    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(1));
-    let heard = listener.drain_until_marker(&mut con, &channel_of(name));
-    let expected = [
-        (wake_a.clone(), String::new()),
-        (channel_of(name), "2".to_owned()),
-        (channel_of(name), "0".to_owned()),
-    ];
-    assert_eq!(heard, expected);
-    assert_eq!(queue(&mut con, name), [client_c]);
-    assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_a));
-    let ttl = pttl(&mut con, &marker_of(name));
-    assert!(ttl > 0 && ttl <= 1_000, "marker PTTL {ttl}");
-
-    // Until A claims its turn, the free lock is refused to others, for at
-    // most the marker's PTTL; A, any thread of its client, takes it.
-    let reply = acquire_queued(&mut con, name, OWNER_C, true, false).unwrap();
-    assert!(matches!(reply, Value::Int(ms) if ms > 0 && ms <= 1_000), "C took A's turn: {reply:?}");
-    let a_other_thread = format!("{client_a}:99");
-    assert_eq!(acquire_queued(&mut con, name, &a_other_thread, true, false).unwrap(), Value::Nil);
-    assert!(!exists(&mut con, &marker_of(name)), "the marker outlived its claim");
-    assert_eq!(queue(&mut con, name), [client_c]);
-
-    // With nobody queued, a release publishes "0" alone.
-    let _: () = redis::cmd("DEL").arg(queue_of(name)).query(&mut con).unwrap();
-    assert_eq!(release_queued(&mut con, name, &a_other_thread, 0).unwrap(), Value::Int(1));
-    assert_eq!(
-        listener.drain_until_marker(&mut con, &channel_of(name)),
-        [(channel_of(name), "0".to_owned())]
-    );
-}
-
-#[test]
-fn a_woken_client_that_loses_the_race_to_redisson_keeps_the_front_of_the_queue() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "raced";
-    let (client_a, client_c) = (client_of(OWNER_A), client_of(OWNER_C));
-    let _listener = Listener::start(&server, &[&format!("{}:{client_a}", wake_prefix_of(name))]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, false).unwrap(), Value::Int(_)));
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, false).unwrap(), Value::Int(_)));
-    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(1));
-    assert_eq!(queue(&mut con, name), [client_c]);
-    // A Redisson client ignores the marker and takes the free lock.
-    assert_eq!(acquire(&mut con, name, 10_000, OWNER_B).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, false).unwrap(), Value::Int(_)));
-    assert_eq!(queue(&mut con, name), [client_a, client_c], "the woken client lost its place");
-}
-
-#[test]
-fn dequeue_leaves_the_queue_and_passes_on_a_turn() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "gave-up";
-    let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
-    let run = |con: &mut redis::Connection, owner: &str| -> i64 {
-        let mut invocation = dequeue.key(queue_of(name));
-        invocation.key(grants_of(name)).key(marker_of(name)).key(name).key(channel_of(name));
-        invocation.arg(client_of(owner)).arg(owner).arg("0").arg("publish").invoke(con).unwrap()
-    };
-    let listener = Listener::start(&server, &[&channel_of(name)]);
-    let _: i64 =
-        redis::cmd("ZADD").arg(queue_of(name)).arg(1).arg(client_of(OWNER_A)).query(&mut con).unwrap();
-    let _: i64 =
-        redis::cmd("ZADD").arg(queue_of(name)).arg(2).arg(client_of(OWNER_C)).query(&mut con).unwrap();
-    assert_eq!(run(&mut con, OWNER_A), 0);
-    assert_eq!(queue(&mut con, name), [client_of(OWNER_C)]);
-    // Woken for a turn it no longer wants: the marker goes, and the others
-    // hear that the lock is free.
-    let _: () = redis::cmd("SET")
-        .arg(marker_of(name))
-        .arg(client_of(OWNER_C))
-        .arg("PX")
-        .arg(1_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(run(&mut con, OWNER_A), 0, "another client's turn was taken");
-    assert_eq!(run(&mut con, OWNER_C), 1);
-    assert!(!exists(&mut con, &marker_of(name)));
-    assert!(queue(&mut con, name).is_empty());
-    assert_eq!(
-        listener.drain_until_marker(&mut con, &channel_of(name)),
-        [(channel_of(name), "0".to_owned())]
-    );
-}
-
-#[test]
-fn acquire_with_a_token_counter_mints_increasing_tokens() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let counter = "redisson_lock_token:{fenced}";
-    let fenced = |con: &mut redis::Connection, owner: &str| -> redis::RedisResult<Value> {
-        acquire_script()
-            .key("fenced")
-            .key(marker_of("fenced"))
-            .key(queue_of("fenced"))
-            .key(grants_of("fenced"))
-            .key(recent_of("fenced"))
-            .key(counter)
-            .arg(10_000)
-            .arg(owner)
-            .invoke(con)
-    };
-    let minted =
-        |token: &str| Value::Array(vec![Value::Int(-1), Value::BulkString(token.as_bytes().to_vec())]);
-    assert_eq!(fenced(&mut con, OWNER_A).unwrap(), minted("1"));
-    let reply = fenced(&mut con, OWNER_B).unwrap();
-    assert!(
-        matches!(&reply, Value::Array(items) if matches!(items[..], [Value::Int(ms), Value::Int(-1)] if ms > 0)),
-        "{reply:?}"
-    );
-    assert_eq!(get(&mut con, counter).as_deref(), Some("1"), "a refused acquisition minted a token");
-    assert_eq!(release(&mut con, "fenced", 10_000, OWNER_A).unwrap(), Value::Int(1));
-    assert_eq!(fenced(&mut con, OWNER_B).unwrap(), minted("2"));
-    assert_eq!(pttl(&mut con, counter), -1, "the counter must not expire");
-
-    // A counter of the wrong type is refused before anything changes.
-    let _: i64 =
-        redis::cmd("HSET").arg("redisson_lock_token:{other}").arg("f").arg(1).query(&mut con).unwrap();
-    let err = acquire_script()
-        .key("other")
-        .key(marker_of("other"))
-        .key(queue_of("other"))
-        .key(grants_of("other"))
-        .key(recent_of("other"))
-        .key("redisson_lock_token:{other}")
-        .arg(10_000)
-        .arg(OWNER_A)
-        .invoke::<Value>(&mut con)
-        .unwrap_err();
-    assert!(is_wrongtype(&err), "{err}");
-    assert!(!exists(&mut con, "other"), "the lock was taken though the token could not be minted");
-}
-
-#[test]
-fn handoff_gives_the_lock_to_a_local_successor_without_publishing() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let channel = channel_of("hand");
-    let listener = Listener::start(&server, &[&channel]);
-    assert_eq!(acquire(&mut con, "hand", 10_000, OWNER_A).unwrap(), Value::Nil);
-    assert_eq!(acquire(&mut con, "hand", 10_000, OWNER_A).unwrap(), Value::Nil);
-    let _: i64 = redis::cmd("PEXPIRE").arg("hand").arg(1_000).query(&mut con).unwrap();
-
-    // Not the last hold: one released, nothing handed over.
-    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_B, None).unwrap(), Value::Int(0));
-    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_A, "1"));
-    assert!(pttl(&mut con, "hand") > 9_000);
-
-    // The last hold: handed over in place.
-    let _: i64 = redis::cmd("PEXPIRE").arg("hand").arg(1_000).query(&mut con).unwrap();
-    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_B, None).unwrap(), Value::Int(2));
-    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_B, "1"));
-    assert!(pttl(&mut con, "hand") > 9_000, "the new owner did not get its lease");
-    assert_eq!(listener.drain_until_marker(&mut con, &channel), [], "a hand-off published");
-
-    // By a non-owner: nil, nothing changed.
-    assert_eq!(handoff(&mut con, "hand", OWNER_A, OWNER_C, None).unwrap(), Value::Nil);
-    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_B, "1"));
-
-    // The successor's client was woken for its turn: handed over, marker removed.
-    let _: () = redis::cmd("SET")
-        .arg(marker_of("hand"))
-        .arg(client_of(OWNER_C))
-        .arg("PX")
-        .arg(1_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(handoff(&mut con, "hand", OWNER_B, OWNER_C, None).unwrap(), Value::Int(2));
-    assert_eq!(hgetall(&mut con, "hand"), one_field(OWNER_C, "1"));
-    assert!(!exists(&mut con, &marker_of("hand")));
-
-    // Another client was woken for its turn: released and published instead.
-    let _: () = redis::cmd("SET")
-        .arg(marker_of("hand"))
-        .arg(client_of(OWNER_B))
-        .arg("PX")
-        .arg(1_000)
-        .query(&mut con)
-        .unwrap();
-    let latch = latch_of("hand", 7);
-    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some((&latch, 7, false))).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, "hand"));
-    assert_eq!(listener.next(Duration::from_secs(5)), Some((channel.clone(), "0".to_owned())));
-    assert_eq!(
-        get(&mut con, &marker_of("hand")).as_deref(),
-        Some(client_of(OWNER_B)),
-        "another's marker was removed"
-    );
-
-    // Retried with its latch: the first outcome, nothing changed, no message.
-    assert_eq!(handoff(&mut con, "hand", OWNER_C, OWNER_A, Some((&latch, 7, true))).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, "hand"));
-    assert_eq!(listener.drain_until_marker(&mut con, &channel), []);
-}
-
-#[test]
-fn a_new_hold_resets_a_stale_count_and_a_reentry_increments() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let new_hold = |con: &mut redis::Connection, fresh: &str| -> Value {
-        acquire_script()
-            .key("stale")
-            .key(marker_of("stale"))
-            .arg(10_000)
-            .arg(OWNER_A)
-            .arg(fresh)
-            .invoke(con)
-            .unwrap()
-    };
-    // A count left by an acquire whose reply was lost.
-    let _: i64 = redis::cmd("HSET").arg("stale").arg(OWNER_A).arg(3).query(&mut con).unwrap();
-    assert_eq!(new_hold(&mut con, "1"), Value::Nil);
-    assert_eq!(hgetall(&mut con, "stale"), one_field(OWNER_A, "1"), "a new hold counted the stale holds");
-    assert!(pttl(&mut con, "stale") > 9_000);
-    assert_eq!(new_hold(&mut con, "0"), Value::Nil);
-    assert_eq!(hgetall(&mut con, "stale"), one_field(OWNER_A, "2"), "a re-entry did not increment");
-}
-
-#[test]
-fn a_reentry_takes_only_the_owners_own_field_and_never_shortens_the_lease() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let reenter = |con: &mut redis::Connection, lease_ms: u64| -> redis::RedisResult<Value> {
-        acquire_script().key("r").key(marker_of("r")).arg(lease_ms).arg(OWNER_A).arg("0").invoke(con)
-    };
-    // A free lock is not taken by a re-entry: the caller's hold is gone.
-    assert_eq!(reenter(&mut con, 10_000).unwrap(), Value::Int(-2));
-    assert!(!exists(&mut con, "r"));
-    // Another owner's lock is not re-entered.
-    assert_eq!(acquire(&mut con, "r", 10_000, OWNER_B).unwrap(), Value::Nil);
-    assert!(matches!(reenter(&mut con, 10_000).unwrap(), Value::Int(ms) if ms > 0));
-    assert_eq!(hgetall(&mut con, "r"), one_field(OWNER_B, "1"));
-    assert_eq!(release(&mut con, "r", 10_000, OWNER_B).unwrap(), Value::Int(1));
-    // The owner's own field is; a shorter lease leaves the longer TTL.
-    assert_eq!(acquire(&mut con, "r", 10_000, OWNER_A).unwrap(), Value::Nil);
-    assert_eq!(reenter(&mut con, 100).unwrap(), Value::Nil);
-    assert_eq!(hgetall(&mut con, "r"), one_field(OWNER_A, "2"));
-    assert!(pttl(&mut con, "r") > 5_000, "a re-entry shortened the lease");
-    assert_eq!(reenter(&mut con, 60_000).unwrap(), Value::Nil);
-    assert!(pttl(&mut con, "r") > 50_000, "a re-entry did not lengthen the lease");
-}
-
-#[test]
-fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let counter = "redisson_lock_token:{t}";
-    let fenced = |con: &mut redis::Connection| -> redis::RedisResult<Value> {
-        acquire_script()
-            .key("t")
-            .key(marker_of("t"))
-            .key(queue_of("t"))
-            .key(grants_of("t"))
-            .key(recent_of("t"))
-            .key(counter)
-            .arg(10_000)
-            .arg(OWNER_A)
-            .arg("1")
-            .arg(client_of(OWNER_A))
-            .invoke(con)
-    };
-    // Past 2^53 Lua's numbers round; the token comes back as the exact string.
-    let _: () = redis::cmd("SET").arg(counter).arg("9007199254740992").query(&mut con).unwrap();
-    for expected in ["9007199254740993", "9007199254740994", "9007199254740995"] {
-        let reply = fenced(&mut con).unwrap();
-        assert_eq!(
-            reply,
-            Value::Array(vec![Value::Int(-1), Value::BulkString(expected.as_bytes().to_vec())])
-        );
-        assert_eq!(release(&mut con, "t", 10_000, OWNER_A).unwrap(), Value::Int(1));
-    }
-    for bad in ["-5", "abc", "007", "1.5", "9223372036854775807", "99999999999999999999"] {
-        let _: () = redis::cmd("SET").arg(counter).arg(bad).query(&mut con).unwrap();
-        let err = fenced(&mut con).unwrap_err();
-        assert!(err.to_string().contains("BADCOUNTER"), "{bad}: {err}");
-        assert!(!exists(&mut con, "t"), "{bad}: the lock was taken without a token");
-        assert_eq!(get(&mut con, counter).as_deref(), Some(bad), "the counter was changed");
-    }
-}
-
-#[test]
-fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let (marker, queue_key, grants, latch) =
-        (marker_of("m"), queue_of("m"), grants_of("m"), latch_of("m", 1));
-    let recent = recent_of("m");
-    for key in [&marker, &queue_key, &grants, &recent, &latch] {
-        let _: i64 = redis::cmd("HSET").arg(key).arg("f").arg("v").query(&mut con).unwrap();
-    }
-    // The hashes at the marker's and the queue's names are neither: the lock
-    // is free to take, and a refused waiter does not queue into them.
-    assert_eq!(acquire_queued(&mut con, "m", OWNER_A, true, true).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, "m", OWNER_B, true, true).unwrap(), Value::Int(ms) if ms > 0));
-    // A nested release with the hash at its latch's name runs unlatched; the
-    // last release wakes nobody through them and marks nothing.
-    assert_eq!(acquire(&mut con, "m", 10_000, OWNER_A).unwrap(), Value::Nil);
-    assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 5, false).unwrap(), Value::Int(0));
-    assert_eq!(release_latched(&mut con, "m", OWNER_A, &latch, 6, false).unwrap(), Value::Int(1));
-    // dequeue.lua leaves them alone too.
-    let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
-    let mut invocation = dequeue.key(&queue_key);
-    invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
-    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
-    assert_eq!(invocation.invoke::<i64>(&mut con).unwrap(), 0);
-    for key in [&marker, &queue_key, &grants, &recent, &latch] {
-        assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
-    }
-}
-
-#[test]
-fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "recent";
-    let wake = |owner: &str| format!("{}:{}", wake_prefix_of(name), client_of(owner));
-    // Each listener stands for one client's pub/sub connection.
-    let _a = Listener::start(&server, &[&channel_of(name), &wake(OWNER_A)]);
-    let _b = Listener::start(&server, &[&channel_of(name), &wake(OWNER_B)]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
-    // A releases and still listens for 300 ms: B is handed the lock.
-    assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
-    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
-    // C queues; B releases while A (not queued) still listens: A is a recent
-    // releaser, not a Redisson waiter, so C is handed the lock too.
-    let _c = Listener::start(&server, &[&channel_of(name), &wake(OWNER_C)]);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
-    assert_eq!(release_queued(&mut con, name, OWNER_B, 300).unwrap(), Value::Int(1));
-    assert_eq!(hgetall(&mut con, name), one_field(OWNER_C, "1"), "a recent releaser blocked the hand-over");
-    // Past A's and B's linger, whoever still listens unqueued may be a
-    // Redisson waiter: the next client is woken, not handed the lock.
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
-    let _: i64 = redis::cmd("ZREM").arg(queue_of(name)).arg(client_of(OWNER_A)).query(&mut con).unwrap();
-    let _: i64 =
-        redis::cmd("ZADD").arg(queue_of(name)).arg(0).arg(client_of(OWNER_A)).query(&mut con).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
-    assert_eq!(release_queued(&mut con, name, OWNER_C, 0).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
-    assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
-}
-
-#[test]
-fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
-    // acquire.lua and release.lua end early in the common case (a free lock
-    // no marker reserves; a last release with nobody queued by a client that
-    // does not listen). Each boundary of those short paths, checked.
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "short";
-    let members = |con: &mut redis::Connection| -> Vec<String> {
-        redis::cmd("ZRANGE").arg(recent_of(name)).arg(0).arg(-1).query(con).unwrap()
-    };
-    // Nobody queued, the releaser does not listen: unlock message, nothing recorded.
-    let unlocks = Listener::start(&server, &[&channel_of(name)]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
-    assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
-    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
-    assert!(members(&mut con).is_empty());
-    // Nobody queued, the releaser still listens: nothing recorded either, so
-    // that no key of keyholder's outlives the lock (issue 21, item 9); a
-    // recent releasers key left by an earlier release is deleted, by a
-    // releaser that listens and by one that does not.
-    for listens in [300, 0] {
-        let _: i64 =
-            redis::cmd("ZADD").arg(recent_of(name)).arg(i64::MAX).arg("other").query(&mut con).unwrap();
-        assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
-        assert_eq!(release_queued(&mut con, name, OWNER_A, listens).unwrap(), Value::Int(1));
-        assert!(!exists(&mut con, &recent_of(name)), "listening {listens} ms");
-        assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
-    }
-    // A free lock that a marker reserves for another client is refused.
-    let _: () = redis::cmd("SET")
-        .arg(marker_of(name))
-        .arg(client_of(OWNER_B))
-        .arg("PX")
-        .arg(5_000)
-        .query(&mut con)
-        .unwrap();
-    assert!(
-        matches!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Int(ms) if ms > 0)
-    );
-    assert!(!exists(&mut con, name));
-    // The client it names takes it and clears the marker.
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, false, false).unwrap(), Value::Nil);
-    assert!(!exists(&mut con, &marker_of(name)));
-    // An inner release keeps the lock and publishes nothing.
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, false, false).unwrap(), Value::Nil);
-    let _: i64 = redis::cmd("HINCRBY").arg(name).arg(OWNER_B).arg(1).query(&mut con).unwrap();
-    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(0));
-    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
-    assert_eq!(unlocks.next(Duration::from_millis(200)), None);
-}
-
-/// A grant's wake message carries back the ticket the grantee's wait queued
-/// with (its client tells it from a grant of an earlier wait whose message
-/// arrives late); an entry without one, as older keyholders write, gets
-/// the message without it.
-#[test]
-fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let wake = format!("{}:{}", wake_prefix_of("tk"), client_of(OWNER_B));
-    let listener = Listener::start(&server, &[&wake]);
-    for (ticket, expected) in [(Some(7), format!("{OWNER_B}/7")), (None, OWNER_B.to_owned())] {
-        assert_eq!(acquire(&mut con, "tk", 10_000, OWNER_A).unwrap(), Value::Nil);
-        let script = acquire_script();
-        let mut invocation = script.key("tk");
-        invocation.key(marker_of("tk")).key(queue_of("tk")).key(grants_of("tk")).key(recent_of("tk"));
-        invocation.arg(10_000).arg(OWNER_B).arg("1").arg(client_of(OWNER_B)).arg(1).arg(1_000);
-        invocation.arg(ticket.unwrap_or(1));
-        assert!(matches!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(ms) if ms > 0));
-        let entry: String =
-            redis::cmd("HGET").arg(grants_of("tk")).arg(client_of(OWNER_B)).query(&mut con).unwrap();
-        let fields: Vec<&str> = entry.split(' ').collect();
-        assert_eq!((fields.len(), fields[0]), (4, OWNER_B), "entry {entry}");
-        if ticket.is_none() {
-            // An older keyholder's entry: no ticket.
-            let old = fields[..3].join(" ");
-            let _: () = redis::cmd("HSET")
-                .arg(grants_of("tk"))
-                .arg(client_of(OWNER_B))
-                .arg(old)
-                .query(&mut con)
-                .unwrap();
-        }
-        assert_eq!(release_queued(&mut con, "tk", OWNER_A, 0).unwrap(), Value::Int(1));
-        let (channel, message) = listener.next(Duration::from_secs(5)).expect("no grant message");
-        assert_eq!(channel, wake);
-        let (to, elapsed) = message.split_once(' ').unwrap();
-        assert_eq!(to, expected);
-        assert!(elapsed.parse::<u64>().is_ok(), "message {message}");
-        assert_eq!(hgetall(&mut con, "tk"), one_field(OWNER_B, "1"));
-        let _: () = redis::cmd("DEL").arg("tk").query(&mut con).unwrap();
-    }
-}
-
-/// release.lua as keyholder sends a last release with a barging window
-/// (ARGV[13], ms), no foreign turns.
-fn release_barging(
-    con: &mut redis::Connection,
-    name: &str,
-    owner: &str,
-    window_ms: u64,
-) -> redis::RedisResult<Value> {
-    release_last(con, name, owner, 0, Some(window_ms))
-}
-
-/// The queue's client ids and scores (when each joined, server ms), front first.
-fn queue_scores(con: &mut redis::Connection, name: &str) -> Vec<(String, f64)> {
-    redis::cmd("ZRANGE").arg(queue_of(name)).arg(0).arg(-1).arg("WITHSCORES").query(con).unwrap()
-}
-
-/// Issue 24, item 3: within the barging window, a release leaves the lock
-/// free and only wakes the front client, which keeps its place, so the
-/// releasing client takes the lock back; once the front client has waited
-/// the window, the release hands it the lock as without a window; and a
-/// Redisson waiter listening turns barging off.
-#[test]
-fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client_queued() {
-    let server = RedisServer::start();
-    let mut con = server.conn();
-    let name = "barged";
-    let client_a = client_of(OWNER_A);
-    let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
-    // A's client listens on its wake channel and the unlock channel, as a
-    // keyholder waiter does.
-    let listener = Listener::start(&server, &[&wake_a, &channel_of(name)]);
-    let before: (String, String) = redis::cmd("TIME").query(&mut con).unwrap();
-    let before_ms = before.0.parse::<f64>().unwrap() * 1e3;
-    assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
-    // A's score is when it joined, by the server's clock.
-    let joined = queue_scores(&mut con, name);
-    assert_eq!(joined.len(), 1);
-    assert!(joined[0].1 >= before_ms && joined[0].1 < before_ms + 60_000.0, "{joined:?}");
-    let grant = hgetall(&mut con, &grants_of(name));
-
-    // B releases and takes the lock back, 20 times: each release wakes A
-    // alone (an empty message), publishes nothing on the unlock channel, and
-    // leaves A queued where it was, with its grant.
-    for round in 0..20 {
-        assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1), "round {round}");
-        assert!(!exists(&mut con, name), "round {round}: the lock was handed over");
-        // B's head start: the marker names B's client for 2 ms.
-        let ttl = pttl(&mut con, &marker_of(name));
-        assert!(
-            get(&mut con, &marker_of(name)).is_none_or(|m| m == client_of(OWNER_B)) && ttl <= 2,
-            "round {round}: marker PTTL {ttl}"
-        );
-        assert_eq!(queue_scores(&mut con, name), joined, "round {round}");
-        assert_eq!(hgetall(&mut con, &grants_of(name)), grant, "round {round}");
-        assert_eq!(
-            listener.drain_until_marker(&mut con, &channel_of(name)),
-            [(wake_a.clone(), String::new())],
-            "round {round}"
-        );
-        assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil, "round {round}");
-    }
-    // B takes its lock back (the marker names B); A, woken, finds it taken
-    // and keeps its place.
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
-    assert_eq!(queue_scores(&mut con, name), joined);
-
-    // Once A has waited the window (here: a score from long ago, as an older
-    // keyholder's 0 reads), the next release hands A the lock.
-    let _: () =
-        redis::cmd("ZADD").arg(queue_of(name)).arg("XX").arg(0).arg(client_a).query(&mut con).unwrap();
-    assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1));
-    assert_eq!(hgetall(&mut con, name), one_field(OWNER_A, "1"));
-    let heard = listener.drain_until_marker(&mut con, &channel_of(name));
-    assert!(
-        matches!(heard.as_slice(), [(channel, grant)] if *channel == wake_a && grant.starts_with(OWNER_A)),
-        "{heard:?}"
-    );
-    assert!(queue(&mut con, name).is_empty());
-
-    // A Redisson waiter listening on the unlock channel: no barging (its
-    // turns are release.lua's foreign turns); A is woken with a marker.
-    // (C's client listens on both its channels, as a keyholder waiter does.)
-    let wake_c = format!("{}:{}", wake_prefix_of(name), client_of(OWNER_C));
-    let _c = Listener::start(&server, &[&wake_c, &channel_of(name)]);
-    let _redisson = Listener::start(&server, &[&channel_of(name)]);
-    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
-    assert_eq!(release_barging(&mut con, name, OWNER_A, 60_000).unwrap(), Value::Int(1));
-    assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_C)));
-    assert!(queue(&mut con, name).is_empty());
 }

@@ -87,7 +87,8 @@ fn names_sharing_an_unlock_channel_each_hear_their_unlock() {
 }
 
 /// Names under the derived-key prefixes are refused, and a foreign key at a
-/// latch's name is neither overwritten by a nested release nor by a hand-off.
+/// latch's name is neither overwritten by a nested release (which takes no
+/// latch) nor by a hand-off (which does).
 #[test]
 fn unlock_latches_never_overwrite_a_key() {
     let server = RedisServer::start();
@@ -110,7 +111,7 @@ fn unlock_latches_never_overwrite_a_key() {
     let latch = format!("redisson_unlock_latch:{{n}}:{mixed:032x}");
     drop(probe);
     hset(&mut con, &latch);
-    // A nested release writes the latch.
+    // A nested release takes no latch.
     let outer = lock.lock().unwrap();
     lock.lock().unwrap().unlock().unwrap();
     outer.unlock().unwrap();

@@ -66,6 +66,9 @@ pub(crate) fn error_counts(stats: &mut redis::Connection) -> Res<HashMap<String,
 /// A snapshot of the server's counters and the process's CPU.
 pub(crate) struct Snap {
     calls: HashMap<String, u64>,
+    /// Microseconds Redis spent executing each command (`usec`): its own
+    /// time, no network I/O; a script's includes the commands it runs.
+    usec: HashMap<String, u64>,
     server_cpu: f64,
     client_cpu: f64,
     at: Instant,
@@ -76,27 +79,32 @@ pub(crate) fn snap(stats: &mut redis::Connection) -> Res<Snap> {
     let client_cpu = process_cpu();
     let at = Instant::now();
     let text = info(stats, "commandstats")?;
-    let mut calls = HashMap::new();
+    let (mut calls, mut usec) = (HashMap::new(), HashMap::new());
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
         let Some((name, fields)) = rest.split_once(':') else { continue };
-        let n = fields
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        calls.insert(name.to_owned(), n);
+        let field = |key: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        calls.insert(name.to_owned(), field("calls="));
+        usec.insert(name.to_owned(), field("usec="));
     }
     let cpu = info(stats, "cpu")?;
     let secs = |f: &str| info_field(&cpu, f).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
     let server_cpu = secs("used_cpu_user") + secs("used_cpu_sys");
-    Ok(Snap { calls, server_cpu, client_cpu, at })
+    Ok(Snap { calls, usec, server_cpu, client_cpu, at })
 }
 
 /// What happened between two snapshots.
 #[derive(Clone)]
 pub(crate) struct Delta {
     calls: HashMap<String, u64>,
+    /// Redis's execution time by command, µs (see [`Snap`]).
+    usec: HashMap<String, u64>,
     /// Top-level commands by name, when the window was audited.
     top: Option<HashMap<String, u64>>,
     /// Redis CPU, seconds.
@@ -110,14 +118,16 @@ pub(crate) struct Delta {
 impl Delta {
     /// The window from `a` to `b`, not audited.
     pub(crate) fn between(a: &Snap, b: &Snap) -> Delta {
-        let calls = b
-            .calls
-            .iter()
-            .map(|(name, n)| (name.clone(), n.saturating_sub(a.calls.get(name).copied().unwrap_or(0))))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+        let less = |after: &HashMap<String, u64>, before: &HashMap<String, u64>| {
+            after
+                .iter()
+                .map(|(name, n)| (name.clone(), n.saturating_sub(before.get(name).copied().unwrap_or(0))))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        };
         Delta {
-            calls,
+            calls: less(&b.calls, &a.calls),
+            usec: less(&b.usec, &a.usec),
             top: None,
             server_cpu: b.server_cpu - a.server_cpu,
             client_cpu: b.client_cpu - a.client_cpu,
@@ -130,10 +140,14 @@ impl Delta {
     /// are the longest of them (each delta saw the same process).
     pub(crate) fn merge(deltas: &[Delta]) -> Delta {
         let mut calls: HashMap<String, u64> = HashMap::new();
+        let mut usec: HashMap<String, u64> = HashMap::new();
         let mut top: Option<HashMap<String, u64>> = Some(HashMap::new());
         for d in deltas {
             for (name, n) in &d.calls {
                 *calls.entry(name.clone()).or_insert(0) += n;
+            }
+            for (name, n) in &d.usec {
+                *usec.entry(name.clone()).or_insert(0) += n;
             }
             match (&mut top, &d.top) {
                 (Some(sum), Some(t)) => {
@@ -146,6 +160,7 @@ impl Delta {
         }
         Delta {
             calls,
+            usec,
             top: if deltas.is_empty() { None } else { top },
             server_cpu: deltas.iter().map(|d| d.server_cpu).sum(),
             client_cpu: deltas.iter().map(|d| d.client_cpu).fold(0.0, f64::max),
@@ -192,6 +207,30 @@ impl Delta {
             .iter()
             .filter(|(name, _)| !nested.contains(&name.as_str()))
             .map(|(name, n)| own_or_counter(name, *n))
+            .sum::<u64>() as f64
+    }
+
+    /// Redis's execution time of the top-level commands, µs: all but the
+    /// bench's own and those that ran inside the scripts (`nested`; a
+    /// script's time includes theirs). No network I/O, no event loop: the
+    /// part of the server's CPU that the commands and scripts themselves
+    /// cost. Includes the counter's GETs and SETs where there are any.
+    pub(crate) fn command_usec(&self, nested: &[&str]) -> f64 {
+        self.usec
+            .iter()
+            .filter(|(name, _)| !nested.contains(&name.as_str()) && !BENCH_OWN.contains(&name.as_str()))
+            .map(|(_, n)| *n)
+            .sum::<u64>() as f64
+    }
+
+    /// Every command the server ran, top-level and inside scripts, but the
+    /// bench's own: the work an implementation asks of Redis, counted, with
+    /// none of the noise of a timing.
+    pub(crate) fn commands_run(&self) -> f64 {
+        self.calls
+            .iter()
+            .filter(|(name, _)| !BENCH_OWN.contains(&name.as_str()))
+            .map(|(_, n)| *n)
             .sum::<u64>() as f64
     }
 

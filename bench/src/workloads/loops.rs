@@ -20,6 +20,10 @@ pub(crate) struct Loop<P = ()> {
     cpu_us: f64,
     /// Redis CPU per operation, µs.
     pub(crate) server_us: f64,
+    /// Redis's execution time of the operation's commands, µs (no I/O).
+    pub(crate) command_us: f64,
+    /// Commands Redis ran per operation, top-level and inside scripts.
+    pub(crate) commands: f64,
     /// Rate ÷ the same run's minimal-floor rate.
     pub(crate) vs_floor: f64,
     pub(crate) parts: P,
@@ -59,6 +63,8 @@ pub(crate) fn measure_loop<S: Counters>(
         evalsha: d.calls("evalsha") / n,
         cpu_us: d.client_cpu / n * 1e6,
         server_us: d.server_cpu / n * 1e6,
+        command_us: d.command_usec(nested) / n,
+        commands: d.commands_run() / n,
         vs_floor: f64::NAN,
         parts,
     })
@@ -115,11 +121,19 @@ pub(crate) fn floor_gap<P>(
     let redis = |runs: &[Loop<P>]| med(runs, |r| r.server_us);
     let gap_redis = median(scripts.iter().zip(minimal).map(|(s, m)| s.server_us - m.server_us).collect());
     let kh_redis = median(keyholder.iter().zip(minimal).map(|(k, m)| k.server_us - m.server_us).collect());
+    let command = |runs: &[Loop<P>]| med(runs, |r| r.command_us);
+    let gap_command = median(scripts.iter().zip(minimal).map(|(s, m)| s.command_us - m.command_us).collect());
+    let kh_command =
+        median(keyholder.iter().zip(minimal).map(|(k, m)| k.command_us - m.command_us).collect());
     format!(
         "Floor gap (the cost of the extra work in keyholder's scripts): the keyholder scripts floor runs \
          at {} of the minimal floor ({} µs per {per} against the minimal floor's {} µs). Redis CPU per \
          {per}: minimal floor {} µs, keyholder scripts {} µs ({} µs), keyholder {} µs ({} µs against the \
-         minimal floor); differences are medians of per-run differences.",
+         minimal floor); differences are medians of per-run differences. Of that, Redis's execution \
+         time of the commands and scripts themselves (INFO commandstats usec: no network I/O, no event \
+         loop) per {per}: minimal floor {} µs, keyholder scripts {} µs ({} µs), keyholder {} µs ({} µs). \
+         Commands Redis ran per {per}, top-level and inside scripts: minimal floor {}, keyholder scripts {}, \
+         keyholder {}.",
         fmt_ratio(med(scripts, |r| r.vs_floor)),
         fmt(us_per(scripts), 0),
         fmt(us_per(minimal), 0),
@@ -128,6 +142,14 @@ pub(crate) fn floor_gap<P>(
         signed(gap_redis),
         fmt(redis(keyholder), 1),
         signed(kh_redis),
+        fmt(command(minimal), 1),
+        fmt(command(scripts), 1),
+        signed(gap_command),
+        fmt(command(keyholder), 1),
+        signed(kh_command),
+        fmt(med(minimal, |r| r.commands), 2),
+        fmt(med(scripts, |r| r.commands), 2),
+        fmt(med(keyholder, |r| r.commands), 2),
     )
 }
 

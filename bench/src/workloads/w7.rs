@@ -23,6 +23,8 @@ struct PerRequest {
     connections: f64,
     rt: f64,
     server_us: f64,
+    /// Redis's execution time of the pair's commands, µs (no I/O).
+    command_us: f64,
 }
 
 pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
@@ -80,6 +82,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             ratio(kh_runs, base_runs),
             each(|r| r.connections, 0),
             each(|r| r.server_us, 1),
+            each(|r| r.command_us, 1),
             fmt(median(kh_runs.iter().map(|r| r.rt).collect()), 2),
         ]);
     }
@@ -102,6 +105,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "keyholder vs baseline",
             "Redis connections minimal / scripts / baseline / keyholder",
             "Redis CPU µs/pair minimal / scripts / baseline / keyholder",
+            "Redis command µs/pair minimal / scripts / baseline / keyholder",
             "keyholder round trips/pair",
         ],
         &rows,
@@ -114,7 +118,8 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
            counting keyholder's pub/sub connection; each window starts once the connections before it \
            have closed. Rates are medians over runs, ratios medians of per-run \
            ratios; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
-           window, per pair."
+           window, per pair; Redis command time is the part of it the commands and scripts themselves \
+           take (INFO commandstats usec of the top-level commands: no network I/O, no event loop)."
             .to_owned()],
     );
     Ok(())
@@ -203,5 +208,6 @@ fn per_request<I: LockImpl>(
         connections,
         rt: d.round_trips(imp.script_commands(), 0) / n,
         server_us: d.server_cpu / n * 1e6,
+        command_us: d.command_usec(imp.script_commands()) / n,
     })
 }

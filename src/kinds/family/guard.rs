@@ -11,6 +11,24 @@ use crate::kinds::family::kind::Kind;
 use crate::lease::Lease;
 use crate::observe;
 
+/// The marker that keeps a lock's guard on the thread that acquired it.
+///
+/// A Redisson-style lock is owned by a thread (`<client-uuid>:<thread-id>`
+/// in Redis), so its guards ([`LockGuard`](crate::LockGuard),
+/// [`FairLockGuard`](crate::FairLockGuard),
+/// [`SpinLockGuard`](crate::SpinLockGuard), [`ReadGuard`](crate::ReadGuard),
+/// [`WriteGuard`](crate::WriteGuard), and the
+/// [`MultiLockGuard`](crate::MultiLockGuard) and
+/// [`RedLockGuard`](crate::RedLockGuard) made of them) carry a
+/// `PhantomData<*const ThreadOwnedHold>`, which makes them neither `Send`
+/// nor `Sync`. The compiler names it when a guard is moved to or shared
+/// with another thread: "`*const ThreadOwnedHold` cannot be sent between
+/// threads safely". Take the lock on the thread that releases it, or ask
+/// the owning thread to release it over a channel; see [`Guard`]'s
+/// documentation. No value of this type exists.
+#[derive(Debug)]
+pub enum ThreadOwnedHold {}
+
 /// An RAII guard for one acquisition of a lock of kind `K`; the public
 /// names are its aliases ([`LockGuard`](crate::LockGuard),
 /// [`FairLockGuard`](crate::FairLockGuard),
@@ -28,34 +46,80 @@ use crate::observe;
 /// alone, a spin lock publishes nothing).
 ///
 /// The owner of a Redisson-style lock is a thread, so a guard stays on the
-/// thread that acquired it: it is neither `Send` nor `Sync`.
+/// thread that acquired it: it is neither `Send` nor `Sync` (its
+/// [`ThreadOwnedHold`] marker says so). Moving one to another thread, or
+/// into `std::thread::spawn`, fails to compile with "`*const
+/// ThreadOwnedHold` cannot be sent between threads safely". What to do
+/// instead:
 ///
-/// ```compile_fail
+/// - take the lock on the thread that releases it: move the handle
+///   ([`Lock`](crate::Lock) and the other handles are `Send + Sync` and
+///   cheap to clone), not the guard, and call `lock()` there;
+/// - or keep the guard on its thread and ask that thread to release it,
+///   over a channel:
+///
+/// ```no_run
+/// # fn main() -> Result<(), keyholder::Error> {
+/// # let lock = keyholder::Client::open("redis://127.0.0.1/")?.lock("orders:42")?;
+/// let (release, release_asked) = std::sync::mpsc::channel::<()>();
+/// let owner = std::thread::spawn(move || -> keyholder::Result<()> {
+///     let guard = lock.lock()?; // taken on the thread that releases it
+///     // ... start work elsewhere, then wait until asked (or every sender
+///     // is gone) ...
+///     let _ = release_asked.recv();
+///     guard.unlock()
+/// });
+/// // ... on another thread, when the guarded work is done:
+/// let _ = release.send(());
+/// # let _ = owner.join();
+/// # Ok(()) }
+/// ```
+///
+/// Permits ([`SemaphorePermits`](crate::SemaphorePermits),
+/// [`ExpirablePermits`](crate::ExpirablePermits)) belong to no thread and
+/// may move. Holds owned by a token instead of a thread, whose guards could
+/// move too, are planned.
+///
+/// ```compile_fail,E0277
 /// # fn demo(lock: keyholder::Lock) -> Result<(), keyholder::Error> {
 /// let guard = lock.lock()?;
-/// std::thread::spawn(move || drop(guard)); // error: `LockGuard` cannot be sent between threads
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
 /// # Ok(()) }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # fn demo(lock: keyholder::FairLock) -> Result<(), keyholder::Error> {
 /// let guard = lock.lock()?;
-/// std::thread::spawn(move || drop(guard)); // error: `FairLockGuard` cannot be sent between threads
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
 /// # Ok(()) }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
+/// # fn demo(lock: keyholder::SpinLock) -> Result<(), keyholder::Error> {
+/// let guard = lock.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail,E0277
 /// # fn demo(lock: keyholder::ReadWriteLock) -> Result<(), keyholder::Error> {
 /// let guard = lock.read().lock()?;
-/// std::thread::spawn(move || drop(guard)); // error: `ReadGuard` cannot be sent between threads
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
 /// # Ok(()) }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # fn demo(lock: keyholder::ReadWriteLock) -> Result<(), keyholder::Error> {
 /// let guard = lock.write().lock()?;
-/// std::thread::spawn(move || drop(guard)); // error: `WriteGuard` cannot be sent between threads
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
 /// # Ok(()) }
+/// ```
+///
+/// ```compile_fail,E0277
+/// # fn demo(guard: &keyholder::LockGuard) {
+/// fn shared<T: Sync>(_: &T) {}
+/// shared(guard); // error: `*const ThreadOwnedHold` cannot be shared between threads
+/// # }
 /// ```
 ///
 /// A guard does not keep its client running: the watchdog renews a hold
@@ -74,7 +138,9 @@ pub struct Guard<K: Kind> {
     /// What the kind's release needs besides the hold.
     keep: K::Keep,
     released: bool,
-    _not_send: PhantomData<*const ()>,
+    /// Neither `Send` nor `Sync`; the pointer's target names the reason in
+    /// the compiler's error.
+    _thread_owned: PhantomData<*const ThreadOwnedHold>,
 }
 
 impl<K: Kind> std::fmt::Debug for Guard<K> {
@@ -90,7 +156,7 @@ impl<K: Kind> std::fmt::Debug for Guard<K> {
 
 impl<K: Kind> Guard<K> {
     pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>, keep: K::Keep) -> Self {
-        Guard { client, hold, keep, released: false, _not_send: PhantomData }
+        Guard { client, hold, keep, released: false, _thread_owned: PhantomData }
     }
 
     /// How many guards the hold has (more than one after a re-entry).

@@ -2,10 +2,11 @@
 //!
 //! A release of a thread's last hold runs `release.lua` unlatched: once the
 //! owner's field is gone a retry releases nothing, so a lost reply is simply
-//! retried. A nested release (other holds remain) and a hand-off
-//! (`handoff.lua`, the lock passed straight to a queued thread of this
-//! client) carry an unlock latch, so their retry returns the first outcome
-//! instead of releasing twice. Whatever Redis answers, the client's local
+//! retried. A nested release (other holds remain) reads the owner's count
+//! after a lost reply, as a re-entry does, and is sent again only when it
+//! did not run. A hand-off (`handoff.lua`, the lock passed straight to a
+//! queued thread of this client) carries an unlock latch, so its retry
+//! returns the first outcome instead of handing over twice. Whatever Redis answers, the client's local
 //! state is cleared: renewal stops and the gate passes on.
 
 use std::sync::Arc;
@@ -21,23 +22,35 @@ use crate::kinds::lock::scripts::{self, Handoff, HandoffArgs, Release, ReleaseAr
 use crate::store::lanes::Session;
 use crate::wait::entry::{Entry, Successor};
 
-/// Releases one of several holds of `thread` (owner id `owner`) on
-/// `entry`'s lock, latched and retried once.
-fn release_nested(
-    ctx: Context<'_>,
-    entry: &Entry,
-    thread: u64,
-    owner: &str,
-    lease_ms: u64,
-) -> Result<Release> {
-    ctx.calls().run_latched(&entry.keys.name, thread, true, |conn, latch| {
-        let outcome = scripts::release(
-            ctx.calls().scripts(),
-            conn,
-            &release_args(ctx, entry, owner, lease_ms, Some(latch), true),
-        )?;
-        check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
-    })
+/// Releases one of several holds of `hold`'s thread on `entry`'s lock. A
+/// reply lost in transit is told apart by the count, as a re-entry's is
+/// (`kinds/family/reentry.rs`): one fewer than the hold's guards, it ran;
+/// as many, it did not, and it is sent again, once, on a fresh connection;
+/// any other count (or none) answers that the hold is not what this thread
+/// thinks, and the error stands. No unlock latch: the latch's key, written
+/// once per nested release, cost Redis more than the release itself.
+fn release_nested(ctx: Context<'_>, entry: &Entry, hold: &Hold) -> Result<Release> {
+    let name = &entry.keys.name;
+    let args = release_args(ctx, entry, &hold.owner, hold.lease_ms, None, true);
+    let release = |conn: &mut Session<'_>| {
+        let outcome = scripts::release(ctx.calls().scripts(), conn, &args)?;
+        check_replicated(ctx, name, conn.replicated()).map(|()| outcome)
+    };
+    let first = ctx.calls().with_conn(name, release);
+    if !matches!(&first, Err(e) if e.is_transport()) {
+        return first;
+    }
+    let guards = hold.guards();
+    let mut hget = redis::cmd("HGET");
+    hget.arg(&**name).arg(&hold.owner);
+    let count = ctx.calls().with_live_conn(name, |conn| {
+        conn.query::<Option<u32>>(&hget)?.map_err(|e| Error::from_redis(name, e))
+    });
+    match count {
+        Ok(Some(c)) if c.checked_add(1) == Some(guards) => Ok(Release::StillHeld),
+        Ok(Some(c)) if c == guards => ctx.calls().with_conn(name, release),
+        _ => first,
+    }
 }
 
 /// Releases the last hold of `owner` on `entry`'s lock. This needs no
@@ -126,7 +139,7 @@ pub(crate) fn release(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>) ->
                 if last {
                     release_last(ctx, entry, &hold.owner, hold.lease_ms)
                 } else {
-                    (release_nested(ctx, entry, hold.thread, &hold.owner, hold.lease_ms), false)
+                    (release_nested(ctx, entry, hold), false)
                 }
             },
             finish: || finish(ctx, entry, hold),

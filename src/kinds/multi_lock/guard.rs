@@ -12,7 +12,16 @@ use crate::kinds::multi_lock::lost_signals::LostSignals;
 /// Dropping it releases every component, last-acquired first (best effort,
 /// errors logged); [`unlock`](MultiLockGuard::unlock) does the same and
 /// returns the first error. Like its components' guards, it stays on the thread
-/// that acquired it.
+/// that acquired it (see [`ThreadOwnedHold`](crate::ThreadOwnedHold)): take
+/// the locks on the thread that releases them, or ask that thread to
+/// release them over a channel, as [`Guard`] shows.
+///
+/// ```compile_fail,E0277
+/// # fn demo(locks: keyholder::MultiLock) -> Result<(), keyholder::Error> {
+/// let guard = locks.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
+/// # Ok(()) }
+/// ```
 #[must_use = "if unused the locks will immediately unlock"]
 #[clippy::has_significant_drop]
 pub struct MultiLockGuard<K: Kind = Reentrant> {

@@ -11,7 +11,17 @@ use crate::kinds::multi_lock::LostSignals;
 ///
 /// Dropping it releases the lock on every master it holds (best effort,
 /// errors logged); [`unlock`](RedLockGuard::unlock) does the same and
-/// returns the first error. It stays on the thread that acquired it.
+/// returns the first error. It stays on the thread that acquired it (see
+/// [`ThreadOwnedHold`](crate::ThreadOwnedHold)): take the lock on the
+/// thread that releases it, or ask that thread to release it over a
+/// channel, as [`Guard`](crate::Guard) shows.
+///
+/// ```compile_fail,E0277
+/// # fn demo(lock: keyholder::RedLock) -> Result<(), keyholder::Error> {
+/// let guard = lock.lock()?;
+/// std::thread::spawn(move || drop(guard)); // error: `*const ThreadOwnedHold` cannot be sent between threads
+/// # Ok(()) }
+/// ```
 #[must_use = "if unused the lock will immediately unlock"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
