@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lease::MAX_LEASE;
+use crate::lease::{MAX_LEASE, for_people};
 
 /// The default most command connections: with the pub/sub connection, 16
 /// per server, the most a managed Redis plan's budget should see from one
@@ -113,13 +113,67 @@ impl std::fmt::Debug for ClusterSeeds {
 
 /// `url` with what sits between `://` and `@` (a user and password)
 /// replaced.
-fn without_credentials(url: &str) -> String {
+pub(crate) fn without_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             format!("{}<redacted>{}", &url[..scheme_end + 3], &url[at..])
         }
         _ => url.to_owned(),
     }
+}
+
+/// The URL schemes keyholder connects with (redis-rs's names).
+const SCHEMES: [&str; 7] = ["redis", "rediss", "valkey", "valkeys", "redis+unix", "valkey+unix", "unix"];
+
+/// Refuses, before any I/O and with words that say what is wrong, a URL
+/// redis-rs would refuse as `InvalidClientConfig` alone: an empty one, one
+/// that is not a URL, another scheme than Redis's, a port out of range, no
+/// host. What this lets through, redis-rs parses (and [`bad_url`] reports).
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    let bad = |what: String| {
+        Err(Error::invalid_config(format!("bad redis url {:?}: {what}", without_credentials(url))))
+    };
+    const EXPECTED: &str = "expected redis://[[user]:password@]host[:port][/db] (or rediss:// for TLS, \
+                            redis+unix:///path for a Unix socket)";
+    if url.trim().is_empty() {
+        return Err(Error::invalid_config(format!("bad redis url: it is empty; {EXPECTED}")));
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad(format!("it is not a URL; {EXPECTED}"));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&scheme.as_str()) {
+        return bad(format!(
+            "the scheme {scheme}:// is not one keyholder connects with; use redis:// (TCP), rediss:// \
+             (TLS) or redis+unix:// (a Unix socket)"
+        ));
+    }
+    if scheme.ends_with("unix") {
+        return Ok(());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, after)) => (host, after.strip_prefix(':')),
+            None => return bad("its IPv6 address has no closing ']'".to_owned()),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return bad(format!("it names no host; {EXPECTED}"));
+    }
+    if let Some(port) = port {
+        match port.parse::<u32>() {
+            Ok(1..=65535) => {}
+            Ok(_) => return bad(format!("the port {port} is outside 1 ..= 65535")),
+            Err(_) => return bad(format!("the port {port:?} is not a number")),
+        }
+    }
+    Ok(())
 }
 
 /// How to log in to a primary found through Sentinel (a URL carries these
@@ -635,8 +689,8 @@ impl Config {
     fn validate_barging(&self) -> Result<()> {
         if self.barging_window > MAX_BARGING_WINDOW {
             return Err(Error::invalid_config(format!(
-                "barging_window {:?} is over 60 s",
-                self.barging_window
+                "barging_window {} is over 60 s",
+                for_people(self.barging_window)
             )));
         }
         Ok(())
@@ -648,6 +702,11 @@ impl Config {
 impl Config {
     pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |what: String| Err(Error::invalid_config(what));
+        match (&self.sentinel, &self.cluster) {
+            (Some(sentinel), _) => sentinel.urls.iter().try_for_each(|url| check_url(url))?,
+            (None, Some(ClusterSeeds(seeds))) => seeds.iter().try_for_each(|url| check_url(url))?,
+            (None, None) => check_url(&self.url)?,
+        }
         if self.sentinel.is_none() && self.node != NodeSettings::default() {
             return invalid(
                 "node_username, node_password, node_database and node_tls are for clients built with \
@@ -685,14 +744,14 @@ impl Config {
             if let Some(value) = value
                 && (value.is_zero() || value > MAX_CONNECTION_AGE)
             {
-                return invalid(format!("{name} {value:?} is outside (0, 24 h]"));
+                return invalid(format!("{name} {} is outside (0, 24 h]", for_people(value)));
             }
         }
         for (name, value) in
             [("connect_timeout", self.connect_timeout), ("command_timeout", self.command_timeout)]
         {
             if value.is_zero() || value > Duration::from_secs(3600) {
-                return invalid(format!("{name} {value:?} is outside (0, 1 h]"));
+                return invalid(format!("{name} {} is outside (0, 1 h]", for_people(value)));
             }
         }
         if let Some(ReplicaAcks { replicas, timeout, aof_local }) = self.replica_acks {
@@ -700,30 +759,34 @@ impl Config {
             match aof_local {
                 None if replicas == 0 || !timed => {
                     return invalid(format!(
-                        "replica_acks({replicas}, {timeout:?}) needs at least one replica and a timeout in \
-                         (0, command_timeout)"
+                        "replica_acks({replicas}, {}) needs at least one replica and a timeout in \
+                         (0, command_timeout)",
+                        for_people(timeout)
                     ));
                 }
                 Some(local) if (replicas == 0 && !local) || !timed => {
                     return invalid(format!(
-                        "replica_acks_aof({local}, {replicas}, {timeout:?}) needs the local fsync or at least \
-                         one replica, and a timeout in (0, command_timeout)"
+                        "replica_acks_aof({local}, {replicas}, {}) needs the local fsync or at least \
+                         one replica, and a timeout in (0, command_timeout)",
+                        for_people(timeout)
                     ));
                 }
                 _ => {}
             }
         }
         if self.fairness_window > Duration::from_secs(3600) {
-            return invalid(format!("fairness_window {:?} is over 1 h", self.fairness_window));
+            return invalid(format!("fairness_window {} is over 1 h", for_people(self.fairness_window)));
         }
         self.validate_barging()?;
         if self.outage_budget > Duration::from_secs(3600) {
-            return invalid(format!("outage_budget {:?} is over 1 h", self.outage_budget));
+            return invalid(format!("outage_budget {} is over 1 h", for_people(self.outage_budget)));
         }
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return invalid(format!(
-                "watchdog_timeout {:?} is outside 30 ms ..= 30 days",
-                self.watchdog_timeout
+                "watchdog_timeout {} is outside {} ..= {}",
+                for_people(self.watchdog_timeout),
+                for_people(MIN_WATCHDOG_TIMEOUT),
+                for_people(MAX_LEASE)
             ));
         }
         Ok(())
@@ -771,6 +834,35 @@ mod tests {
         let printed = format!("{builder:?}");
         assert!(!printed.contains("secret"), "{printed}");
         assert!(printed.contains("10.0.0.1:26379") && printed.contains("app"), "{printed}");
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        let said = |url: &str| check_url(url).unwrap_err().to_string();
+        assert!(said("").contains("it is empty"));
+        assert!(said("  ").contains("it is empty"));
+        assert!(said("not a url").contains("\"not a url\": it is not a URL"));
+        assert!(
+            said("http://127.0.0.1:6379").contains("the scheme http:// is not one keyholder connects with")
+        );
+        assert!(said("redis://127.0.0.1:99999").contains("the port 99999 is outside 1 ..= 65535"));
+        assert!(said("redis://127.0.0.1:0/").contains("the port 0 is outside"));
+        assert!(said("redis://host:63x9/").contains("is not a number"));
+        assert!(said("redis://:6379/").contains("names no host"));
+        assert!(said("redis://[::1:6379/").contains("no closing"));
+        let secret = said("http://user:secret@host:6379/");
+        assert!(!secret.contains("secret"), "{secret}");
+        for good in [
+            "redis://127.0.0.1:6379/",
+            "redis://127.0.0.1",
+            "rediss://user:pw@redis.internal:6380/2",
+            "redis://[::1]:6379/#insecure",
+            "REDIS://host",
+            "redis+unix:///tmp/redis.sock",
+            "valkey://host:6379",
+        ] {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

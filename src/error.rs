@@ -7,8 +7,12 @@
 //! is opaque, as redis-rs's and rust-postgres's are: no dependency's type
 //! appears in keyholder's API, only behind `source()`.
 
+pub(crate) mod reaching;
+
 use std::error::Error as StdError;
 use std::fmt;
+
+use reaching::{Class, NetError};
 
 /// Why a hold was found lost.
 ///
@@ -52,7 +56,10 @@ impl fmt::Display for LostReason {
 pub enum ErrorKind {
     /// The connection to Redis failed, timed out, or could not be opened
     /// within the connect timeout (or Redis proved unreachable just before).
-    /// Whether a command sent meanwhile ran is unknown.
+    /// Whether a command sent meanwhile ran is unknown. A failure to
+    /// connect says what happened (refused, timed out after the connect
+    /// timeout, the host name did not resolve, closed before answering) and
+    /// names the address tried, also in [`Error::address`].
     Connection,
     /// Redis answered a command with an error that is none of the kinds
     /// below (out of memory, a script error, a command an ACL denies).
@@ -90,12 +97,21 @@ pub enum ErrorKind {
     /// A TLS handshake with Redis was refused: this client did not trust
     /// the server's certificate (wrong or missing CA, a name that does not
     /// match the URL's host), the server did not accept this client (a
-    /// client certificate missing or not trusted), or the port does not
-    /// speak TLS. Reported by [`ClientBuilder::build`](crate::ClientBuilder::build);
-    /// TLS settings that are wrong by themselves (a PEM without a
-    /// certificate, a key that does not match) are
-    /// [`ErrorKind::InvalidConfig`].
+    /// client certificate missing or not trusted); or TLS is on one side
+    /// only: a `rediss://` URL to a port that speaks plain Redis, a
+    /// `redis://` URL to a port that speaks TLS (both found out within
+    /// about a round trip, not at the connect timeout). Reported by
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build), with the
+    /// address in [`Error::address`]; TLS settings that are wrong by
+    /// themselves (a PEM without a certificate, a key that does not match)
+    /// are [`ErrorKind::InvalidConfig`].
     Tls,
+    /// The server at the address does not speak Redis's protocol (RESP): its
+    /// first answer was something else, such as an HTTP server's
+    /// `HTTP/1.1 400 Bad Request`. The URL's host or port is wrong. Reported
+    /// by [`ClientBuilder::build`](crate::ClientBuilder::build), with the
+    /// address in [`Error::address`], and never ridden out as an outage.
+    NotRedis,
     /// An argument was refused before any I/O (an empty or oversized lock
     /// name, a reserved one, a lease out of range).
     InvalidArgument,
@@ -142,6 +158,8 @@ struct Inner {
     reason: Option<LostReason>,
     /// What was refused or replied, in words.
     detail: Option<String>,
+    /// The address a connection was tried at (`host:port`, a socket path).
+    address: Option<String>,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
     /// For `Connection` and `Redis`: the redis-rs error, to tell transport
     /// failures apart inside the crate.
@@ -168,6 +186,7 @@ impl Error {
                 key: None,
                 reason: None,
                 detail: None,
+                address: None,
                 source: None,
                 transport: false,
             }),
@@ -205,6 +224,14 @@ impl Error {
     /// `redisson_lock_token:{<name>}`).
     pub fn key(&self) -> Option<&str> {
         self.inner.key.as_deref()
+    }
+
+    /// For a failure to reach a server ([`ErrorKind::Connection`],
+    /// [`ErrorKind::Tls`], [`ErrorKind::NotRedis`]): the address tried, as
+    /// `host:port` (`[v6]:port`) or a Unix socket's path: the server's, a
+    /// sentinel's or a cluster node's, as `Display` says.
+    pub fn address(&self) -> Option<&str> {
+        self.inner.address.as_deref()
     }
 
     /// For [`ErrorKind::LockLost`]: how the loss was detected.
@@ -258,6 +285,11 @@ impl Error {
         self.kind() == ErrorKind::Tls
     }
 
+    /// True for [`ErrorKind::NotRedis`].
+    pub fn is_not_redis(&self) -> bool {
+        self.kind() == ErrorKind::NotRedis
+    }
+
     /// True for [`ErrorKind::InvalidArgument`] and [`ErrorKind::InvalidConfig`].
     pub fn is_invalid(&self) -> bool {
         matches!(self.kind(), ErrorKind::InvalidArgument | ErrorKind::InvalidConfig)
@@ -280,9 +312,28 @@ impl Error {
 
     // Constructors, for the crate only.
 
+    /// A failure to reach a server (see `reaching.rs`): its kind, its
+    /// address, its sentence, and the cause beneath where it adds to it.
+    fn reaching(net: &NetError) -> Error {
+        let kind = match net.class() {
+            Class::Connection => ErrorKind::Connection,
+            Class::Tls => ErrorKind::Tls,
+            Class::NotRedis => ErrorKind::NotRedis,
+        };
+        let mut error = Error::new(kind).with_detail(net.to_string());
+        error.inner.address = Some(net.address().to_owned());
+        error.inner.source = net.cause().map(|cause| Box::new(cause) as Box<dyn StdError + Send + Sync>);
+        error
+    }
+
     /// A redis-rs error: a connection failure, or an error reply.
     pub(crate) fn redis(e: redis::RedisError) -> Error {
         let transport = e.is_io_error() || e.is_timeout() || e.is_connection_dropped();
+        if let Some(net) = reaching::of(&e) {
+            let mut error = Error::reaching(net);
+            error.inner.transport = transport && error.kind() == ErrorKind::Connection;
+            return error;
+        }
         let kind =
             if transport || e.is_connection_refusal() { ErrorKind::Connection } else { ErrorKind::Redis };
         let mut error = Error::new(kind);
@@ -293,6 +344,9 @@ impl Error {
 
     /// No connection could be opened: nothing was sent.
     pub(crate) fn connect(e: redis::RedisError) -> Error {
+        if let Some(net) = reaching::of(&e) {
+            return Error::reaching(net);
+        }
         let mut error = Error::new(ErrorKind::Connection).with_detail("no connection could be opened");
         error.inner.source = Some(Box::new(e));
         error
@@ -303,6 +357,23 @@ impl Error {
     pub(crate) fn unsent() -> Error {
         Error::new(ErrorKind::Connection)
             .with_detail("no shared connection could send the command within its timeout; it was not sent")
+    }
+
+    /// Redis is taken to be unreachable because a connect just before
+    /// failed with `because`: said again, with its address, when known.
+    pub(crate) fn unreachable_after(because: Option<&redis::RedisError>) -> Error {
+        match because.and_then(reaching::of) {
+            Some(net) => {
+                let mut error = Error::reaching(net);
+                let detail = format!(
+                    "{} (just before; not tried again yet)",
+                    error.inner.detail.take().unwrap_or_default()
+                );
+                error.inner.detail = Some(detail);
+                error
+            }
+            None => Error::unreachable(),
+        }
     }
 
     /// Redis is taken to be unreachable (see `Inner::connection`).
@@ -353,13 +424,6 @@ impl Error {
 
     pub(crate) fn access_denied(e: redis::RedisError) -> Error {
         let mut error = Error::new(ErrorKind::AccessDenied).with_detail(e.to_string());
-        error.inner.source = Some(Box::new(e));
-        error
-    }
-
-    #[cfg(feature = "tls")]
-    pub(crate) fn tls(detail: String, e: std::io::Error) -> Error {
-        let mut error = Error::new(ErrorKind::Tls).with_detail(detail);
         error.inner.source = Some(Box::new(e));
         error
     }
@@ -442,10 +506,10 @@ impl Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Inner { kind, name, key, reason, detail, source, .. } = &*self.inner;
+        let Inner { kind, name, key, reason, detail, address, source, .. } = &*self.inner;
         let mut s = f.debug_struct("Error");
         s.field("kind", kind);
-        for (field, value) in [("lock", name), ("key", key), ("detail", detail)] {
+        for (field, value) in [("lock", name), ("key", key), ("address", address), ("detail", detail)] {
             if let Some(value) = value {
                 s.field(field, value);
             }
@@ -462,7 +526,12 @@ impl fmt::Debug for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Inner { kind, name, key, reason, detail, .. } = &*self.inner;
+        let Inner { kind, name, key, reason, detail, address, .. } = &*self.inner;
+        if let (Some(_), Some(sentence)) = (address, detail) {
+            // A failure to reach a server: the sentence names the address
+            // and says what happened.
+            return f.write_str(sentence);
+        }
         let name = name.as_deref().unwrap_or("?");
         let key = key.as_deref().unwrap_or(name);
         let detail = detail.as_deref().unwrap_or("");
@@ -496,6 +565,7 @@ impl fmt::Display for Error {
             ),
             ErrorKind::AccessDenied => write!(f, "redis refused access: {detail}"),
             ErrorKind::Tls => write!(f, "TLS with redis failed: {detail}"),
+            ErrorKind::NotRedis => write!(f, "the server does not speak Redis: {detail}"),
             ErrorKind::InvalidArgument => write!(f, "invalid argument: {detail}"),
             ErrorKind::InvalidConfig => write!(f, "invalid configuration: {detail}"),
             ErrorKind::UnexpectedReply => write!(f, "script '{name}' replied outside its contract: {detail}"),

@@ -1,8 +1,15 @@
 //! Observability: `tracing` spans and events (the `tracing` feature) and
-//! counters and histograms through the `metrics` facade (the `metrics`
-//! feature), emitted from the few places that matter: acquire, release,
-//! a hold's loss, a renewal round, a pub/sub reconnect, a run-once job and
-//! a command connection opened, closed or failing to open.
+//! counters, histograms and gauges through the `metrics` facade (the
+//! `metrics` feature), emitted from the few places that matter: acquire,
+//! release, a hold's loss, a renewal round, a pub/sub reconnect, a run-once
+//! job and a command connection opened, closed or failing to open.
+//!
+//! The two gauges (holds now, waiting calls now) go up and down through a
+//! [`Counted`]: one is made where a hold begins (`Hold::new`) and where an
+//! acquire call starts waiting (`Acquire::waiting`), and it gives its unit
+//! back exactly once, at the first of its ends (a release, a loss, an
+//! error, a timeout) or when it is dropped, so that no end path can leave
+//! the gauge high.
 //!
 //! Without the features every type here is zero-sized and every function an
 //! empty `#[inline]` one, so the callers compile to what they were before:
@@ -75,9 +82,20 @@ pub mod metric_names {
     /// timed out, denied). Label: `by` (`pool`, `caller`), as
     /// [`CONNECTIONS_OPENED`].
     pub const CONNECTION_FAILURES: &str = "keyholder_connection_failures_total";
+    /// Gauge: holds of the client now: locks, read or write holds,
+    /// semaphore permits and jobs' holds acquired and neither released nor
+    /// known lost (a re-entry is part of its thread's hold). Labels:
+    /// `client` (the first 8 characters of the client's id, as its threads'
+    /// names), and `lock` with `label_metrics_by_lock`.
+    pub const LOCKS_HELD: &str = "keyholder_locks_held";
+    /// Gauge: acquire calls of the client waiting now for a lock held
+    /// elsewhere (in Redis, or by another thread of the client): up when a
+    /// call starts waiting, down when it returns (acquired, timed out or
+    /// failed). Labels: `client`, and `lock` with `label_metrics_by_lock`.
+    pub const THREADS_WAITING: &str = "keyholder_threads_waiting";
 
     /// Every name above.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         ACQUISITIONS,
         ACQUIRE_WAITS,
         ACQUIRE_WAIT_SECONDS,
@@ -91,6 +109,8 @@ pub mod metric_names {
         CONNECTIONS_OPENED,
         CONNECTIONS_CLOSED,
         CONNECTION_FAILURES,
+        LOCKS_HELD,
+        THREADS_WAITING,
     ];
 }
 
@@ -162,6 +182,13 @@ pub(crate) struct Acquire<'a> {
     start: Instant,
     #[cfg(any(feature = "tracing", feature = "metrics"))]
     waited: Cell<bool>,
+    /// The `client` label of the waiting gauge.
+    #[cfg(feature = "metrics")]
+    client: &'a str,
+    /// The call's unit of the waiting gauge, from its first wait to its
+    /// end (the drop of `self`).
+    #[cfg(feature = "metrics")]
+    waiting: std::cell::OnceCell<Counted>,
     #[cfg(feature = "tracing")]
     span: tracing::Span,
     #[cfg(not(any(feature = "tracing", feature = "metrics")))]
@@ -169,10 +196,11 @@ pub(crate) struct Acquire<'a> {
 }
 
 impl<'a> Acquire<'a> {
-    /// Starts observing an acquire call of `name`'s lock.
+    /// Starts observing an acquire call of `name`'s lock by the client
+    /// `client` (its id).
     #[inline]
     #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
-    pub(crate) fn start(name: &'a str, mode: Mode) -> Self {
+    pub(crate) fn start(name: &'a str, client: &'a str, mode: Mode) -> Self {
         Acquire {
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!(
@@ -192,6 +220,10 @@ impl<'a> Acquire<'a> {
             start: Instant::now(),
             #[cfg(any(feature = "tracing", feature = "metrics"))]
             waited: Cell::new(false),
+            #[cfg(feature = "metrics")]
+            client,
+            #[cfg(feature = "metrics")]
+            waiting: std::cell::OnceCell::new(),
             #[cfg(not(any(feature = "tracing", feature = "metrics")))]
             _name: PhantomData,
         }
@@ -206,13 +238,17 @@ impl<'a> Acquire<'a> {
     }
 
     /// The call found the lock held and is about to wait: a
-    /// `keyholder.wait` event, once per call.
+    /// `keyholder.wait` event, once per call, and the call counted in the
+    /// waiting gauge until it ends.
     #[inline]
     pub(crate) fn waiting(&self) {
         #[cfg(any(feature = "tracing", feature = "metrics"))]
         if !self.waited.replace(true) {
             #[cfg(feature = "tracing")]
             tracing::debug!(name: "keyholder.wait", lock = self.name, "waiting for the lock");
+            #[cfg(feature = "metrics")]
+            self.waiting
+                .get_or_init(|| Counted::start(metric_names::THREADS_WAITING, self.name, self.client));
         }
     }
 
@@ -469,6 +505,65 @@ pub(crate) fn job<T>(
     result
 }
 
+/// One unit of a gauge (holds now, waiting calls now), given back exactly
+/// once: at [`end`](Counted::end), or when dropped, whichever comes first.
+/// Zero-sized without the `metrics` feature.
+pub(crate) struct Counted {
+    #[cfg(feature = "metrics")]
+    gauge: metrics::Gauge,
+    #[cfg(feature = "metrics")]
+    counted: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counted").finish_non_exhaustive()
+    }
+}
+
+impl Counted {
+    /// Adds one to `gauge` for `name`'s lock of the client `client` (its
+    /// id; the label is its first 8 characters).
+    #[cfg(feature = "metrics")]
+    fn start(gauge: &'static str, name: &str, client: &str) -> Counted {
+        let client: String = client.chars().take(8).collect();
+        let mut labels = labels([], lock_label(name).as_deref());
+        labels.push(metrics::Label::new("client", client));
+        let gauge = metrics::gauge!(gauge, labels);
+        gauge.increment(1.0);
+        Counted { gauge, counted: std::sync::atomic::AtomicBool::new(true) }
+    }
+
+    /// Gives the unit back, if it was not already.
+    #[inline]
+    pub(crate) fn end(&self) {
+        #[cfg(feature = "metrics")]
+        if self.counted.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.gauge.decrement(1.0);
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A hold of `name`'s lock by the client `client` (its id) began: one more
+/// in the held-now gauge, until the returned unit ends (see `Hold::new`).
+#[cfg(feature = "metrics")]
+pub(crate) fn hold_started(name: &str, client: &str) -> Counted {
+    Counted::start(metric_names::LOCKS_HELD, name, client)
+}
+
+/// A hold began (nothing to count without the `metrics` feature).
+#[cfg(not(feature = "metrics"))]
+#[inline]
+pub(crate) fn hold_started(_name: &str, _client: &str) -> Counted {
+    Counted {}
+}
+
 /// The label value of a loss reason.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 fn lost_reason_label(reason: LostReason) -> &'static str {
@@ -613,6 +708,12 @@ pub fn describe_metrics() {
         Unit::Count,
         "Command connections that could not be opened, by who tried (pool, caller)."
     );
+    metrics::describe_gauge!(
+        m::LOCKS_HELD,
+        Unit::Count,
+        "Holds of the client now (acquired, not released, not known lost)."
+    );
+    metrics::describe_gauge!(m::THREADS_WAITING, Unit::Count, "Acquire calls of the client waiting now.");
 }
 
 #[cfg(test)]

@@ -13,11 +13,12 @@
 //! TLS settings for a `redis://` URL) is found in `build()` before any I/O,
 //! as [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig). A
 //! handshake that either side refuses fails `build()` too, on its first
-//! connection, as [`ErrorKind::Tls`](crate::ErrorKind::Tls): redis-rs
-//! reports a refused handshake as an I/O error whose rustls cause cannot be
-//! reached (its `source()` chain skips it), so when the client's first command
-//! connection fails, `build()` runs one handshake of its own (the pub/sub
-//! connection's) and classifies rustls's error with [`refusal`].
+//! connection, as [`ErrorKind::Tls`](crate::ErrorKind::Tls): the handshake
+//! is keyholder's own (`net/tls_stream.rs`), which puts rustls's error in
+//! words with [`refusal_words`] (which side refused, what to check), as does
+//! the setup for a refusal heard after the handshake (a client certificate,
+//! TLS 1.3). A `rediss://` URL to a plain port, or a `redis://` one to a
+//! TLS port, is `Tls` too, said as such (see `net/probe.rs`).
 //!
 //! **Crypto provider.** keyholder uses rustls with *ring* (it builds with a C
 //! compiler alone). redis-rs builds its configurations with rustls's
@@ -187,15 +188,11 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>> 
     Ok(certs)
 }
 
-/// Classifies an I/O error of a TLS connection: a handshake refused by
-/// either side becomes [`ErrorKind::Tls`](crate::ErrorKind::Tls), saying
-/// which side refused and what to check; anything else is `None`.
-pub(crate) fn refusal(e: std::io::Error) -> std::result::Result<Error, std::io::Error> {
-    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-        return Err(e);
-    };
+/// What a TLS error of a handshake means, in words: which side refused, and
+/// what to check.
+pub(crate) fn refusal_words(tls: &rustls::Error) -> String {
     use rustls::{AlertDescription, CertificateError};
-    let detail = match tls {
+    match tls {
         rustls::Error::InvalidCertificate(
             reason @ (CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }),
         ) => format!("redis's certificate does not name the URL's host ({reason:?})"),
@@ -214,8 +211,7 @@ pub(crate) fn refusal(e: std::io::Error) -> std::result::Result<Error, std::io::
             format!("redis did not answer in TLS ({tls}): does the URL's port listen for TLS (tls-port)?")
         }
         other => other.to_string(),
-    };
-    Ok(Error::tls(detail, e))
+    }
 }
 
 /// The tests-only verifier: any certificate chain is accepted, but the
@@ -276,11 +272,7 @@ mod tests {
     }
 
     fn explained(error: rustls::Error) -> String {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidData, error);
-        let refused = refusal(e).unwrap();
-        assert!(refused.is_tls(), "{refused:?}");
-        assert!(std::error::Error::source(&refused).is_some(), "the rustls error is the source");
-        refused.to_string()
+        refusal_words(&error)
     }
 
     #[test]
@@ -297,13 +289,5 @@ mod tests {
         assert!(required.contains("requires a client certificate"), "{required}");
         let unknown_ca = explained(rustls::Error::AlertReceived(AlertDescription::UnknownCA));
         assert!(unknown_ca.contains("UnknownCA"), "{unknown_ca}");
-    }
-
-    #[test]
-    fn other_io_errors_are_not_tls_refusals() {
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert_eq!(refusal(reset).unwrap_err().kind(), std::io::ErrorKind::ConnectionReset);
-        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "the TLS handshake timed out");
-        assert!(refusal(timeout).is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! The `metrics` feature: the counters and histograms keyholder emits for
-//! real lock operations against a real Redis.
+//! The `metrics` feature: the counters, histograms and gauges keyholder
+//! emits for real lock operations against a real Redis.
 //!
 //! The watchdog and the pub/sub reader are threads of their own, which a
 //! thread-local recorder would not see, so this binary installs a global
@@ -29,6 +29,7 @@ struct Recorded {
     snapshotter: Snapshotter,
     counters: HashMap<Series, u64>,
     histograms: HashMap<Series, Vec<f64>>,
+    gauges: HashMap<Series, f64>,
 }
 
 impl Recorded {
@@ -46,7 +47,9 @@ impl Recorded {
                 DebugValue::Histogram(values) => {
                     self.histograms.entry(id).or_default().extend(values.into_iter().map(|v| v.into_inner()));
                 }
-                DebugValue::Gauge(_) => {}
+                DebugValue::Gauge(value) => {
+                    self.gauges.insert(id, value.into_inner());
+                }
             }
         }
     }
@@ -58,6 +61,15 @@ impl Recorded {
             labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         labels.sort();
         self.counters.get(&(name.to_owned(), labels)).copied().unwrap_or(0)
+    }
+
+    /// The gauge `name` with exactly `labels` as it stands (0 if never set).
+    fn gauge(&mut self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.refresh();
+        let mut labels: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        labels.sort();
+        self.gauges.get(&(name.to_owned(), labels)).copied().unwrap_or(0.0)
     }
 
     /// Every sample of histogram `name` with exactly `labels`.
@@ -91,7 +103,12 @@ fn lock_operations_are_counted() {
     // Ids in lock names collapse: one series for every order.
     assert!(keyholder::label_metrics_by_lock(keyholder::collapse_ids));
     assert!(!keyholder::label_metrics_by_lock(|name| name.to_owned()), "only the first call counts");
-    let mut rec = Recorded { snapshotter, counters: HashMap::new(), histograms: HashMap::new() };
+    let mut rec = Recorded {
+        snapshotter,
+        counters: HashMap::new(),
+        histograms: HashMap::new(),
+        gauges: HashMap::new(),
+    };
     let lock_label = ("lock", "orders:*");
 
     let mut server = RedisServer::start();
@@ -165,13 +182,43 @@ fn lock_operations_are_counted() {
     held.unlock().unwrap();
     assert!(recv_within(&waiter, LIMIT, "the waiter"));
 
-    // A hold force-unlocked by its own client: marked lost at once.
+    // The gauges (issue 25): two holds (one re-entered) and one waiting
+    // call now, per client and lock label; none once they end.
+    let short_id: String = client.id().chars().take(8).collect();
+    let now = [("client", short_id.as_str()), lock_label];
+    let gauges = |rec: &mut Recorded| (rec.gauge(m::LOCKS_HELD, &now), rec.gauge(m::THREADS_WAITING, &now));
+    assert_eq!(gauges(&mut rec), (0.0, 0.0), "every earlier hold and wait ended");
+    let first = lock.lock().unwrap();
+    let again = lock.lock().unwrap();
+    let second = client.lock("orders:2").unwrap().lock().unwrap();
+    let other = lock.clone();
+    let waiter = spawn(move || other.try_lock_for(LIMIT).unwrap().map(|g| g.unlock().unwrap()).is_some());
+    assert!(eventually(LIMIT, || gauges(&mut rec).1 == 1.0), "the waiting call is not counted");
+    assert_eq!(gauges(&mut rec), (2.0, 1.0));
+    drop(again);
+    first.unlock().unwrap();
+    assert!(recv_within(&waiter, LIMIT, "the waiter"));
+    second.unlock().unwrap();
+    assert_eq!(gauges(&mut rec), (0.0, 0.0), "released, and the waiter's hold released too");
+    // Expirable permits are a hold too, counted for their client.
+    let pool = client.permit_expirable_semaphore("pool:7").unwrap();
+    assert!(pool.try_set_permits(2).unwrap());
+    let permits = pool.try_acquire(2).unwrap().unwrap();
+    let pool_now = [("client", short_id.as_str()), ("lock", "pool:*")];
+    assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 1.0);
+    drop(permits);
+    assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 0.0);
+
+    // A hold force-unlocked by its own client: marked lost at once, and no
+    // longer counted as held while its guard lives on.
     let guard = lock.lock().unwrap();
+    assert_eq!(gauges(&mut rec).0, 1.0);
     let lost = guard.lost_signal();
     assert!(client.lock("orders:1").unwrap().force_unlock().unwrap());
     assert_eq!(recv_within_signal(&lost), LostReason::Gone);
     let gone = [("reason", "gone"), lock_label];
     assert!(eventually(LIMIT, || rec.counter(m::HOLDS_LOST, &gone) == 1));
+    assert_eq!(gauges(&mut rec).0, 0.0, "a lost hold is not held");
     drop(guard);
     assert_eq!(rec.counter(m::RELEASES, &[("outcome", "lock_lost"), lock_label]), 1);
 
@@ -193,6 +240,7 @@ fn lock_operations_are_counted() {
     assert!(eventually(LIMIT, || guard.is_lost()));
     assert!(eventually(LIMIT, || rec.counter(m::HOLDS_LOST, &[("reason", "lease_expired"), lock_label]) == 1));
     drop(guard);
+    assert_eq!(gauges(&mut rec), (0.0, 0.0), "the lease ran out: not held");
 
     // Command connections (issue 23): opened by callers (the access
     // check's, the lanes') and in reserve by the pool; after the stop, the
@@ -207,7 +255,7 @@ fn lock_operations_are_counted() {
     assert!(eventually(LIMIT, || failures(&mut rec) >= 1), "no failed connect counted");
 
     // One `lock` label value per name group, never a raw id.
-    assert_eq!(rec.all_lock_labels(), ["orders:*", "reports:daily"]);
+    assert_eq!(rec.all_lock_labels(), ["orders:*", "pool:*", "reports:daily"]);
 }
 
 fn recv_within_signal(rx: &crossbeam_channel::Receiver<LostReason>) -> LostReason {

@@ -2,12 +2,9 @@
 //! server, the primary the sentinels name (followed across failovers), or a
 //! cluster's node template with the builder's TLS settings; and the checks
 //! `build()` makes before it hands out locks (a URL refused with an error
-//! that says why, the subscription check every waiter's channels need, the
-//! TLS refusal redis-rs hides). `wiring.rs` makes the connections from these.
+//! that says why, the subscription check every waiter's channels need). `wiring.rs` makes the connections from these.
 
 use std::sync::Arc;
-#[cfg(feature = "tls")]
-use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -18,20 +15,6 @@ use crate::store::batch::{Aof, Wait};
 use crate::store::lanes::Session;
 use crate::store::primary::{Node, OpenNode, Primary};
 use crate::store::sentinel::Sentinels;
-
-/// redis-rs hides why a TLS handshake failed: when the client's first
-/// connection fails in transit, one handshake of our own tells. Not after a
-/// timeout: no refusal is one, and the bounds of `build()` stay as they were.
-#[cfg(feature = "tls")]
-pub(super) fn explain_tls(e: Error, target: &Target, timeout: Duration) -> Error {
-    let timed_out = std::error::Error::source(&e)
-        .and_then(|source| source.downcast_ref::<redis::RedisError>())
-        .is_some_and(redis::RedisError::is_timeout);
-    if !e.is_transport() || timed_out {
-        return e;
-    }
-    target.tls_refusal(timeout).unwrap_or(e)
-}
 
 /// Where the client's primary is, and the pub/sub connection's TLS
 /// configuration: a URL's server, or the master the sentinels name.
@@ -195,5 +178,12 @@ pub(super) fn bad_url(url: &str, e: redis::RedisError) -> Error {
     if !cfg!(feature = "tls") && ["rediss", "valkeys"].contains(&scheme.to_ascii_lowercase().as_str()) {
         return Error::invalid_config(format!("{scheme}:// URLs need keyholder's `tls` cargo feature"));
     }
-    Error::invalid_config(format!("bad redis url: {e}"))
+    match crate::config::check_url(url) {
+        Err(said) => said,
+        Ok(()) => Error::invalid_config(format!(
+            "bad redis url {:?}: it does not parse (is its user, password or database index malformed?): {}",
+            crate::config::without_credentials(url),
+            e.detail().unwrap_or_else(|| e.category())
+        )),
+    }
 }

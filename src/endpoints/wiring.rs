@@ -11,8 +11,6 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::background::Background;
-#[cfg(feature = "tls")]
-use super::nodes::explain_tls;
 use super::nodes::{
     FollowPrimary, PROBE_CHANNEL, bad_url, check_subscriptions, check_wait, locate, node_opener, primary_of,
     wait_of,
@@ -109,13 +107,7 @@ pub(crate) fn primary_connections(
         Arc::clone(&generation),
         Arc::clone(connection_name),
     );
-    let first = connector.check_access();
-    #[cfg(feature = "tls")]
-    let first = match &fixed_target {
-        Some(target) => first.map_err(|e| explain_tls(e, target, config.connect_timeout)),
-        None => first,
-    };
-    let first = first?;
+    let first = connector.check_access()?;
     let target = match fixed_target {
         Some(target) => target,
         None => target_of(&*locate(&primary)?)?,

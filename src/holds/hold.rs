@@ -41,6 +41,9 @@ pub(crate) struct Hold {
     /// The local lease deadline, in nanoseconds after `base`.
     deadline_ns: AtomicU64,
     base: Instant,
+    /// The hold's unit of the held-now gauge: given back at the first of
+    /// its release (`finish`), its loss (`mark_lost`) and its drop.
+    counted: crate::observe::Counted,
 }
 
 impl std::fmt::Debug for Hold {
@@ -93,9 +96,11 @@ impl Hold {
         self.base
     }
 
-    /// The hold begun by `acquisition`, with one guard.
-    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition) -> Self {
+    /// The hold begun by `acquisition`, with one guard, by the client
+    /// `client` (its id: the held-now gauge's `client` label).
+    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition, client: &str) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
+        let counted = crate::observe::hold_started(&name, client);
         let hold = Hold {
             id,
             name,
@@ -112,6 +117,7 @@ impl Hold {
             replicated: AtomicBool::new(true),
             deadline_ns: AtomicU64::new(0),
             base: sent,
+            counted,
         };
         hold.set_deadline(sent + Duration::from_millis(lease_ms));
         hold
@@ -152,6 +158,7 @@ impl Hold {
         let first =
             self.lost.compare_exchange(NOT_LOST, encode(reason), Ordering::AcqRel, Ordering::Acquire).is_ok();
         if first {
+            self.counted.end();
             crate::observe::hold_lost(&self.name, reason);
             for listener in self.lost_listeners.lock().drain(..) {
                 let _ = listener.try_send(reason);
@@ -237,6 +244,7 @@ impl Hold {
 
     /// Marks the hold finished; true only for the first caller.
     pub(crate) fn finish(&self) -> bool {
+        self.counted.end();
         !self.finished.swap(true, Ordering::AcqRel)
     }
 }
@@ -254,6 +262,6 @@ impl Hold {
             token: None,
             sent,
         };
-        Arc::new(Hold::new(id, Arc::from(name), acquisition))
+        Arc::new(Hold::new(id, Arc::from(name), acquisition, "c"))
     }
 }

@@ -55,7 +55,7 @@ use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
 use crate::kinds::lock::confirm;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
-use crate::lease::Lease;
+use crate::lease::{Lease, for_people};
 use crate::observe;
 use crate::owner;
 use crate::pubsub::subscriber::Grant;
@@ -179,7 +179,10 @@ impl Handle<Fair> {
     pub fn with_wait_timeout(&self, slot: Duration) -> Result<FairLock> {
         if !(MIN_FAIR_WAIT_TIMEOUT..=MAX_FAIR_WAIT_TIMEOUT).contains(&slot) {
             return Err(Error::invalid_argument(format!(
-                "fair lock wait timeout {slot:?} is outside {MIN_FAIR_WAIT_TIMEOUT:?} ..= 30 days"
+                "fair lock wait timeout {} is outside {} ..= {}",
+                for_people(slot),
+                for_people(MIN_FAIR_WAIT_TIMEOUT),
+                for_people(MAX_FAIR_WAIT_TIMEOUT)
             )));
         }
         Ok(self.with_kind(Fair { wait_timeout: slot, ..self.kind().clone() }))

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::kinds::lock::scripts::{self, Acquire, AcquireArgs, JobFinish, Turns};
-use crate::lease::{MAX_LEASE, MIN_LEASE};
+use crate::lease::{MAX_LEASE, MIN_LEASE, for_people};
 use crate::names::LockKeys;
 use crate::owner;
 
@@ -350,14 +350,19 @@ impl Job {
     fn validate(&self) -> Result<()> {
         if self.at_most < MIN_LEASE || self.at_most > MAX_LEASE {
             return Err(Error::invalid_argument(format!(
-                "job '{}': at_most {:?} is outside 1 ms ..= 30 days",
-                self.keys.name, self.at_most
+                "job '{}': at_most {} is outside {} ..= {}",
+                self.keys.name,
+                for_people(self.at_most),
+                for_people(MIN_LEASE),
+                for_people(MAX_LEASE)
             )));
         }
         if self.at_least > self.at_most {
             return Err(Error::invalid_argument(format!(
-                "job '{}': at_least {:?} is longer than at_most {:?}",
-                self.keys.name, self.at_least, self.at_most
+                "job '{}': at_least {} is longer than at_most {}",
+                self.keys.name,
+                for_people(self.at_least),
+                for_people(self.at_most)
             )));
         }
         Ok(())

@@ -210,7 +210,8 @@ impl PermitExpirableSemaphore {
             token: None,
             sent,
         };
-        let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(&self.keys.name), acquisition));
+        let hold =
+            Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(&self.keys.name), acquisition, ctx.id()));
         if !replicated {
             hold.mark_unreplicated();
         }

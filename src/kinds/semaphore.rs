@@ -229,7 +229,10 @@ impl Semaphore {
     pub fn try_set_permits_with_ttl(&self, permits: u32, ttl: Duration) -> Result<bool> {
         check_permits(permits, "try_set_permits_with_ttl")?;
         if ttl < Duration::from_millis(1) {
-            return Err(Error::invalid_argument(format!("semaphore time to live {ttl:?} is under 1 ms")));
+            return Err(Error::invalid_argument(format!(
+                "semaphore time to live {} is under 1 ms",
+                crate::lease::for_people(ttl)
+            )));
         }
         scripts::try_set_permits(self.calls(), &self.name, &self.channel, permits, Some(millis_ceil(ttl)))
     }

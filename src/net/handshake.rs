@@ -33,9 +33,11 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
+use crate::error::reaching::{self, Stage, What};
 use crate::net::commands::write_commands;
+use crate::net::probe;
 use crate::net::replies::ReplyReader;
-use crate::net::stream::{Address, Stream};
+use crate::net::stream::{Address, Stream, failed_io};
 
 /// Who a connection logs in as, and what its setup asks of the server.
 pub(crate) struct Setup<'a> {
@@ -98,7 +100,9 @@ impl Setup<'_> {
 
 /// Connects to `address` and sets the connection up (see the module doc):
 /// all within `connect_timeout`, then `command_timeout` for every read and
-/// write.
+/// write. A failure to connect or to get the setup's answers says what
+/// happened, at which address (`error/reaching.rs`); a refusal in the
+/// answers (a password, a database) is as redis-rs typed it.
 pub(crate) fn open(
     address: &Address,
     setup: &Setup<'_>,
@@ -107,14 +111,23 @@ pub(crate) fn open(
 ) -> RedisResult<Opened> {
     let deadline = Instant::now() + connect_timeout;
     let mut stream = address.connect(connect_timeout)?;
+    // Asked before any exchange: a reset socket no longer knows it.
+    let peer = stream.tcp_peer();
     let (steps, commands): (Vec<Step>, Vec<redis::Cmd>) = setup.commands().into_iter().unzip();
-    stream.set_write_timeout(Some(left(deadline)?))?;
-    write_commands(&mut stream, &commands)?;
     let mut replies = ReplyReader::default();
+    let mut first = Vec::new();
     let mut answers = Vec::with_capacity(steps.len());
-    for _ in &steps {
-        stream.set_read_timeout(Some(left(deadline)?))?;
-        answers.push(replies.next(&mut stream)?);
+    let exchanged = (|| -> RedisResult<()> {
+        stream.set_write_timeout(Some(left(deadline)?))?;
+        write_commands(&mut stream, &commands)?;
+        for _ in &steps {
+            stream.set_read_timeout(Some(left(deadline)?))?;
+            answers.push(replies.next(&mut Recorder { stream: &mut stream, first: &mut first })?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = exchanged {
+        return Err(setup_failure(e, address, peer, &first, deadline, connect_timeout));
     }
     // In order: a refused AUTH explains the refusals after it.
     for (step, answer) in steps.into_iter().zip(answers) {
@@ -123,6 +136,65 @@ pub(crate) fn open(
     stream.set_read_timeout(Some(command_timeout))?;
     stream.set_write_timeout(Some(command_timeout))?;
     Ok(Opened { stream, replies })
+}
+
+/// What a failed exchange of the setup means: a server that answered
+/// something other than RESP does not speak Redis; one that reset or closed
+/// the connection before any answer may be a TLS port (asked, when the URL
+/// is plain TCP: `probe.rs`); a TLS refusal after the handshake (a client
+/// certificate, TLS 1.3) says so; a read that timed out is the connect
+/// timeout's.
+fn setup_failure(
+    e: RedisError,
+    address: &Address,
+    peer: Option<std::net::SocketAddr>,
+    first: &[u8],
+    deadline: Instant,
+    timeout: Duration,
+) -> RedisError {
+    if reaching::of(&e).is_some() {
+        return e;
+    }
+    let not_resp = first.first().is_some_and(|b| !RESP_TYPES.contains(b));
+    if e.kind() == redis::ErrorKind::Parse || not_resp {
+        return address.failure(What::NotRedis { answer: reaching::shown(first) }, None).into();
+    }
+    #[cfg(feature = "tls")]
+    if let Some(tls) = reaching::io_of(&e).and_then(|io| io.get_ref()?.downcast_ref::<rustls::Error>()) {
+        return address.failure(What::TlsRefused(crate::tls::refusal_words(tls)), None).into();
+    }
+    let Some(io) = reaching::io_of(&e) else { return e };
+    let (what, cause) = failed_io(io::Error::new(io.kind(), io.to_string()), timeout, Stage::Setup);
+    if matches!(what, What::Closed { .. })
+        && first.is_empty()
+        && address.is_plain_tcp()
+        && let Some(peer) = peer
+        && probe::speaks_tls(peer, deadline.saturating_duration_since(Instant::now()))
+    {
+        return address.failure(What::TlsPort, None).into();
+    }
+    address.failure(what, cause).into()
+}
+
+/// The first byte of every RESP2 and RESP3 reply.
+const RESP_TYPES: &[u8] = b"+-:$*_,#!=(%~>|";
+
+/// The connection, read during the setup, keeping the server's first bytes
+/// (to show what a server that does not speak Redis answered).
+struct Recorder<'a> {
+    stream: &'a mut Stream,
+    first: &'a mut Vec<u8>,
+}
+
+impl io::Read for Recorder<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stream.read(buf)?;
+        if self.first.len() < 64 {
+            let room = 64 - self.first.len();
+            self.first.extend_from_slice(buf.get(..n.min(room)).unwrap_or_default());
+        }
+        Ok(n)
+    }
 }
 
 /// What is left of the connect timeout; none left is a timeout.

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::error::reaching::{NetError, Stage, What};
 use crate::error::{Error, Result};
 #[cfg(feature = "tls")]
 use crate::net::tls_stream::TlsStream;
@@ -80,20 +81,54 @@ impl Address {
 
     /// Connects, trying each resolved address of a host name in turn, all
     /// within `timeout` (a TLS handshake included; a Unix socket connects at
-    /// once or not at all).
-    pub(crate) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+    /// once or not at all). A failure says what happened, at which address
+    /// (see `error/reaching.rs`).
+    pub(crate) fn connect(&self, timeout: Duration) -> Result<Stream, NetError> {
         let deadline = Instant::now() + timeout;
         match self {
-            Address::Tcp { host, port } => connect_tcp(host, *port, deadline).map(Stream::Tcp),
+            Address::Tcp { host, port } => connect_tcp(host, *port, deadline, timeout)
+                .map(Stream::Tcp)
+                .map_err(|(what, cause)| self.failure(what, cause)),
             #[cfg(feature = "tls")]
             Address::Tls { host, port, config } => {
-                let tcp = connect_tcp(host, *port, deadline)?;
-                let left = deadline.saturating_duration_since(Instant::now());
-                TlsStream::handshake(tcp, host, Arc::clone(config), left).map(Stream::Tls)
+                let tcp = connect_tcp(host, *port, deadline, timeout)
+                    .map_err(|(what, cause)| self.failure(what, cause))?;
+                TlsStream::handshake(tcp, host, Arc::clone(config), deadline, timeout)
+                    .map(Stream::Tls)
+                    .map_err(|(what, cause)| self.failure(what, cause))
             }
             #[cfg(unix)]
-            Address::Unix(path) => UnixStream::connect(path).map(Stream::Unix),
+            Address::Unix(path) => UnixStream::connect(path).map(Stream::Unix).map_err(|e| {
+                let what =
+                    if e.kind() == io::ErrorKind::ConnectionRefused { What::Refused } else { What::Failed };
+                NetError::caused(self.shown(), what, e)
+            }),
         }
+    }
+
+    /// A failure at this address.
+    pub(crate) fn failure(&self, what: What, cause: Option<io::Error>) -> NetError {
+        match cause {
+            Some(cause) => NetError::caused(self.shown(), what, cause),
+            None => NetError::new(self.shown(), what),
+        }
+    }
+
+    /// The address as a user wrote it: `host:port` (`[v6]:port`), or the
+    /// socket's path.
+    pub(crate) fn shown(&self) -> String {
+        match self {
+            Address::Tcp { host, port } => host_port(host, *port),
+            #[cfg(feature = "tls")]
+            Address::Tls { host, port, .. } => host_port(host, *port),
+            #[cfg(unix)]
+            Address::Unix(path) => path.display().to_string(),
+        }
+    }
+
+    /// True for plain TCP (not TLS, not a Unix socket).
+    pub(crate) fn is_plain_tcp(&self) -> bool {
+        matches!(self, Address::Tcp { .. })
     }
 
     /// For logs and `Debug`.
@@ -126,25 +161,69 @@ fn keep_alive(stream: &TcpStream) {
     }
 }
 
-/// A TCP connection to `host:port` by `deadline`, trying each of its
-/// addresses in turn, with keepalive on.
-fn connect_tcp(host: &str, port: u16, deadline: Instant) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address for the redis host");
-    for addr in (host, port).to_socket_addrs()? {
+/// `host:port`, with an IPv6 address in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// What went wrong, and what the system said when it adds to it.
+pub(crate) type Failed = (What, Option<io::Error>);
+
+/// A TCP connection to `host:port` by `deadline` (`timeout` after the
+/// start), trying each of its addresses in turn, with keepalive on.
+fn connect_tcp(host: &str, port: u16, deadline: Instant, timeout: Duration) -> Result<TcpStream, Failed> {
+    let timed_out = (What::TimedOut { after: timeout, stage: Stage::Connect }, None);
+    let addrs = (host, port).to_socket_addrs().map_err(|e| (What::Unresolved, Some(e)))?;
+    let mut last = (What::Unresolved, None);
+    for addr in addrs {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "connecting to redis timed out"));
+            return Err(timed_out);
         }
         match TcpStream::connect_timeout(&addr, left) {
             Ok(stream) => {
-                stream.set_nodelay(true)?;
+                stream.set_nodelay(true).map_err(|e| (What::Failed, Some(e)))?;
                 keep_alive(&stream);
                 return Ok(stream);
             }
-            Err(e) => last = e,
+            Err(e) => last = failed_io(e, timeout, Stage::Connect),
         }
     }
     Err(last)
+}
+
+/// What an I/O error of a connection being set up means, at `stage`.
+pub(crate) fn failed_io(e: io::Error, timeout: Duration, stage: Stage) -> Failed {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => (What::Refused, None),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            (What::TimedOut { after: timeout, stage }, None)
+        }
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+            if stage != Stage::Connect =>
+        {
+            (What::Closed { reset: true }, None)
+        }
+        io::ErrorKind::UnexpectedEof if stage != Stage::Connect => (What::Closed { reset: false }, None),
+        _ => (What::Failed, Some(e)),
+    }
+}
+
+impl Stream {
+    /// The server's socket address, for a TCP connection (TLS or not).
+    pub(crate) fn tcp_peer(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.socket().peer_addr().ok(),
+            #[cfg(unix)]
+            Stream::Unix(_) => None,
+        }
+    }
 }
 
 impl Stream {

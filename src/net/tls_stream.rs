@@ -26,6 +26,10 @@ use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
+use crate::error::reaching::{Stage, What};
+use crate::net::probe;
+use crate::net::stream::{Failed, failed_io};
+
 /// Ciphertext read from the socket per call; a TLS record is at most 16 KiB
 /// and a pub/sub message is usually a few dozen bytes.
 const READ_CHUNK: usize = 16 * 1024;
@@ -46,48 +50,84 @@ pub(crate) struct TlsStream {
 }
 
 impl TlsStream {
-    /// Runs the TLS handshake with `host` on a connected socket, within
-    /// `timeout` in all.
+    /// Runs the TLS handshake with `host` on a connected socket, by
+    /// `deadline` (`timeout` after the connect began). A handshake refused
+    /// says by which side and why; a port that speaks plain Redis says so
+    /// (see `probe.rs`: when the server sends nothing for a moment, the
+    /// port is asked on a connection of its own).
     pub(crate) fn handshake(
         tcp: TcpStream,
         host: &str,
         config: Arc<ClientConfig>,
+        deadline: Instant,
         timeout: Duration,
-    ) -> io::Result<TlsStream> {
-        let deadline = Instant::now() + timeout;
+    ) -> Result<TlsStream, Failed> {
+        let timed_out = || (What::TimedOut { after: timeout, stage: Stage::TlsHandshake }, None);
+        let failed = |e: io::Error| failed_io(e, timeout, Stage::TlsHandshake);
         let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let mut session = ClientConnection::new(config, name).map_err(io::Error::other)?;
+            .map_err(|e| (What::Failed, Some(io::Error::new(io::ErrorKind::InvalidInput, e))))?;
+        let mut session =
+            ClientConnection::new(config, name).map_err(|e| (What::Failed, Some(io::Error::other(e))))?;
         let mut socket = &tcp;
+        // Until the server's first bytes: when to ask the port whether it
+        // speaks plain Redis, and its first bytes once they come.
+        let mut probe_at = Some(Instant::now() + probe::PLAIN_PROBE_AFTER.min(timeout / 2));
+        let mut first = Vec::new();
         // One step at a time rather than rustls's `complete_io`, so that each
         // read and write is bounded by what is left of the timeout.
         while session.is_handshaking() {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
             if left.is_zero() {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "the TLS handshake timed out"));
+                return Err(timed_out());
             }
-            tcp.set_read_timeout(Some(left))?;
-            tcp.set_write_timeout(Some(left))?;
+            let wait = match probe_at {
+                Some(at) if first.is_empty() => {
+                    at.saturating_duration_since(now).clamp(Duration::from_millis(1), left)
+                }
+                _ => left,
+            };
+            tcp.set_read_timeout(Some(wait)).map_err(failed)?;
+            tcp.set_write_timeout(Some(left)).map_err(failed)?;
             if session.wants_write() {
-                session.write_tls(&mut socket)?;
+                session.write_tls(&mut socket).map_err(failed)?;
                 continue;
             }
-            if session.read_tls(&mut socket)? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "redis closed the connection during the TLS handshake",
-                ));
+            let read = session.read_tls(&mut Recorder { socket: &tcp, first: &mut first });
+            match read {
+                Ok(0) => return Err((What::Closed { reset: false }, None)),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    if let (Some(_), true) = (probe_at.take(), first.is_empty()) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if let Ok(peer) = tcp.peer_addr()
+                            && probe::speaks_plain_redis(peer, left)
+                        {
+                            return Err((What::PlainPort, None));
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => return Err(failed(e)),
             }
             if let Err(e) = session.process_new_packets() {
+                // A plain Redis that found an end of line in the hello
+                // answered it with an error reply.
+                if matches!(first.first(), Some(b'-' | b'+')) {
+                    return Err((What::PlainPort, None));
+                }
                 // Tell the server why, as far as the timeout allows.
                 let _ = session.write_tls(&mut socket);
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                return Err((
+                    What::TlsRefused(crate::tls::refusal_words(&e)),
+                    Some(io::Error::new(io::ErrorKind::InvalidData, e)),
+                ));
             }
         }
         // The last flight; the server's verdict on a client certificate
         // (TLS 1.3) comes after it, and is read as the first reply.
         while session.wants_write() {
-            session.write_tls(&mut socket)?;
+            session.write_tls(&mut socket).map_err(failed)?;
         }
         Ok(TlsStream {
             tcp,
@@ -145,6 +185,23 @@ impl TlsStream {
             session.write_tls(&mut socket)?;
         }
         Ok(closed)
+    }
+}
+
+/// The socket, read during the handshake, keeping the server's first
+/// bytes (to tell a plain Redis's error reply from TLS).
+struct Recorder<'a> {
+    socket: &'a TcpStream,
+    first: &'a mut Vec<u8>,
+}
+
+impl Read for Recorder<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        if self.first.is_empty() {
+            self.first.extend_from_slice(buf.get(..n.min(8)).unwrap_or_default());
+        }
+        Ok(n)
     }
 }
 

@@ -60,32 +60,6 @@ impl Target {
     }
 }
 
-impl Target {
-    /// Why a TLS handshake with the server fails, if it does: one
-    /// connection and a PING, for `build()` to explain a refused pool
-    /// connection (see `tls.rs`). `None` when it succeeds, or fails for
-    /// another reason than TLS.
-    #[cfg(feature = "tls")]
-    pub(crate) fn tls_refusal(&self, timeout: Duration) -> Option<crate::error::Error> {
-        use std::io::Read;
-        if !matches!(self.address, Address::Tls { .. }) {
-            return None;
-        }
-        let probe = || -> io::Result<()> {
-            let mut stream = self.address.connect(timeout)?;
-            stream.set_read_timeout(Some(timeout))?;
-            stream.set_write_timeout(Some(timeout))?;
-            // A server that refuses this client's certificate says so after
-            // the handshake (TLS 1.3), at the first read: its first bytes
-            // are the verdict, and the reply is not parsed (the TLS error
-            // is wanted as the socket gives it, not as a `RedisError`).
-            write_commands(&mut stream, &[redis::cmd("PING")])?;
-            stream.read(&mut [0; 16]).map(drop)
-        };
-        crate::tls::refusal(probe().err()?).ok()
-    }
-}
-
 /// The reading half of a pub/sub connection: the socket, shared with the
 /// writing half, and the connection's reader.
 pub(crate) struct Incoming {

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::error::reaching::NetError;
 use crate::error::{Error, Result};
 use crate::store::batch::Wait;
 use crate::store::connection::{Connector, Generation, access_error};
@@ -244,8 +245,14 @@ impl Cluster {
     fn ask_slots(&self, addr: &Addr) -> Result<Vec<SlotRange>> {
         let info = at_address(&self.settings.template, addr.0.clone(), addr.1);
         let node = (self.settings.open)(info)?;
-        let mut con =
-            node.client().get_connection_with_timeout(self.settings.connect_timeout).map_err(access_error)?;
+        let timeout = self.settings.connect_timeout;
+        let mut con = node.client().get_connection_with_timeout(timeout).map_err(|e| {
+            let at = format!("{}:{}", addr.0, addr.1);
+            access_error(match NetError::of_redis_rs(at, timeout, &e) {
+                Some(unreachable) => unreachable.peer("the cluster node").into(),
+                None => e,
+            })
+        })?;
         con.set_read_timeout(Some(self.settings.command_timeout)).map_err(Error::redis)?;
         con.set_write_timeout(Some(self.settings.command_timeout)).map_err(Error::redis)?;
         let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).map_err(|e| {

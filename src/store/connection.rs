@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 
+use crate::error::reaching::{self, NetError, Stage, What};
 use crate::error::{Error, Result};
 use crate::net::commands::write_packed;
 use crate::net::handshake::{self, Opened, Setup};
@@ -46,6 +47,9 @@ use crate::store::primary::{Node, Primary};
 /// unknown state.
 pub(crate) struct Conn {
     stream: Stream,
+    /// The server's address, for the errors of the connection.
+    address: Arc<str>,
+    command_timeout: Duration,
     /// The read buffer, and the replies read but not yet taken.
     replies: ReplyReader,
     broken: bool,
@@ -63,7 +67,7 @@ impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
         self.last_used = Instant::now();
-        write_packed(&mut self.stream, bytes).map_err(RedisError::from).inspect_err(|e| self.fail(e))
+        write_packed(&mut self.stream, bytes).map_err(|e| self.broken(e.into())).inspect_err(|e| self.fail(e))
     }
 
     /// Reads `replies` replies, stopping at the first failure, which
@@ -75,12 +79,33 @@ impl Conn {
             match self.replies.next(&mut self.stream).and_then(refuse_demoted) {
                 Ok(value) => values.push(value),
                 Err(e) => {
+                    let e = self.broken(e);
                     self.fail(&e);
                     return (values, Some(e));
                 }
             }
         }
         (values, None)
+    }
+
+    /// An I/O failure of the connection, said with its address (see
+    /// `error/reaching.rs`); other errors (a parse error) as they are.
+    fn broken(&self, e: RedisError) -> RedisError {
+        let Some(io) = reaching::io_of(&e) else { return e };
+        let what = match io.kind() {
+            // Words of keyholder's own (a demoted primary) are kept.
+            _ if io.get_ref().is_some() => What::Failed,
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                What::TimedOut { after: self.command_timeout, stage: Stage::Command }
+            }
+            std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe => What::Closed { reset: true },
+            std::io::ErrorKind::UnexpectedEof => What::Closed { reset: false },
+            _ => What::Failed,
+        };
+        let cause = matches!(what, What::Failed).then_some(e);
+        NetError::broken(&*self.address, what, cause).into()
     }
 
     fn fail(&mut self, e: &RedisError) {
@@ -335,7 +360,17 @@ impl Connector {
         let Opened { stream, replies } =
             handshake::open(node.address(), &setup, self.connect_timeout, self.command_timeout)?;
         let now = Instant::now();
-        Ok(Conn { stream, replies, broken: false, dead: false, generation, opened_at: now, last_used: now })
+        Ok(Conn {
+            stream,
+            address: Arc::from(node.address().shown()),
+            command_timeout: self.command_timeout,
+            replies,
+            broken: false,
+            dead: false,
+            generation,
+            opened_at: now,
+            last_used: now,
+        })
     }
 }
 

@@ -63,6 +63,9 @@ pub(crate) struct Lanes {
     /// Until when (nanoseconds after `started`) calls fail at once because
     /// no connection could be opened.
     unreachable_until: AtomicU64,
+    /// The failure that set `unreachable_until`, to say it again (with
+    /// its address) to the calls that fail at once.
+    unreachable_because: parking_lot::Mutex<Option<redis::RedisError>>,
     closed: AtomicBool,
 }
 
@@ -88,6 +91,7 @@ impl Lanes {
             connect_timeout,
             started: Instant::now(),
             unreachable_until: AtomicU64::new(0),
+            unreachable_because: parking_lot::Mutex::new(None),
             closed: AtomicBool::new(false),
         }
     }
@@ -120,7 +124,7 @@ impl Lanes {
 
     fn check_reachable(&self) -> Result<()> {
         if self.nanos_since_start(Instant::now()) < self.unreachable_until.load(Ordering::Acquire) {
-            return Err(Error::unreachable());
+            return Err(Error::unreachable_after(self.unreachable_because.lock().as_ref()));
         }
         Ok(())
     }
@@ -164,7 +168,8 @@ impl Lanes {
         self.unreachable_until.store(0, Ordering::Release);
     }
 
-    fn mark_unreachable(&self) {
+    fn mark_unreachable(&self, because: &redis::RedisError) {
+        *self.unreachable_because.lock() = Some(because.clone());
         let until = self.nanos_since_start(Instant::now() + self.connect_timeout);
         self.unreachable_until.store(until, Ordering::Release);
     }
@@ -329,7 +334,7 @@ impl Session<'_> {
                 // A refused connection fails fast by itself; one that timed
                 // out would cost every caller a connect timeout.
                 if error.is_timeout() && lanes.pool.generation().current() == generation {
-                    lanes.mark_unreachable();
+                    lanes.mark_unreachable(&error);
                 }
                 Err(Error::connect(error))
             }

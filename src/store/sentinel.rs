@@ -16,6 +16,7 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::error::reaching::{NetError, What};
 use crate::error::{Error, Result};
 
 /// The sentinels of one master.
@@ -107,12 +108,13 @@ impl Sentinels {
         if let Some(refused) = refused {
             return Err(refused);
         }
-        let why = last.map_or_else(String::new, |e| e.to_string());
-        Err(io::Error::new(
-            io::ErrorKind::NotConnected,
-            format!("no sentinel answered for master {:?} (last: {why})", self.master),
-        )
-        .into())
+        let tried: Vec<String> = self.nodes.iter().map(describe).collect();
+        let what = What::NoSentinel { master: self.master.clone() };
+        let none = match last {
+            Some(last) => NetError::caused(tried.join(", "), what, io::Error::other(last)),
+            None => NetError::new(tried.join(", "), what),
+        };
+        Err(none.peer("the sentinels").into())
     }
 
     /// Asks sentinel `at` alone (the one the sentinel watch listens to:
@@ -138,7 +140,13 @@ impl Sentinels {
     }
 
     fn connect(&self, node: &redis::Client) -> redis::RedisResult<redis::Connection> {
-        let con = node.get_connection_with_timeout(self.connect_timeout)?;
+        let con =
+            node.get_connection_with_timeout(self.connect_timeout).map_err(
+                |e| match NetError::of_redis_rs(describe(node), self.connect_timeout, &e) {
+                    Some(unreachable) => unreachable.peer("the sentinel").into(),
+                    None => e,
+                },
+            )?;
         con.set_read_timeout(Some(self.command_timeout))?;
         con.set_write_timeout(Some(self.command_timeout))?;
         Ok(con)

@@ -68,7 +68,9 @@ mod multi_lock;
 mod redlock;
 mod sentinel;
 
-// Faults: Redis stopped, paused or cut off; processes killed and stopped.
+// Faults: Redis stopped, paused or cut off; processes killed and stopped;
+// errors that say what went wrong (bad URLs, bad servers, TLS mismatches).
+mod errors;
 mod failures;
 mod faults;
 mod outage;

@@ -56,7 +56,7 @@ pub(crate) fn hold(
     acquisition: Acquisition,
     replicated: Option<bool>,
 ) -> Arc<Hold> {
-    let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition));
+    let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition, ctx.id()));
     if replicated == Some(false) {
         log::warn!("keyholder: {noun} '{name}' acquired, but not acknowledged by the replicas");
         hold.mark_unreplicated();

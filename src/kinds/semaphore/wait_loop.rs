@@ -67,7 +67,7 @@ pub(crate) fn observed<T>(
     pause: Option<Instant>,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    let obs = observe::Acquire::start(name, patience.mode());
+    let obs = observe::Acquire::start(name, ctx.id(), patience.mode());
     let on = On { name, channel, wakes: Wakes::Permits };
     let outcome = obs.in_scope(|| wait_for_observed(ctx, &on, patience, pause, Some(&obs), attempt));
     obs.finish(|| match &outcome {
