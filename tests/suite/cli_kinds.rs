@@ -387,6 +387,9 @@ fn usage_errors_exit_2_and_the_help_groups_its_options() {
         &["--url", url.as_str(), "watch", "x", "--kind", "no-such-kind"],
         &["--redis-timeout", "0", "inspect", "x"],
         &["--master", "m", "inspect", "x"],
+        &["--url", "not a url", "inspect", "x"],
+        &["--url", "http://127.0.0.1:6379", "inspect", "x"],
+        &["--url", "redis://127.0.0.1:99999", "inspect", "x"],
     ] {
         let output = run(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));

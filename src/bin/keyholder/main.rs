@@ -197,7 +197,13 @@ fn connect(c: &Connection, matches: &clap::ArgMatches) -> Result<Client, Failure
             builder = builder.tls_client_certificate(read(cert)?, read(key)?);
         }
     }
-    builder.build().map_err(failure)
+    // A configuration the library refuses comes from the connection
+    // options given (a URL that does not parse, a database the server
+    // lacks): a bad option value, so a usage error.
+    builder.build().map_err(|e| match e.kind() {
+        ErrorKind::InvalidConfig => Failure::Usage(e.to_string()),
+        _ => failure(e),
+    })
 }
 
 fn force_unlock(client: &Client, out: &Output, name: &str, yes: bool) -> Result<(), Failure> {
