@@ -298,8 +298,10 @@ fn a_killed_holders_lock_goes_to_a_waiter_in_another_process() {
         "the waiter got the lock {after_kill:?} after the kill, {after_expiry:?} after the lease ran out"
     );
     assert!(after_kill <= CHILD_LEASE + SLACK, "acquired {after_kill:?} after the kill");
-    // Woken by its lease-bounded sleep, not by polling or a long timeout.
-    assert!(after_expiry <= SECOND, "acquired {after_expiry:?} after the lease ran out");
+    // Woken by its lease-bounded sleep, not by polling or a long timeout;
+    // 2 s: two processes and a server on 2 loaded cores (a run at load 5
+    // took just over 1 s to report its line).
+    assert!(after_expiry <= 2 * SECOND, "acquired {after_expiry:?} after the lease ran out");
     assert_eq!(hgetall(&mut con, "handover"), [(owner, "1".to_owned())].into_iter().collect());
 
     waiter.send("RELEASE");
