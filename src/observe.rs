@@ -185,6 +185,9 @@ pub(crate) struct Acquire<'a> {
     /// The `client` label of the waiting gauge.
     #[cfg(feature = "metrics")]
     client: &'a str,
+    /// The `kind` label of the waiting gauge (with the `lock` label).
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
     /// The call's unit of the waiting gauge, from its first wait to its
     /// end (the drop of `self`).
     #[cfg(feature = "metrics")]
@@ -196,11 +199,12 @@ pub(crate) struct Acquire<'a> {
 }
 
 impl<'a> Acquire<'a> {
-    /// Starts observing an acquire call of `name`'s lock by the client
+    /// Starts observing an acquire call of `name`'s lock, a `kind` (the
+    /// kind's noun: `lock`, `read lock`, `semaphore`, ...), by the client
     /// `client` (its id).
     #[inline]
     #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
-    pub(crate) fn start(name: &'a str, client: &'a str, mode: Mode) -> Self {
+    pub(crate) fn start(name: &'a str, client: &'a str, kind: &'static str, mode: Mode) -> Self {
         Acquire {
             #[cfg(feature = "tracing")]
             span: tracing::debug_span!(
@@ -222,6 +226,8 @@ impl<'a> Acquire<'a> {
             waited: Cell::new(false),
             #[cfg(feature = "metrics")]
             client,
+            #[cfg(feature = "metrics")]
+            kind,
             #[cfg(feature = "metrics")]
             waiting: std::cell::OnceCell::new(),
             #[cfg(not(any(feature = "tracing", feature = "metrics")))]
@@ -247,8 +253,9 @@ impl<'a> Acquire<'a> {
             #[cfg(feature = "tracing")]
             tracing::debug!(name: "keyholder.wait", lock = self.name, "waiting for the lock");
             #[cfg(feature = "metrics")]
-            self.waiting
-                .get_or_init(|| Counted::start(metric_names::THREADS_WAITING, self.name, self.client));
+            self.waiting.get_or_init(|| {
+                Counted::start(metric_names::THREADS_WAITING, self.name, self.client, self.kind)
+            });
         }
     }
 
@@ -522,12 +529,17 @@ impl std::fmt::Debug for Counted {
 }
 
 impl Counted {
-    /// Adds one to `gauge` for `name`'s lock of the client `client` (its
-    /// id; the label is its first 8 characters).
+    /// Adds one to `gauge` for `name`'s lock, a `kind`, of the client
+    /// `client` (its id; the label is its first 8 characters). With the
+    /// `lock` label (`label_metrics_by_lock`), a `kind` label too.
     #[cfg(feature = "metrics")]
-    fn start(gauge: &'static str, name: &str, client: &str) -> Counted {
+    fn start(gauge: &'static str, name: &str, client: &str, kind: &'static str) -> Counted {
         let client: String = client.chars().take(8).collect();
-        let mut labels = labels([], lock_label(name).as_deref());
+        let lock = lock_label(name);
+        let mut labels = labels([], lock.as_deref());
+        if lock.is_some() {
+            labels.push(metrics::Label::new("kind", kind));
+        }
         labels.push(metrics::Label::new("client", client));
         let gauge = metrics::gauge!(gauge, labels);
         gauge.increment(1.0);
@@ -550,17 +562,18 @@ impl Drop for Counted {
     }
 }
 
-/// A hold of `name`'s lock by the client `client` (its id) began: one more
-/// in the held-now gauge, until the returned unit ends (see `Hold::new`).
+/// A hold of `name`'s lock, a `kind`, by the client `client` (its id)
+/// began: one more in the held-now gauge, until the returned unit ends (see
+/// `Hold::new`).
 #[cfg(feature = "metrics")]
-pub(crate) fn hold_started(name: &str, client: &str) -> Counted {
-    Counted::start(metric_names::LOCKS_HELD, name, client)
+pub(crate) fn hold_started(name: &str, client: &str, kind: &'static str) -> Counted {
+    Counted::start(metric_names::LOCKS_HELD, name, client, kind)
 }
 
 /// A hold began (nothing to count without the `metrics` feature).
 #[cfg(not(feature = "metrics"))]
 #[inline]
-pub(crate) fn hold_started(_name: &str, _client: &str) -> Counted {
+pub(crate) fn hold_started(_name: &str, _client: &str, _kind: &'static str) -> Counted {
     Counted {}
 }
 

@@ -183,9 +183,10 @@ fn lock_operations_are_counted() {
     assert!(recv_within(&waiter, LIMIT, "the waiter"));
 
     // The gauges (issue 25): two holds (one re-entered) and one waiting
-    // call now, per client and lock label; none once they end.
+    // call now, per client, lock label and (with the lock label) kind; none
+    // once they end.
     let short_id: String = client.id().chars().take(8).collect();
-    let now = [("client", short_id.as_str()), lock_label];
+    let now = [("client", short_id.as_str()), lock_label, ("kind", "lock")];
     let gauges = |rec: &mut Recorded| (rec.gauge(m::LOCKS_HELD, &now), rec.gauge(m::THREADS_WAITING, &now));
     assert_eq!(gauges(&mut rec), (0.0, 0.0), "every earlier hold and wait ended");
     let first = lock.lock().unwrap();
@@ -204,7 +205,7 @@ fn lock_operations_are_counted() {
     let pool = client.permit_expirable_semaphore("pool:7").unwrap();
     assert!(pool.try_set_permits(2).unwrap());
     let permits = pool.try_acquire(2).unwrap().unwrap();
-    let pool_now = [("client", short_id.as_str()), ("lock", "pool:*")];
+    let pool_now = [("client", short_id.as_str()), ("lock", "pool:*"), ("kind", "permit")];
     assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 1.0);
     drop(permits);
     assert_eq!(rec.gauge(m::LOCKS_HELD, &pool_now), 0.0);

@@ -98,9 +98,15 @@ impl Hold {
 
     /// The hold begun by `acquisition`, with one guard, by the client
     /// `client` (its id: the held-now gauge's `client` label).
-    pub(crate) fn new(id: u64, name: Arc<str>, acquisition: Acquisition, client: &str) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        name: Arc<str>,
+        acquisition: Acquisition,
+        client: &str,
+        kind: &'static str,
+    ) -> Self {
         let Acquisition { owner, thread, lease, lease_ms, token, sent } = acquisition;
-        let counted = crate::observe::hold_started(&name, client);
+        let counted = crate::observe::hold_started(&name, client, kind);
         let hold = Hold {
             id,
             name,
@@ -262,6 +268,6 @@ impl Hold {
             token: None,
             sent,
         };
-        Arc::new(Hold::new(id, Arc::from(name), acquisition, "c"))
+        Arc::new(Hold::new(id, Arc::from(name), acquisition, "c", "lock"))
     }
 }

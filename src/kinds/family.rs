@@ -294,7 +294,7 @@ impl<K: Kind> Handle<K> {
     /// One acquire call, in a `keyholder.acquire` span, with its metrics.
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K>>> {
         let mode = observe::Mode::of(deadline, block);
-        let obs = observe::Acquire::start(self.kind.name(), self.kind.client().context().id(), mode);
+        let obs = observe::Acquire::start(self.kind.name(), self.kind.client().context().id(), K::NOUN, mode);
         let acquired = obs.in_scope(|| {
             let ctx = self.kind.client().context();
             ctx.check_running()?;

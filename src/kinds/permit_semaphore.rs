@@ -185,13 +185,21 @@ impl PermitExpirableSemaphore {
         let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::observed(ctx, &self.keys.name, &self.keys.channel, patience, None, || {
-            let sent = Instant::now();
-            Ok(match scripts::acquire(calls, &self.keys, &ids, Some(lease_ms))? {
-                Acquired::Yes { replicated } => Attempt::Won((sent, replicated)),
-                Acquired::No { retry_in } => Attempt::Refused { retry_in },
-            })
-        })?;
+        let sent = wait_loop::observed(
+            ctx,
+            &self.keys.name,
+            "permit semaphore",
+            &self.keys.channel,
+            patience,
+            None,
+            || {
+                let sent = Instant::now();
+                Ok(match scripts::acquire(calls, &self.keys, &ids, Some(lease_ms))? {
+                    Acquired::Yes { replicated } => Attempt::Won((sent, replicated)),
+                    Acquired::No { retry_in } => Attempt::Refused { retry_in },
+                })
+            },
+        )?;
         let Some((sent, replicated)) = sent else { return Ok(None) };
         if !replicated && calls.acks_required() {
             // Not on the replicas: a failover could lose them. Give them
@@ -210,8 +218,13 @@ impl PermitExpirableSemaphore {
             token: None,
             sent,
         };
-        let hold =
-            Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(&self.keys.name), acquisition, ctx.id()));
+        let hold = Arc::new(Hold::new(
+            ctx.holds().next_id(),
+            Arc::clone(&self.keys.name),
+            acquisition,
+            ctx.id(),
+            "permit",
+        ));
         if !replicated {
             hold.mark_unreplicated();
         }

@@ -169,7 +169,7 @@ impl Semaphore {
             Patience::Once => None,
             Patience::Until(_) | Patience::Forever => handover::pause_until(ctx, &self.name),
         };
-        wait_loop::observed(ctx, &self.name, &self.channel, patience, pause, || {
+        wait_loop::observed(ctx, &self.name, "semaphore", &self.channel, patience, pause, || {
             Ok(if scripts::try_acquire(calls, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {

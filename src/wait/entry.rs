@@ -574,7 +574,7 @@ mod tests {
             token: None,
             sent: Instant::now(),
         };
-        Arc::new(Hold::new(id, Arc::clone(&entry.keys.name), acquisition, "me"))
+        Arc::new(Hold::new(id, Arc::clone(&entry.keys.name), acquisition, "me", "lock"))
     }
 
     /// Thread `thread` enters the gate on a thread of its own; its outcome

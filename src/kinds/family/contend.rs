@@ -350,7 +350,7 @@ mod tests {
     /// Runs the loop over `kind` and `wait`.
     fn run(kind: &mut Fake, wait: &FakeWait, deadline: Option<Instant>, block: bool) -> Contended {
         let clock = OutageClock::default();
-        let obs = observe::Acquire::start("k", "client", observe::Mode::of(deadline, block));
+        let obs = observe::Acquire::start("k", "client", "lock", observe::Mode::of(deadline, block));
         let outage = Outage::new(&clock, if block { 5 * SECOND } else { Duration::ZERO }, 10 * SECOND);
         contend(kind, wait, Bounds { deadline, block, obs: &obs, outage, recheck: 30 * SECOND })
     }

@@ -51,12 +51,12 @@ pub(crate) fn refuse_unreplicated(
 /// flagged when the replicas did not acknowledge it.
 pub(crate) fn hold(
     ctx: Context<'_>,
-    noun: &str,
+    noun: &'static str,
     name: &Arc<str>,
     acquisition: Acquisition,
     replicated: Option<bool>,
 ) -> Arc<Hold> {
-    let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition, ctx.id()));
+    let hold = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition, ctx.id(), noun));
     if replicated == Some(false) {
         log::warn!("keyholder: {noun} '{name}' acquired, but not acknowledged by the replicas");
         hold.mark_unreplicated();

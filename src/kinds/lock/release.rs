@@ -182,7 +182,8 @@ fn hand_over(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: 
         Ok((Handoff::HandedOver, replicated)) => {
             let Successor { thread, owner, lease, lease_ms, .. } = successor;
             let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
-            let handed = Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition, ctx.id()));
+            let handed =
+                Arc::new(Hold::new(ctx.holds().next_id(), Arc::clone(name), acquisition, ctx.id(), "lock"));
             if replicated == Some(false) {
                 // The hand-off is the new hold's acquisition: its
                 // acknowledgement is the hold's.

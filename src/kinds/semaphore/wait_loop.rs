@@ -62,12 +62,13 @@ impl Patience {
 pub(crate) fn observed<T>(
     ctx: Context<'_>,
     name: &Arc<str>,
+    kind: &'static str,
     channel: &str,
     patience: Patience,
     pause: Option<Instant>,
     attempt: impl FnMut() -> Result<Attempt<T>>,
 ) -> Result<Option<T>> {
-    let obs = observe::Acquire::start(name, ctx.id(), patience.mode());
+    let obs = observe::Acquire::start(name, ctx.id(), kind, patience.mode());
     let on = On { name, channel, wakes: Wakes::Permits };
     let outcome = obs.in_scope(|| wait_for_observed(ctx, &on, patience, pause, Some(&obs), attempt));
     obs.finish(|| match &outcome {
