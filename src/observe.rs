@@ -203,7 +203,7 @@ impl<'a> Acquire<'a> {
     /// kind's noun: `lock`, `read lock`, `semaphore`, ...), by the client
     /// `client` (its id).
     #[inline]
-    #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(unused_variables))]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn start(name: &'a str, client: &'a str, kind: &'static str, mode: Mode) -> Self {
         Acquire {
             #[cfg(feature = "tracing")]
