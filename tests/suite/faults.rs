@@ -540,20 +540,30 @@ fn lose_replies_until(
     })
 }
 
-#[test]
-fn lost_release_replies_do_not_release_twice() {
-    // Long enough that the fault has cleared before the retry, which needs
-    // a connection: while replies are black-holed none can be opened.
-    const COMMAND: Duration = Duration::from_secs(1);
-    let server = RedisServer::start();
+/// The command timeout of the lost-release tests: long enough that the
+/// fault has cleared before the retry, which needs a connection: while
+/// replies are black-holed none can be opened.
+const COMMAND: Duration = Duration::from_secs(1);
+
+/// A client through a fault proxy in front of `server`, with [`COMMAND`]
+/// as its command timeout, its scripts loaded and idle connections ready
+/// for a retry; the proxy, and `name`'s lock of that client.
+fn lock_behind_a_proxy(server: &RedisServer, name: &str) -> (Arc<FaultProxy>, Client, Lock) {
     let proxy = Arc::new(FaultProxy::start(server.port()));
-    let mut con = server.conn();
     let client =
         Client::builder(proxy.url()).connect_timeout(2 * SECOND).command_timeout(COMMAND).build().unwrap();
-    let other = server.client().lock("lost-release").unwrap();
-    let lock = client.lock("lost-release").unwrap();
+    let lock = client.lock(name).unwrap();
     warm_up(&lock);
-    fill_pool(&server, &client, 4);
+    fill_pool(server, &client, 4);
+    (proxy, client, lock)
+}
+
+#[test]
+fn lost_release_replies_do_not_release_twice() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let (proxy, client, lock) = lock_behind_a_proxy(&server, "lost-release");
+    let other = server.client().lock("lost-release").unwrap();
     let listener = Listener::start(&server, &[&channel_of("lost-release")]);
 
     let outer = lock.lock().unwrap();
@@ -594,15 +604,9 @@ fn lost_release_replies_do_not_release_twice() {
 /// the hold's guards.
 #[test]
 fn a_nested_release_whose_request_is_lost_is_sent_again() {
-    const COMMAND: Duration = Duration::from_secs(1);
     let server = RedisServer::start();
-    let proxy = Arc::new(FaultProxy::start(server.port()));
     let mut con = server.conn();
-    let client =
-        Client::builder(proxy.url()).connect_timeout(2 * SECOND).command_timeout(COMMAND).build().unwrap();
-    let lock = client.lock("lost-request").unwrap();
-    warm_up(&lock);
-    fill_pool(&server, &client, 4);
+    let (proxy, _client, lock) = lock_behind_a_proxy(&server, "lost-request");
     let outer = lock.lock().unwrap();
     let inner = lock.lock().unwrap();
     let owner = outer.owner_id().to_owned();
