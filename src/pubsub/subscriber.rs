@@ -41,6 +41,12 @@ use crate::net::stream::Stream;
 use crate::pubsub::push::{channel_of, message_of, payload_of, push_of};
 use crate::pubsub::target::{Incoming, Target};
 
+mod channel;
+mod subscription;
+
+use channel::{Channel, Kind, Listener};
+pub(crate) use subscription::Subscription;
+
 /// What a subscription wakes: the waiting threads of one lock name in this
 /// client (the lock's local entry implements it; the subscriber knows
 /// nothing else of it).
@@ -153,90 +159,6 @@ type UnreachableHook = Box<dyn Fn() + Send + Sync>;
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscriber").field("target", &self.target.lock().describe()).finish_non_exhaustive()
-    }
-}
-
-/// One subscribed channel. Several lock names can share an unlock channel
-/// (Redisson names `x` and `{x}` alike), so a message wakes the waiters of
-/// every name listening on it.
-struct Channel {
-    kind: Kind,
-    listeners: Vec<Listener>,
-    /// The client holds the lock: its [`Holders`] listen too.
-    held: bool,
-    /// When the last waiter left, for a lingering channel.
-    idle_since: Option<Instant>,
-    /// A `2` arrived: the `0` that follows it was published by a keyholder
-    /// release that woke the next waiter itself (see `lua/lock/release.lua`).
-    paired: bool,
-}
-
-/// What a channel carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Redisson's unlock channel: `0`, `1`, and keyholder's `2`.
-    Unlock,
-    /// This client's wake channel for one lock: its turn has come.
-    Wake,
-    /// Another kind's channel: every message goes to the waiters, who
-    /// read its payload.
-    Any,
-    /// Subscribed for a held lock alone, no waiter yet: the first waiter
-    /// sets the kind.
-    Held,
-}
-
-/// The waiters of one lock name on a channel.
-struct Listener {
-    name: Arc<str>,
-    /// Whom to wake; weak, so a lingering channel keeps no lock state.
-    waiters: Weak<dyn Waiters>,
-    refs: u32,
-}
-
-impl Channel {
-    fn refs(&self) -> u32 {
-        self.listeners.iter().map(|l| l.refs).sum()
-    }
-
-    /// Waiters or holders listen on it: it stays subscribed.
-    fn in_use(&self) -> bool {
-        self.held || self.refs() > 0
-    }
-
-    fn waiters(&self) -> impl Iterator<Item = Arc<dyn Waiters>> + '_ {
-        self.listeners.iter().filter_map(|l| l.waiters.upgrade())
-    }
-
-    /// Whether a message with `payload` wakes this channel's waiters.
-    ///
-    /// A wake channel's message is this client's turn; any message on
-    /// another kind's channel goes to its waiters (who read it). On an
-    /// unlock channel
-    /// `0` wakes one waiting thread and `1` all of them; behind the gate at
-    /// most one thread of this client waits per lock, so both wake that
-    /// thread, unless the `0` follows a `2`: a keyholder release sends that
-    /// pair after waking the next queued client itself. Other payloads are
-    /// not unlocks. An unlock channel does not say which of the names
-    /// sharing it was unlocked: each name's waiter retries.
-    fn wakes(&mut self, payload: &str) -> bool {
-        match self.kind {
-            Kind::Unlock => {}
-            Kind::Held => return false,
-            Kind::Wake | Kind::Any => return true,
-        }
-        match payload {
-            "2" => {
-                self.paired = true;
-                false
-            }
-            "0" => !std::mem::take(&mut self.paired),
-            "1" => {
-                self.paired = false;
-                true
-            }
-            _ => false,
-        }
     }
 }
 
@@ -367,83 +289,6 @@ impl State {
 struct Evicted {
     waiters: Vec<Arc<dyn Waiters>>,
     held: Vec<String>,
-}
-
-/// A waiter's share of a lock's channel subscriptions (its unlock channel
-/// and, for the reentrant lock, this client's wake channel); unsubscribes
-/// when dropped.
-pub(crate) struct Subscription {
-    subscriber: Arc<Subscriber>,
-    channels: Vec<String>,
-    /// The lock name it was made for.
-    name: Arc<str>,
-}
-
-impl Subscription {
-    /// False once the subscriber dropped the subscription's channels (their
-    /// slot moved to another cluster node) or stopped: the waiter must
-    /// subscribe again to hear its lock's unlocks.
-    pub(crate) fn is_live(&self) -> bool {
-        let st = self.subscriber.state.lock();
-        !st.shutdown
-            && self.channels.iter().all(|name| {
-                st.channels.get(name).is_some_and(|c| c.listeners.iter().any(|l| l.name == self.name))
-            })
-    }
-}
-
-impl Subscription {
-    /// Waits until the server has confirmed every channel of the
-    /// subscription on the current connection (the connection may be down
-    /// or being replaced), at most until `until`; true when confirmed.
-    pub(crate) fn wait_confirmed(&self, until: Instant) -> bool {
-        let subscriber = &self.subscriber;
-        let mut st = subscriber.state.lock();
-        loop {
-            if st.shutdown {
-                return false;
-            }
-            if self.channels.iter().all(|name| st.channels.contains_key(name) && st.is_confirmed(name)) {
-                return true;
-            }
-            if subscriber.confirmed.wait_until(&mut st, until).timed_out() {
-                return false;
-            }
-        }
-    }
-
-    /// Where the subscription's connection goes (`host:port`, or a
-    /// socket path).
-    pub(crate) fn node(&self) -> String {
-        self.subscriber.target.lock().describe()
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let mut st = self.subscriber.state.lock();
-        let mut lingering = false;
-        for name in &self.channels {
-            let Some(channel) = st.channels.get_mut(name) else { continue };
-            if let Some(at) = channel.listeners.iter().position(|l| l.name == self.name) {
-                let listener = &mut channel.listeners[at];
-                listener.refs = listener.refs.saturating_sub(1);
-                if listener.refs == 0 {
-                    channel.listeners.swap_remove(at);
-                }
-            }
-            if !channel.in_use() {
-                st.start_lingering(name, Instant::now());
-                lingering = true;
-            }
-        }
-        drop(st);
-        if lingering {
-            // The reader may be asleep for a whole command timeout: let it
-            // know a channel now lingers.
-            self.subscriber.linger_started();
-        }
-    }
 }
 
 /// How long an unused channel stays subscribed.
