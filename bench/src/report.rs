@@ -14,6 +14,18 @@ pub(crate) fn fmt_ratio(v: f64) -> String {
     if v.is_nan() { "n/a".to_owned() } else { format!("{v:.2}x") }
 }
 
+/// The median of per-run ratios, and in brackets the worst run's, when
+/// there are several: `0.93x (0.88x)`. A target "in every run" is read off
+/// the bracket.
+pub(crate) fn fmt_ratios(ratios: Vec<f64>) -> String {
+    let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let median = crate::measure::median(ratios.clone());
+    if ratios.len() < 2 || worst.is_nan() {
+        return fmt_ratio(median);
+    }
+    format!("{} ({})", fmt_ratio(median), fmt_ratio(worst))
+}
+
 /// Prints a `### title` section: a table with aligned columns, then the
 /// notes that are not empty.
 pub(crate) fn print_table(title: &str, header: &[impl AsRef<str>], rows: &[Vec<String>], notes: &[String]) {

@@ -269,7 +269,8 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
         &all.iter().map(|r| loop_row(r.label, &r.runs, Some(fmt(hops(&r.runs), 0)))).collect::<Vec<_>>(),
         &[
             format!(
-                "vs floor = median over runs of (pairs/s ÷ the same run's minimal floor pairs/s). Round trips: top-level \
+                "vs floor = median over runs of (pairs/s ÷ the same run's minimal floor pairs/s), in brackets the \
+                 worst run's. Round trips: top-level \
              commands on {} (INFO commandstats less the scripts' own commands). MOVED+ASK+ASKING: \
              redirections answered (INFO errorstats) and ASKING calls received, summed over runs: a call \
              sent to a shard that does not serve its name would add one and a second hop. Redis CPU: {}. \

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::error::Res;
 use crate::measure::{Counters, med, median, pct, sorted, us};
-use crate::report::{fmt, fmt_ratio};
+use crate::report::{fmt, fmt_ratio, fmt_ratios};
 
 /// One measured single-thread loop; `parts`: what the counters show beyond
 /// their sum (each primary's share on a cluster).
@@ -96,7 +96,7 @@ pub(crate) fn loop_row<P>(name: &str, runs: &[Loop<P>], extra: Option<String>) -
     let mut row = vec![
         name.to_owned(),
         fmt(med(runs, |r| r.rate), 0),
-        fmt_ratio(med(runs, |r| r.vs_floor)),
+        fmt_ratios(runs.iter().map(|r| r.vs_floor).collect()),
         fmt(med(runs, |r| r.p50), 0),
         fmt(med(runs, |r| r.p99), 0),
         fmt(med(runs, |r| r.rt), 2),

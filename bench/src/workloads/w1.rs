@@ -28,7 +28,7 @@ pub(crate) fn w1(env: &Env, stats: &mut redis::Connection) -> Res<()> {
 
 /// What W1's columns are.
 const W1_NOTE: &str = "vs floor = median over runs of (pairs/s ÷ the same run's minimal floor \
-     pairs/s). minimal floor: the minimal Redisson-semantics scripts of SPEC section 2, raw; keyholder \
+     pairs/s), in brackets the worst run's. minimal floor: the minimal Redisson-semantics scripts of SPEC section 2, raw; keyholder \
      scripts: keyholder's own acquire.lua and release.lua, raw, the same way; the four take turns, each run \
      starting with another. Round trips counted by the server (INFO commandstats). Client CPU is the whole \
      process's, read with 10 ms tick resolution; Redis CPU is the server's own (INFO cpu).";

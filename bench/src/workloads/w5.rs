@@ -56,7 +56,8 @@ pub(crate) fn w5(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             loop_row("keyholder", &k, None),
         ],
         &[
-            "vs floor = median over runs of (iterations/s ÷ the same run's minimal floor iterations/s); the \
+            "vs floor = median over runs of (iterations/s ÷ the same run's minimal floor iterations/s), in \
+             brackets the worst run's; the \
              three take turns, each run starting with another. baseline: n/a: SET NX is not reentrant; the \
              holder's second SET NX fails and it would wait on itself until its own 30 s lease expires."
                 .to_owned(),

@@ -12,7 +12,7 @@ use crate::env::Env;
 use crate::error::Res;
 use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, ScriptFloor, Session};
 use crate::measure::{Delta, connected_clients, median, snap};
-use crate::report::{fmt, fmt_ratio, print_table};
+use crate::report::{fmt, fmt_ratios, print_table};
 
 use super::threads::join;
 
@@ -69,7 +69,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
         };
         // Median of per-run ratios: the runs of one round are index-aligned.
         let ratio = |of: &[PerRequest], over: &[PerRequest]| {
-            fmt_ratio(median(of.iter().zip(over).map(|(a, o)| a.rate / o.rate).collect()))
+            fmt_ratios(of.iter().zip(over).map(|(a, o)| a.rate / o.rate).collect())
         };
         rows.push(vec![
             threads.to_string(),
@@ -117,7 +117,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
            another. Connections: connected_clients added while every thread still holds what it opened, \
            counting keyholder's pub/sub connection; each window starts once the connections before it \
            have closed. Rates are medians over runs, ratios medians of per-run \
-           ratios; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
+           ratios, in brackets the worst run's; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
            window, per pair; Redis command time is the part of it the commands and scripts themselves \
            take (INFO commandstats usec of the top-level commands: no network I/O, no event loop)."
             .to_owned()],
