@@ -271,9 +271,11 @@ pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{
     DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
 };
-pub use kinds::family::{Fenced, Guard, Handle, Kind, ThreadOwnedHold};
+pub use kinds::family::{
+    ByThread, ByToken, Fenced, Guard, Handle, Kind, Ownership, ThreadOwnedHold, TokenOwned,
+};
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
-pub use kinds::lock::{Lock, LockGuard};
+pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};
 pub use kinds::multi_lock::{Lost, LostSignals, MultiLock, MultiLockGuard};
 pub use kinds::permit_semaphore::{
     ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
@@ -287,6 +289,7 @@ pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};
 #[cfg(feature = "metrics")]
 pub use observe::{describe_metrics, label_metrics_by_lock};
+pub use owner::OwnerToken;
 
 // The README's Rust examples are compiled as doc tests (`no_run`), so the
 // first code a new user copies keeps up with the API.

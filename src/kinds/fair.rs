@@ -266,7 +266,7 @@ impl Core for Fair {
 impl Fair {
     /// Re-enters the thread's live hold, or takes a new one in its turn.
     fn acquire_in(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, .. } = call;
         let client = ctx.uuid();
         if let Some(hold) = reentry::current(client, Self::NOUN, &self.keys.name)
             && self.reenter(&hold, &owner, lease_ms)?

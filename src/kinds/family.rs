@@ -31,10 +31,10 @@ mod kind;
 pub(crate) mod reentry;
 pub(crate) mod release;
 
-pub use guard::{Guard, ThreadOwnedHold};
-pub(crate) use kind::Call;
+pub use guard::{ByThread, ByToken, Guard, Ownership, ThreadOwnedHold};
 pub(crate) use kind::sealed;
-pub use kind::{Fenced, Kind};
+pub(crate) use kind::{Acquirer, Call};
+pub use kind::{Fenced, Kind, TokenOwned};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
-use crate::owner;
+use crate::owner::{self, OwnerToken};
 
 /// A handle to one named lock of kind `K`; the public names are its
 /// aliases ([`Lock`](crate::Lock), [`FairLock`](crate::FairLock),
@@ -291,14 +291,35 @@ impl<K: Kind> Handle<K> {
         ctx.force_unlocking(self.kind.name(), || self.kind.force_unlock())
     }
 
-    /// One acquire call, in a `keyholder.acquire` span, with its metrics.
+    /// One acquire call of the calling thread.
     fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K>>> {
+        self.acquire_for(None, deadline, block)
+    }
+
+    /// One acquire call, for the calling thread or for `token` (and
+    /// whether it was minted for this call), in a `keyholder.acquire`
+    /// span, with its metrics.
+    fn acquire_for<O: Ownership>(
+        &self,
+        token: Option<(&OwnerToken, bool)>,
+        deadline: Option<Instant>,
+        block: bool,
+    ) -> Result<Option<Guard<K, O>>> {
         let mode = observe::Mode::of(deadline, block);
         let obs = observe::Acquire::start(self.kind.name(), self.kind.client().context().id(), K::NOUN, mode);
         let acquired = obs.in_scope(|| {
             let ctx = self.kind.client().context();
             ctx.check_running()?;
-            let thread = owner::current_thread_id();
+            let (thread, owner, acquirer) = match token {
+                None => {
+                    let thread = owner::current_thread_id();
+                    (thread, owner::owner_id(ctx.id(), thread), Acquirer::Thread)
+                }
+                Some((token, minted)) => {
+                    let acquirer = if minted { Acquirer::MintedToken } else { Acquirer::PresentedToken };
+                    (token.local_id(), token.as_str().to_owned(), acquirer)
+                }
+            };
             let call = Call {
                 ctx,
                 deadline,
@@ -307,7 +328,8 @@ impl<K: Kind> Handle<K> {
                 lease: self.lease,
                 lease_ms: self.lease.ttl_ms(ctx.config().watchdog_timeout),
                 thread,
-                owner: owner::owner_id(ctx.id(), thread),
+                owner,
+                acquirer,
             };
             let acquired = self.kind.acquire(call)?;
             let client = Arc::clone(self.kind.client().inner());
@@ -321,6 +343,158 @@ impl<K: Kind> Handle<K> {
             Err(_) => observe::AcquireOutcome::Error,
         });
         acquired
+    }
+}
+
+/// Holds owned by a token, not a thread (the reentrant lock's; see
+/// [`OwnerToken`] and `docs/guarantees.md`). The guards are
+/// `Guard<K, ByToken>` ([`OwnedLockGuard`](crate::OwnedLockGuard) for a
+/// [`Lock`](crate::Lock)): `Send`, released from whichever thread drops
+/// them, renewed by the watchdog while they live.
+///
+/// A token is one owner, as a thread is: its acquisitions and releases
+/// should follow one another, not race (two threads of one client
+/// acquiring with the same token at once: the second is refused with
+/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
+/// Token holds queue at the lock's local gate like the client's threads,
+/// under their own ids, so a token hold released by another thread passes
+/// the gate on as a thread's would; a re-entry with the token never
+/// queues there.
+impl<K: TokenOwned> Handle<K> {
+    /// Acquires the lock for a new token, waiting as long as it takes
+    /// ([`lock`](Handle::lock)'s wait). The token is minted by this client
+    /// (its UUID, a random number of the token range) and read from the
+    /// guard with [`Guard::token`].
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn lock_owned(&self) -> Result<Guard<K, ByToken>> {
+        self.acquire_owned(None, true)?.ok_or_else(Error::shutdown)
+    }
+
+    /// One attempt for a new token, never waiting: `Ok(None)` if the lock
+    /// is held elsewhere (or a thread of this client is acquiring it).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock_owned(&self) -> Result<Option<Guard<K, ByToken>>> {
+        self.acquire_owned(Some(Instant::now()), false)
+    }
+
+    /// Acquires the lock for a new token, waiting at most `wait`;
+    /// `Ok(None)` if it was not acquired in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock_owned_for(&self, wait: Duration) -> Result<Option<Guard<K, ByToken>>> {
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.try_lock_owned_until(deadline),
+            None => self.lock_owned().map(Some),
+        }
+    }
+
+    /// Acquires the lock for a new token, waiting until `deadline` at the
+    /// latest; `Ok(None)` if it was not acquired by then.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock).
+    pub fn try_lock_owned_until(&self, deadline: Instant) -> Result<Option<Guard<K, ByToken>>> {
+        self.acquire_owned(Some(deadline), true)
+    }
+
+    /// Acquires the lock for `token`, waiting as long as it takes: a
+    /// re-entry, at once, when the token holds the lock already (a live
+    /// guard of it in this client, or its field in Redis: a hold taken or
+    /// resumed in another process), one more count released by the new
+    /// guard; otherwise a new hold owned by the token, waited for as
+    /// [`lock`](Handle::lock) waits.
+    ///
+    /// A token is one owner: two processes acquiring the lock afresh with
+    /// the same token at the same moment may both get it (the second finds
+    /// the first's field and shares it), so hand a token to one place at a
+    /// time, as its hold's guard is.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Handle::lock), and
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// when another thread of this client is acquiring the lock with the
+    /// same token right now.
+    pub fn lock_with(&self, token: &OwnerToken) -> Result<Guard<K, ByToken>> {
+        self.acquire_for(Some((token, false)), None, true)?.ok_or_else(Error::shutdown)
+    }
+
+    /// [`lock_with`](Handle::lock_with) that makes one attempt, never
+    /// waiting (a re-entry never needs to).
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Handle::lock_with).
+    pub fn try_lock_with(&self, token: &OwnerToken) -> Result<Option<Guard<K, ByToken>>> {
+        self.acquire_for(Some((token, false)), Some(Instant::now()), false)
+    }
+
+    /// [`lock_with`](Handle::lock_with) that waits at most `wait`.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Handle::lock_with).
+    pub fn try_lock_with_for(&self, token: &OwnerToken, wait: Duration) -> Result<Option<Guard<K, ByToken>>> {
+        match Instant::now().checked_add(wait) {
+            Some(deadline) => self.try_lock_with_until(token, deadline),
+            None => self.lock_with(token).map(Some),
+        }
+    }
+
+    /// [`lock_with`](Handle::lock_with) that waits until `deadline` at the
+    /// latest.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Handle::lock_with).
+    pub fn try_lock_with_until(
+        &self,
+        token: &OwnerToken,
+        deadline: Instant,
+    ) -> Result<Option<Guard<K, ByToken>>> {
+        self.acquire_for(Some((token, false)), Some(deadline), true)
+    }
+
+    /// Takes on the hold `token` has on this lock, made elsewhere (another
+    /// process of the deployment, or a guard of this client that will not
+    /// release it): one round trip that renews the lock's lease to this
+    /// handle's lease if, and only if, the token's field is there. The
+    /// guard stands for one count of the token's hold: dropping it (or
+    /// [`Guard::unlock`]) releases that count, from any thread, and under a
+    /// watchdog lease this client renews the hold while the guard lives.
+    ///
+    /// Both processes may renew: each resets the same field's TTL, one
+    /// lease, so that is harmless. Whichever releases the last count frees
+    /// the lock; the other's later release, renewal or re-entry then finds
+    /// the field gone: `NotOwner` (or `LockLost` once the loss is known),
+    /// its hold reported lost, and nothing else's hold touched (every
+    /// script compares the owner field).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NotOwner`](crate::ErrorKind::NotOwner) when the token
+    /// holds nothing here (released, expired, never held: a stale or
+    /// foreign token); a Redis failure; [`ErrorKind::Shutdown`](crate::ErrorKind::Shutdown).
+    pub fn resume(&self, token: &OwnerToken) -> Result<Guard<K, ByToken>> {
+        let ctx = self.kind.client().context();
+        ctx.check_running()?;
+        let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
+        let (hold, keep) = self.kind.resume(ctx, token.as_str(), self.lease, lease_ms)?;
+        Ok(Guard::new(Arc::clone(self.kind.client().inner()), hold, keep))
+    }
+
+    fn acquire_owned(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K, ByToken>>> {
+        let token = OwnerToken::mint(self.kind.client().context().id());
+        self.acquire_for(Some((&token, true)), deadline, block)
     }
 }
 

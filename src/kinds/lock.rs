@@ -22,19 +22,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Context};
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::holds::renew::OnLost;
 use crate::kinds::family::contend::{self, Bounds, Contended, Contender, Step, Wait};
 use crate::kinds::family::fresh::{self, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
-use crate::kinds::family::sealed::{Core, Fences};
-use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
+use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
+use crate::owner::OwnerToken;
 use crate::pubsub::subscriber::{Grant, Subscription};
 use crate::wait::entry::{Entered, Entry, GateRedis, Successor};
 
@@ -105,6 +106,25 @@ pub type Lock = Handle<Reentrant>;
 /// of moving it.
 pub type LockGuard = Guard<Reentrant>;
 
+/// An RAII guard for one acquisition of a [`Lock`] owned by an
+/// [`OwnerToken`] ([`Lock::lock_owned`], [`Lock::lock_with`],
+/// [`Lock::resume`]); see [`Guard`]. It is `Send` (and `Sync`): move it to
+/// the thread that finishes the work, which drops it or calls
+/// [`unlock`](Guard::unlock); [`token`](Guard::token) names its owner.
+///
+/// ```no_run
+/// # fn main() -> Result<(), keyholder::Error> {
+/// # let lock = keyholder::Client::open("redis://127.0.0.1/")?.lock("orders:42")?;
+/// let guard = lock.lock_owned()?;
+/// let worker = std::thread::spawn(move || -> keyholder::Result<()> {
+///     // ... the guarded work, on a pool thread ...
+///     guard.unlock() // released here, not where it was taken
+/// });
+/// # let _ = worker.join();
+/// # Ok(()) }
+/// ```
+pub type OwnedLockGuard = Guard<Reentrant, ByToken>;
+
 /// The reentrant lock's core (Redisson's `RLock`): the kind of a [`Lock`].
 #[derive(Clone, Debug)]
 pub struct Reentrant {
@@ -165,6 +185,35 @@ impl Handle<Reentrant> {
 }
 
 impl Kind for Reentrant {}
+
+impl TokenOwned for Reentrant {}
+
+impl Tokens for Reentrant {
+    fn resume(
+        &self,
+        ctx: Context<'_>,
+        owner: &str,
+        lease: Lease,
+        lease_ms: u64,
+    ) -> Result<(Arc<Hold>, Arc<Entry>)> {
+        let entry = ctx.waits().entry(&self.name);
+        let sent = Instant::now();
+        // `renew.lua`: the lease renewed if, and only if, the field is there.
+        let pair = [(&*self.name, owner)];
+        let (held, replicated) = ctx.calls().with_live_conn(&self.name, |conn| {
+            let held = scripts::renew(ctx.calls().scripts(), conn, &pair, lease_ms, true)?;
+            Ok((held, conn.replicated()))
+        })?;
+        if held.first() != Some(&true) {
+            return Err(Error::not_owner(&self.name));
+        }
+        let thread = OwnerToken::of_owner(owner).local_id();
+        let acquisition = Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token: None, sent };
+        let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
+        fresh::keep(ctx, &hold, release::keeping(ctx, &entry));
+        Ok((hold, entry))
+    }
+}
 
 impl Fenced for Reentrant {}
 
@@ -233,19 +282,31 @@ impl Core for Reentrant {
 
 impl Reentrant {
     fn acquire_in(&self, entry: &Arc<Entry>, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
-        if let Some(hold) = entry.hold_of(thread)
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, acquirer } = call;
+        // A token's live hold here sits at the gate under the token's id.
+        if let Some(hold) = entry.hold_of(thread).filter(|h| h.owner == owner)
             && self.reenter(entry, &hold, &owner, lease_ms)?
         {
             return Ok(Some(hold));
         }
+        if acquirer == Acquirer::PresentedToken
+            && let Some(hold) = self.join(entry, &owner, thread, lease, lease_ms)?
+        {
+            return Ok(Some(hold));
+        }
 
-        hash_kinds::check(ctx.uuid(), &entry.keys.name, HashKind::Lock)?;
+        // A token is not a thread: its holds do not count as the thread's.
+        let by_thread = acquirer == Acquirer::Thread;
+        if by_thread {
+            hash_kinds::check(ctx.uuid(), &entry.keys.name, HashKind::Lock)?;
+        }
         let successor = Successor { thread, owner, lease, lease_ms, fenced: self.token_key.is_some() };
         match entry.enter_gate(&successor, deadline, block, || obs.waiting(), self)? {
             None => return Ok(None),
             Some(Entered::Handed(hold)) => {
-                hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
+                if by_thread {
+                    hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
+                }
                 return Ok(Some(hold));
             }
             Some(Entered::Gate) => {}
@@ -260,7 +321,9 @@ impl Reentrant {
                 let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
                 let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
                 entry.set_held(Arc::clone(&hold));
-                hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
+                if by_thread {
+                    hash_kinds::note(ctx.uuid(), HashKind::Lock, &hold);
+                }
                 fresh::keep(ctx, &hold, release::keeping(ctx, entry));
                 Ok(Some(hold))
             }
@@ -278,6 +341,35 @@ impl Reentrant {
                 entry.leave_gate(thread);
                 other.map(|_| None)
             }
+        }
+    }
+
+    /// A token presented with no live hold at this client's gate may hold
+    /// the lock all the same: a hold resumed here, or taken or resumed in
+    /// another process. One re-entry attempt in Redis adds a count to its
+    /// field if it is there, as a hold of its own outside the gate, whose
+    /// guard releases that count; `None` when the token holds nothing here
+    /// (the caller then takes a new hold).
+    fn join(
+        &self,
+        entry: &Arc<Entry>,
+        owner: &str,
+        thread: u64,
+        lease: Lease,
+        lease_ms: u64,
+    ) -> Result<Option<Arc<Hold>>> {
+        let ctx = self.client.context();
+        let sent = Instant::now();
+        let attempt = Attempt::Reentry { mint: self.token_key.is_some() };
+        match self.try_acquire(entry, owner, lease_ms, attempt)? {
+            Acquire::Acquired { token, replicated } => {
+                let acquisition =
+                    Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token, sent };
+                let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
+                fresh::keep(ctx, &hold, release::keeping(ctx, entry));
+                Ok(Some(hold))
+            }
+            Acquire::Held { .. } | Acquire::Free => Ok(None),
         }
     }
 

@@ -160,7 +160,7 @@ impl Core for Spin {
 
 impl Spin {
     fn acquire_hold(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner } = call;
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, .. } = call;
         let client = ctx.uuid();
         if let Some(hold) = reentry::current(client, Self::NOUN, &self.name)
             && self.reenter(ctx, &hold, lease_ms)?

@@ -187,6 +187,14 @@ impl Entry {
             if st.shutdown {
                 return Err(Error::shutdown());
             }
+            if st.is_acquiring(thread) {
+                // Only a token's id can be here twice: two threads acquiring
+                // with one token at once, which would share one place.
+                return Err(Error::invalid_argument(format!(
+                    "lock '{}': another thread of this client is acquiring it with the same owner token",
+                    self.keys.name
+                )));
+            }
             if st.queue.is_empty() && st.try_take(thread) {
                 return Ok(Some(Entered::Gate));
             }
@@ -472,6 +480,17 @@ impl Waiters for Entry {
 }
 
 impl State {
+    /// True when `thread` is at the gate acquiring, being handed the lock,
+    /// or queued.
+    fn is_acquiring(&self, thread: u64) -> bool {
+        let at_gate = match &self.gate {
+            Gate::Acquiring(t) | Gate::Handing(t) => *t == thread,
+            Gate::Handed(hold) => hold.thread == thread,
+            Gate::Free | Gate::Held(_) => false,
+        };
+        at_gate || self.queue.iter().any(|q| q.successor.thread == thread)
+    }
+
     /// Takes the gate if it is free, or if its holder's hold has run out.
     fn try_take(&mut self, thread: u64) -> bool {
         let takeable = match &self.gate {
@@ -739,6 +758,15 @@ mod tests {
         assert!(!holder.is_lost(), "a normal release was reported as a loss");
         entry.release_gate(10);
         assert!(matches!(second.recv_timeout(LIMIT).unwrap(), Ok(Some(Entered::Gate))));
+    }
+
+    #[test]
+    fn an_id_already_acquiring_is_refused_rather_than_queued_twice() {
+        let (entry, redis, _holder, _second) = held_with_one_queued(None);
+        // Thread ids cannot be in two places; a token's id could.
+        let twice = entry.enter_gate(&successor(2), None, true, || {}, &*redis);
+        assert_eq!(twice.unwrap_err().kind(), crate::ErrorKind::InvalidArgument);
+        entry.shut_down();
     }
 
     #[test]

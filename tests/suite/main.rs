@@ -57,6 +57,7 @@ mod seams;
 mod semaphore;
 mod shared_connections;
 mod spin_lock;
+mod token_holds;
 mod traps;
 mod waitaof;
 mod wakeup;

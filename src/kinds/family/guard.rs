@@ -29,6 +29,33 @@ use crate::observe;
 #[derive(Debug)]
 pub enum ThreadOwnedHold {}
 
+/// Who owns a guard's hold, the second parameter of [`Guard`]: a thread
+/// ([`ByThread`], the default) or an [`OwnerToken`](crate::OwnerToken)
+/// ([`ByToken`]). It decides only whether the guard may leave its thread,
+/// as `lock_api`'s `GuardSend` and `GuardNoSend` do. Sealed.
+#[allow(private_bounds)]
+pub trait Ownership: sealed::Sealed + 'static {}
+
+/// A hold owned by the thread that acquired it (`<client-uuid>:<thread-id>`):
+/// its guard is neither `Send` nor `Sync` ([`ThreadOwnedHold`] says so).
+#[derive(Debug)]
+pub struct ByThread(PhantomData<*const ThreadOwnedHold>);
+
+/// A hold owned by an [`OwnerToken`](crate::OwnerToken): its guard is
+/// `Send` (any thread may release it) and `Sync` (every `&self` method
+/// only reads the hold's atomics; releasing takes the guard by value).
+#[derive(Debug)]
+pub enum ByToken {}
+
+impl Ownership for ByThread {}
+impl Ownership for ByToken {}
+
+mod sealed {
+    pub(crate) trait Sealed {}
+    impl Sealed for super::ByThread {}
+    impl Sealed for super::ByToken {}
+}
+
 /// An RAII guard for one acquisition of a lock of kind `K`; the public
 /// names are its aliases ([`LockGuard`](crate::LockGuard),
 /// [`FairLockGuard`](crate::FairLockGuard),
@@ -77,8 +104,10 @@ pub enum ThreadOwnedHold {}
 ///
 /// Permits ([`SemaphorePermits`](crate::SemaphorePermits),
 /// [`ExpirablePermits`](crate::ExpirablePermits)) belong to no thread and
-/// may move. Holds owned by a token instead of a thread, whose guards could
-/// move too, are planned.
+/// may move. So does a hold owned by an [`OwnerToken`](crate::OwnerToken)
+/// instead of a thread ([`Lock::lock_owned`](crate::Lock::lock_owned)): its
+/// guard, an [`OwnedLockGuard`](crate::OwnedLockGuard) (`Guard<K, ByToken>`),
+/// is `Send` and may be released from any thread.
 ///
 /// ```compile_fail,E0277
 /// # fn demo(lock: keyholder::Lock) -> Result<(), keyholder::Error> {
@@ -132,18 +161,18 @@ pub enum ThreadOwnedHold {}
 /// lease longer.
 #[must_use = "if unused the lock will immediately unlock"]
 #[clippy::has_significant_drop]
-pub struct Guard<K: Kind> {
+pub struct Guard<K: Kind, O: Ownership = ByThread> {
     client: Arc<Inner>,
     hold: Arc<Hold>,
     /// What the kind's release needs besides the hold.
     keep: K::Keep,
     released: bool,
-    /// Neither `Send` nor `Sync`; the pointer's target names the reason in
-    /// the compiler's error.
-    _thread_owned: PhantomData<*const ThreadOwnedHold>,
+    /// For [`ByThread`], neither `Send` nor `Sync`; the pointer's target
+    /// names the reason in the compiler's error.
+    _owner: PhantomData<O>,
 }
 
-impl<K: Kind> std::fmt::Debug for Guard<K> {
+impl<K: Kind, O: Ownership> std::fmt::Debug for Guard<K, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(K::GUARD)
             .field("name", &self.name())
@@ -154,9 +183,9 @@ impl<K: Kind> std::fmt::Debug for Guard<K> {
     }
 }
 
-impl<K: Kind> Guard<K> {
+impl<K: Kind, O: Ownership> Guard<K, O> {
     pub(crate) fn new(client: Arc<Inner>, hold: Arc<Hold>, keep: K::Keep) -> Self {
-        Guard { client, hold, keep, released: false, _thread_owned: PhantomData }
+        Guard { client, hold, keep, released: false, _owner: PhantomData }
     }
 
     /// How many guards the hold has (more than one after a re-entry).
@@ -175,7 +204,8 @@ impl<K: Kind> Guard<K> {
     }
 
     /// The owner id written in Redis: `<client-uuid>:<thread-id>`
-    /// (`<client-uuid>:<thread-id>:write` for a write hold).
+    /// (`<client-uuid>:<thread-id>:write` for a write hold; the token's
+    /// `<uuid>:<number>` for a token-owned hold).
     pub fn owner_id(&self) -> &str {
         &self.hold.owner
     }
@@ -270,7 +300,17 @@ impl<K: Kind> Guard<K> {
     }
 }
 
-impl<K: Kind> Drop for Guard<K> {
+impl<K: Kind> Guard<K, ByToken> {
+    /// The token that owns this hold: present it to re-enter the lock
+    /// ([`Lock::lock_with`](crate::Lock::lock_with)), or carry it as a
+    /// string to another process to release or renew the hold there
+    /// ([`Lock::resume`](crate::Lock::resume)).
+    pub fn token(&self) -> crate::OwnerToken {
+        crate::OwnerToken::of_owner(&self.hold.owner)
+    }
+}
+
+impl<K: Kind, O: Ownership> Drop for Guard<K, O> {
     fn drop(&mut self) {
         if self.released {
             return;

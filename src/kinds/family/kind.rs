@@ -57,6 +57,20 @@ pub(crate) mod sealed {
         fn debug_fields(&self, _f: &mut std::fmt::DebugStruct<'_, '_>) {}
     }
 
+    /// A kind whose holds can be owned by an [`OwnerToken`](crate::OwnerToken).
+    pub(crate) trait Tokens: Core {
+        /// Takes on the live hold of `owner` (a token's owner id) found in
+        /// Redis, renewing its lease to `lease_ms` once: a guard of one of
+        /// its counts; `NotOwner` when the token holds nothing there.
+        fn resume(
+            &self,
+            ctx: Context<'_>,
+            owner: &str,
+            lease: crate::lease::Lease,
+            lease_ms: u64,
+        ) -> Result<(Arc<Hold>, Self::Keep)>;
+    }
+
     /// A kind whose fresh acquisitions can mint fencing tokens.
     pub(crate) trait Fences: Core {
         /// The same handle, minting tokens.
@@ -81,6 +95,25 @@ pub trait Kind: sealed::Core {}
 #[allow(private_bounds)]
 pub trait Fenced: Kind + sealed::Fences {}
 
+/// A kind whose holds can be owned by an [`OwnerToken`](crate::OwnerToken)
+/// instead of a thread ([`Handle::lock_owned`](crate::Handle::lock_owned),
+/// [`Handle::lock_with`](crate::Handle::lock_with),
+/// [`Handle::resume`](crate::Handle::resume)): the reentrant lock.
+#[allow(private_bounds)]
+pub trait TokenOwned: Kind + sealed::Tokens {}
+
+/// Who an acquire call acquires for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquirer {
+    /// The calling thread.
+    Thread,
+    /// A token keyholder just minted: it holds nothing anywhere yet.
+    MintedToken,
+    /// A token the caller presented: it may hold the lock already,
+    /// here or in another process.
+    PresentedToken,
+}
+
 /// What one acquire call asked for, as a kind's core receives it.
 pub(crate) struct Call<'a> {
     pub(crate) ctx: Context<'a>,
@@ -92,7 +125,9 @@ pub(crate) struct Call<'a> {
     pub(crate) lease: Lease,
     /// The lease in milliseconds (the watchdog timeout for a watchdog lease).
     pub(crate) lease_ms: u64,
+    /// The thread's id, or a token's local id (`OwnerToken::local_id`).
     pub(crate) thread: u64,
-    /// `<client-uuid>:<thread-id>`.
+    /// `<client-uuid>:<thread-id>`, or the token's `<uuid>:<number>`.
     pub(crate) owner: String,
+    pub(crate) acquirer: Acquirer,
 }
