@@ -76,6 +76,23 @@ fn the_scheduled_job_runs_once_per_tick_across_processes() {
     assert_eq!(stdout.matches(": skipped\n").count(), 6, "{stdout}");
 }
 
+/// Token-owned holds: handlers lock, pool threads release; one order's jobs
+/// never overlap.
+#[test]
+fn the_worker_pool_releases_on_pool_threads_and_orders_never_overlap() {
+    let mut cmd = Command::new(example("worker_pool"));
+    cmd.args(["--jobs", "12", "--workers", "3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("orders: 12 jobs, never two at once on one order"),
+        "worker_pool failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// One HTTP/1.1 request on a new connection: the status and the body.
 fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};

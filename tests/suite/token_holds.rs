@@ -232,3 +232,49 @@ fn a_thread_queued_behind_a_token_hold_gets_the_lock_when_another_thread_release
     let owner = recv_within(&queued, 10 * SECOND, "the queued thread").unwrap().expect("the lock");
     assert!(number_of(&owner) < 1 << 62, "a thread's hold");
 }
+
+#[test]
+fn both_clients_renew_one_lease_and_the_resuming_one_keeps_it_once_the_first_is_gone() {
+    let server = RedisServer::start();
+    let watchdog = Duration::from_millis(300);
+    let first = server.builder().watchdog_timeout(watchdog).build().unwrap();
+    let second = server.builder().watchdog_timeout(watchdog).build().unwrap();
+    let mut con = server.conn();
+    let guard = first.lock("handed").unwrap().lock_owned().unwrap();
+    let resumed = second.lock("handed").unwrap().resume(&guard.token()).unwrap();
+    let owner = guard.token().to_string();
+    let held_through = |con: &mut redis::Connection, leases: u32| {
+        let until = Instant::now() + watchdog * leases;
+        while Instant::now() < until {
+            let fields = hgetall(con, "handed");
+            assert_eq!(fields.get(&owner).map(String::as_str), Some("1"), "one owner, one count: {fields:?}");
+            assert_eq!(fields.len(), 1);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Both renew the same field: one lease.
+    held_through(&mut con, 3);
+    // The first process goes away without releasing; the second keeps it.
+    std::mem::forget(guard);
+    drop(first);
+    held_through(&mut con, 4);
+    assert!(!resumed.is_lost());
+    resumed.unlock().unwrap();
+    assert!(!exists(&mut con, "handed"));
+}
+
+#[test]
+fn presenting_the_token_to_another_client_re_enters_the_hold_there() {
+    let server = RedisServer::start();
+    let (here, there) = (server.client(), server.client());
+    let mut con = server.conn();
+    let guard = here.lock("shared").unwrap().lock_owned().unwrap();
+    let owner = guard.token().to_string();
+    let joined = there.lock("shared").unwrap().try_lock_with(&guard.token()).unwrap().expect("never waits");
+    assert_eq!(hgetall(&mut con, "shared").get(&owner).map(String::as_str), Some("2"));
+    drop(joined);
+    assert_eq!(hgetall(&mut con, "shared").get(&owner).map(String::as_str), Some("1"));
+    assert!(!guard.is_lost());
+    drop(guard);
+    assert!(!exists(&mut con, "shared"));
+}
