@@ -360,7 +360,9 @@ impl Reentrant {
     ) -> Result<Option<Arc<Hold>>> {
         let ctx = self.client.context();
         let sent = Instant::now();
-        let attempt = Attempt::Reentry { mint: self.token_key.is_some() };
+        // No fencing token: the hold has one where it was taken, and a
+        // newer one would fence that holder out while it still holds.
+        let attempt = Attempt::Reentry { mint: false };
         match self.try_acquire(entry, owner, lease_ms, attempt)? {
             Acquire::Acquired { token, replicated } => {
                 let acquisition =

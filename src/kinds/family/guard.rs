@@ -51,9 +51,16 @@ impl Ownership for ByThread {}
 impl Ownership for ByToken {}
 
 mod sealed {
-    pub(crate) trait Sealed {}
-    impl Sealed for super::ByThread {}
-    impl Sealed for super::ByToken {}
+    pub(crate) trait Sealed {
+        /// Put before the kind's guard name in `Debug` ("Owned").
+        const DEBUG_PREFIX: &'static str;
+    }
+    impl Sealed for super::ByThread {
+        const DEBUG_PREFIX: &'static str = "";
+    }
+    impl Sealed for super::ByToken {
+        const DEBUG_PREFIX: &'static str = "Owned";
+    }
 }
 
 /// An RAII guard for one acquisition of a lock of kind `K`; the public
@@ -174,8 +181,9 @@ pub struct Guard<K: Kind, O: Ownership = ByThread> {
 
 impl<K: Kind, O: Ownership> std::fmt::Debug for Guard<K, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct(K::GUARD)
+        f.debug_struct(&format!("{}{}", <O as sealed::Sealed>::DEBUG_PREFIX, K::GUARD))
             .field("name", &self.name())
+            .field("owner", &self.hold.owner)
             .field("lease", &self.hold.lease)
             .field("token", &self.hold.token())
             .field("lost", &self.lost_reason())
