@@ -10,7 +10,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, ServerExt, exists, hgetall, pttl, recv_within, spawn};
-use keyholder::{ErrorKind, OwnerToken};
+use keyholder::{ErrorKind, OwnedLockGuard, OwnerToken};
+
+use crate::redisson_lock::RedissonClient;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -18,6 +20,12 @@ const SECOND: Duration = Duration::from_secs(1);
 fn number_of(owner: &str) -> u64 {
     owner.rsplit_once(':').expect("a colon").1.parse().expect("a number")
 }
+
+/// The guard may move to, and be shared with, other threads.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<OwnedLockGuard>();
+};
 
 #[test]
 fn a_hold_taken_on_one_thread_is_released_on_another() {
@@ -277,4 +285,18 @@ fn presenting_the_token_to_another_client_re_enters_the_hold_there() {
     assert!(!guard.is_lost());
     drop(guard);
     assert!(!exists(&mut con, "shared"));
+}
+
+#[test]
+fn a_redisson_client_sees_an_ordinary_holder_and_gets_the_lock_after_the_release() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let guard = client.lock("java").unwrap().lock_owned().unwrap();
+    let mut java = RedissonClient::connect(&server.url(), "6f1c3c1e-0000-4000-8000-0000000000ab");
+    let remaining = java.try_acquire("java", 1).expect("Redisson saw the lock free");
+    assert!(remaining > 0, "Redisson reads the holder's PTTL: {remaining}");
+    let waiter = spawn(move || java.lock("java", 1, Instant::now() + 10 * SECOND));
+    std::thread::sleep(Duration::from_millis(100));
+    recv_within(&spawn(move || guard.unlock()), 5 * SECOND, "the release").unwrap();
+    assert!(recv_within(&waiter, 10 * SECOND, "Redisson's wait"), "Redisson's waiter never got the lock");
 }
