@@ -300,3 +300,25 @@ fn a_redisson_client_sees_an_ordinary_holder_and_gets_the_lock_after_the_release
     recv_within(&spawn(move || guard.unlock()), 5 * SECOND, "the release").unwrap();
     assert!(recv_within(&waiter, 10 * SECOND, "Redisson's wait"), "Redisson's waiter never got the lock");
 }
+
+#[test]
+fn two_threads_acquiring_with_one_token_at_once_the_second_is_refused() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let lock = client.lock("twice").unwrap();
+    let held = lock.lock().unwrap();
+    assert!(lock.try_lock_owned().unwrap().is_none(), "held by a thread");
+    let token: OwnerToken = "0b6f5a36-3b1e-4d55-9a4f-6c2d1e0f9a11:5000000000000000002".parse().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let (lock, token, tx) = (lock.clone(), token.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(lock.try_lock_with_for(&token, 10 * SECOND).map(|g| g.is_some()));
+        });
+    }
+    // One waits behind the thread hold; the other, arriving while it does, is refused at once.
+    let first = recv_within(&rx, 10 * SECOND, "the refused one");
+    assert_eq!(first.unwrap_err().kind(), ErrorKind::InvalidArgument);
+    drop(held);
+    assert!(recv_within(&rx, 10 * SECOND, "the waiting one").unwrap(), "it got the lock");
+}
