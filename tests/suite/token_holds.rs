@@ -16,6 +16,21 @@ use crate::redisson_lock::RedissonClient;
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// A private server, a client of it, a raw connection, and a handle to the
+/// lock `name`.
+fn on_server(name: &str) -> (RedisServer, keyholder::Client, redis::Connection, keyholder::Lock) {
+    let server = RedisServer::start();
+    let client = server.client();
+    let con = server.conn();
+    let lock = client.lock(name).unwrap();
+    (server, client, con, lock)
+}
+
+/// The count of `owner`'s field in the lock hash `name`.
+fn count_of(con: &mut redis::Connection, name: &str, owner: &str) -> Option<String> {
+    hgetall(con, name).get(owner).cloned()
+}
+
 /// The number of a `<uuid>:<number>` owner field.
 fn number_of(owner: &str) -> u64 {
     owner.rsplit_once(':').expect("a colon").1.parse().expect("a number")
@@ -29,10 +44,7 @@ const _: () = {
 
 #[test]
 fn a_hold_taken_on_one_thread_is_released_on_another() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("moved").unwrap();
+    let (_server, client, mut con, lock) = on_server("moved");
     let guard = lock.lock_owned().unwrap();
     assert!(lock.is_locked().unwrap());
     let released = spawn(move || guard.unlock());
@@ -45,10 +57,7 @@ fn a_hold_taken_on_one_thread_is_released_on_another() {
 
 #[test]
 fn a_dropped_guard_releases_wherever_it_is_dropped() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("dropped").unwrap();
+    let (_server, _client, mut con, lock) = on_server("dropped");
     let guard = lock.try_lock_owned().unwrap().expect("a free lock");
     recv_within(&spawn(move || drop(guard)), 5 * SECOND, "the drop on another thread");
     assert!(!exists(&mut con, "dropped"));
@@ -56,10 +65,7 @@ fn a_dropped_guard_releases_wherever_it_is_dropped() {
 
 #[test]
 fn whoever_presents_the_token_re_enters_and_each_guard_releases_one_count() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("reentered").unwrap();
+    let (_server, client, mut con, lock) = on_server("reentered");
     let first = lock.lock_owned().unwrap();
     let token = first.token();
     let owner = token.to_string();
@@ -71,24 +77,21 @@ fn whoever_presents_the_token_re_enters_and_each_guard_releases_one_count() {
             .expect("a re-entry never waits")
     };
     assert_eq!(again.token(), token);
-    assert_eq!(hgetall(&mut con, "reentered").get(&owner).map(String::as_str), Some("2"));
+    assert_eq!(count_of(&mut con, "reentered", &owner).as_deref(), Some("2"));
     assert_eq!(client.watched_locks(), 1, "one hold, however deep");
     first.unlock().unwrap();
-    assert_eq!(hgetall(&mut con, "reentered").get(&owner).map(String::as_str), Some("1"));
+    assert_eq!(count_of(&mut con, "reentered", &owner).as_deref(), Some("1"));
     drop(again);
     assert!(!exists(&mut con, "reentered"));
 }
 
 #[test]
 fn a_token_of_the_user_takes_a_free_lock_and_a_thread_is_not_its_owner() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("chosen").unwrap();
+    let (_server, _client, mut con, lock) = on_server("chosen");
     let token: OwnerToken = "0b6f5a36-3b1e-4d55-9a4f-6c2d1e0f9a11:5000000000000000000".parse().unwrap();
     let guard = lock.lock_with(&token).unwrap();
     assert_eq!(guard.owner_id(), token.as_str());
-    assert_eq!(hgetall(&mut con, "chosen").get(token.as_str()).map(String::as_str), Some("1"));
+    assert_eq!(count_of(&mut con, "chosen", token.as_str()).as_deref(), Some("1"));
     // The thread that took it holds nothing as a thread.
     assert_eq!(lock.hold_count().unwrap(), 0);
     assert!(lock.try_lock().unwrap().is_none(), "a thread hold is another owner");
@@ -141,10 +144,7 @@ fn another_client_resumes_the_token_from_its_string_and_releases_it() {
 
 #[test]
 fn a_stale_or_foreign_token_gets_not_owner_and_the_lock_stays_held() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("guarded").unwrap();
+    let (server, client, mut con, lock) = on_server("guarded");
     let holder = lock.lock_owned().unwrap();
     let before = hgetall(&mut con, "guarded");
 
@@ -173,10 +173,7 @@ fn a_stale_or_foreign_token_gets_not_owner_and_the_lock_stays_held() {
 
 #[test]
 fn the_field_is_redissons_uuid_colon_number_outside_every_thread_id() {
-    let server = RedisServer::start();
-    let client = server.client();
-    let mut con = server.conn();
-    let lock = client.lock("layout").unwrap();
+    let (_server, client, mut con, lock) = on_server("layout");
     let thread_hold = lock.lock().unwrap();
     let thread_number = number_of(thread_hold.owner_id());
     drop(thread_hold);
@@ -279,9 +276,9 @@ fn presenting_the_token_to_another_client_re_enters_the_hold_there() {
     let guard = here.lock("shared").unwrap().lock_owned().unwrap();
     let owner = guard.token().to_string();
     let joined = there.lock("shared").unwrap().try_lock_with(&guard.token()).unwrap().expect("never waits");
-    assert_eq!(hgetall(&mut con, "shared").get(&owner).map(String::as_str), Some("2"));
+    assert_eq!(count_of(&mut con, "shared", &owner).as_deref(), Some("2"));
     drop(joined);
-    assert_eq!(hgetall(&mut con, "shared").get(&owner).map(String::as_str), Some("1"));
+    assert_eq!(count_of(&mut con, "shared", &owner).as_deref(), Some("1"));
     assert!(!guard.is_lost());
     drop(guard);
     assert!(!exists(&mut con, "shared"));
