@@ -26,7 +26,6 @@ mod observer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use redis::Value;
 
 pub use leadership::Leadership;
@@ -69,10 +68,6 @@ pub struct Election {
     client: Client,
     name: Arc<str>,
     lease: Duration,
-    /// The client whose watchdog renews this election's leaderships with
-    /// `lease` (the user's client when its watchdog timeout is `lease`),
-    /// started at the first campaign.
-    campaigner: Arc<Mutex<Option<Client>>>,
 }
 
 impl std::fmt::Debug for Election {
@@ -109,12 +104,7 @@ impl Client {
     /// for a name [`Client::lock`] refuses.
     pub fn election(&self, name: &str) -> Result<Election> {
         self.lock(name)?;
-        Ok(Election {
-            client: self.clone(),
-            name: Arc::from(name),
-            lease: DEFAULT_ELECTION_LEASE,
-            campaigner: Arc::new(Mutex::new(None)),
-        })
+        Ok(Election { client: self.clone(), name: Arc::from(name), lease: DEFAULT_ELECTION_LEASE })
     }
 }
 
@@ -125,9 +115,11 @@ impl Election {
     /// reach Redis learns it lost within `lease`. Shorter is faster to fail
     /// over and costs more renewals. When it differs from the client's
     /// [`watchdog_timeout`](Client::watchdog_timeout), the first campaign
-    /// starts a second client with the same settings but this watchdog
+    /// starts a companion client with the same settings but this watchdog
     /// timeout (its own connections and watchdog thread), shared by the
-    /// clones of this handle. No I/O.
+    /// client's elections with that lease and shut down with the client:
+    /// a client's shutdown (or the drop of its last handle) ends its
+    /// leaderships' renewals, as the death of its process does. No I/O.
     ///
     /// # Errors
     ///
@@ -144,7 +136,7 @@ impl Election {
                 crate::lease::for_people(crate::MAX_LEASE)
             )));
         }
-        Ok(Election { lease, campaigner: Arc::new(Mutex::new(None)), ..self.clone() })
+        Ok(Election { lease, ..self.clone() })
     }
 
     /// The election's name (its lock's).
@@ -228,16 +220,7 @@ impl Election {
         if self.client.watchdog_timeout() == self.lease {
             return Ok(self.client.clone());
         }
-        let mut slot = self.campaigner.lock();
-        if let Some(client) = slot.as_ref().filter(|c| !c.is_shutdown()) {
-            return Ok(client.clone());
-        }
-        self.client.inner().check_running()?;
-        let mut config = self.client.inner().config.clone();
-        config.watchdog_timeout = self.lease;
-        let client = Client::start(config)?;
-        *slot = Some(client.clone());
-        Ok(client)
+        self.client.inner().companion(self.lease)
     }
 
     /// Tells observers of the new term: `<term> <owner>` on the election's
