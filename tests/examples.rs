@@ -93,6 +93,22 @@ fn the_worker_pool_releases_on_pool_threads_and_orders_never_overlap() {
     );
 }
 
+/// Leader election: three processes, the leader killed, the next resigns;
+/// the term grows and the takeover comes within the lease.
+#[test]
+fn the_leader_is_killed_and_a_standby_takes_over_with_a_higher_term() {
+    let mut cmd = Command::new(example("leader"));
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("a standby took over"),
+        "leader failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.matches(" resigned term ").count(), 2, "{stdout}");
+}
+
 /// One HTTP/1.1 request on a new connection: the status and the body.
 fn http(addr: &str, method: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
