@@ -56,9 +56,11 @@ const ELECTED_PREFIX: &str = "keyholder_election__channel";
 /// let leadership = election.campaign()?; // blocks while another leads
 /// let lost = leadership.lost_signal();
 /// println!("leading in term {}", leadership.term());
-/// while lost.try_recv().is_err() {
+/// for _step in 0..3 {
+///     if lost.try_recv().is_ok() {
+///         break; // no longer the leader: stop at once
+///     }
 ///     // ... one step of the leader's work, stamped with leadership.term() ...
-/// #   break;
 /// }
 /// leadership.resign()?; // a standby takes over at once
 /// # Ok(()) }
