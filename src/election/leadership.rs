@@ -28,7 +28,7 @@ pub struct Leadership {
     term: u64,
     /// Keeps the campaigning client, whose watchdog renews the hold,
     /// running while the leadership lives.
-    _campaigner: Client,
+    campaigner: Client,
 }
 
 impl Leadership {
@@ -37,7 +37,7 @@ impl Leadership {
         let term = guard.fencing_token().ok_or_else(|| {
             Error::invalid_argument(format!("the hold of election '{}' has no fencing token", guard.name()))
         })?;
-        Ok(Leadership { guard, term, _campaigner: campaigner })
+        Ok(Leadership { guard, term, campaigner })
     }
 
     /// This leadership's term: its hold's fencing token, strictly greater
@@ -78,6 +78,22 @@ impl Leadership {
     /// True if the loss of this leadership is known. No I/O.
     pub fn is_lost(&self) -> bool {
         self.guard.is_lost()
+    }
+
+    /// The run-once job `name` ([`Client::job`]) whose runs carry this
+    /// leadership's term as their fencing token
+    /// ([`JobRun::fencing_token`](crate::JobRun::fencing_token)): a leader
+    /// that runs the schedule stamps each run's writes with its term, and a
+    /// run of a deposed leader is refused by a storage that checks it. The
+    /// job keeps its own lock and its `at_least` (a new leader taking over
+    /// mid-tick skips a tick the old one ran). Check
+    /// [`lost_signal`](Leadership::lost_signal) between runs. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::job`].
+    pub fn job(&self, name: &str) -> Result<crate::Job> {
+        Ok(self.campaigner.job(name)?.fencing_token(self.term))
     }
 
     /// Resigns: releases the hold (one round trip), which publishes on the

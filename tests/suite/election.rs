@@ -242,3 +242,23 @@ fn through_sentinels_a_dead_leader_is_replaced_within_its_lease() {
     assert!(next.term() > term);
     assert_eq!(standby.leader().unwrap().map(|l| l.owner), Some(next.owner_id().to_owned()));
 }
+
+#[test]
+fn a_leaders_job_runs_carry_its_term_as_their_fencing_token() {
+    let server = RedisServer::start();
+    let clients = three_clients(&server);
+    let (_, first) = one_leader_of(&clients, "scheduler");
+    let job = first.job("scheduler:report").unwrap();
+    let seen = job.run_with(|run| run.fencing_token()).unwrap().output();
+    assert_eq!(seen, Some(Some(first.term())));
+    // A job without a token reports none.
+    let plain = clients[0].job("scheduler:plain").unwrap().run_with(|run| run.fencing_token()).unwrap();
+    assert_eq!(plain.output(), Some(None));
+
+    // The next leader's runs carry a higher term.
+    let term = first.term();
+    first.resign().unwrap();
+    let (_, second) = one_leader_of(&clients, "scheduler");
+    let seen = second.job("scheduler:report").unwrap().run_with(|run| run.fencing_token()).unwrap().output();
+    assert!(seen.flatten().is_some_and(|t| t > term), "{seen:?} after {term}");
+}
