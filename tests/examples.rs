@@ -76,6 +76,27 @@ fn the_scheduled_job_runs_once_per_tick_across_processes() {
     assert_eq!(stdout.matches(": skipped\n").count(), 6, "{stdout}");
 }
 
+/// The scheduled job with a leader: only the elected node runs the
+/// schedule; it resigns halfway and a standby runs the rest, in a higher
+/// term.
+#[test]
+fn the_scheduled_job_runs_on_the_leader_and_a_standby_takes_over() {
+    let mut cmd = Command::new(example("scheduled_job"));
+    cmd.args(["--leader", "--nodes", "3", "--ticks", "4", "--tick-ms", "500"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("ran once per tick"),
+        "scheduled_job --leader failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.matches(": ran in term ").count(), 4, "{stdout}");
+    // The two that ran ticks resigned (the third may lead after the end).
+    assert!(stdout.matches(": resigned term ").count() >= 2, "{stdout}");
+}
+
 /// Token-owned holds: handlers lock, pool threads release; one order's jobs
 /// never overlap.
 #[test]
