@@ -160,16 +160,7 @@ fn node(opts: &Options, i: u32, url: &str, start_ms: u64) -> Result<bool, Box<dy
             std::thread::sleep(WORK);
             Ok::<_, redis::RedisError>(())
         })?;
-        let what = match outcome {
-            JobOutcome::Ran(result) => {
-                result?;
-                "ran".to_owned()
-            }
-            JobOutcome::Skipped => "skipped".to_owned(),
-            JobOutcome::Lost { reason, .. } => format!("ran, lock lost: {reason}"),
-            _ => "?".to_owned(),
-        };
-        println!("tick {tick} node {i}: {what}");
+        println!("tick {tick} node {i}: {}", told(outcome, "ran")?);
     }
     Ok(true)
 }
@@ -208,20 +199,24 @@ fn leader_node(opts: &Options, i: u32, url: &str, start_ms: u64) -> Result<bool,
             std::thread::sleep(WORK);
             Ok::<_, redis::RedisError>(())
         })?;
-        let what = match outcome {
-            JobOutcome::Ran(result) => {
-                result?;
-                format!("ran in term {term}")
-            }
-            JobOutcome::Skipped => "skipped".to_owned(),
-            JobOutcome::Lost { reason, .. } => format!("ran, lock lost: {reason}"),
-            _ => "?".to_owned(),
-        };
-        println!("tick {tick} node {i}: {what}");
+        println!("tick {tick} node {i}: {}", told(outcome, &format!("ran in term {term}"))?);
     }
     leadership.resign()?;
     println!("node {i}: resigned term {term}");
     Ok(true)
+}
+
+/// A run's outcome in words (`ran` said as `ran`); the job's own error.
+fn told(outcome: JobOutcome<redis::RedisResult<()>>, ran: &str) -> redis::RedisResult<String> {
+    Ok(match outcome {
+        JobOutcome::Ran(result) => {
+            result?;
+            ran.to_owned()
+        }
+        JobOutcome::Skipped => "skipped".to_owned(),
+        JobOutcome::Lost { reason, .. } => format!("ran, lock lost: {reason}"),
+        _ => "?".to_owned(),
+    })
 }
 
 fn millis(d: Duration) -> u64 {
