@@ -122,6 +122,10 @@ pub(crate) struct Inner {
     /// When the outage its waiters are riding out began (see
     /// `wait/outage.rs`).
     outages: OutageClock,
+    /// Clients with these settings but another watchdog timeout, by that
+    /// timeout (the elections' campaigning clients, `election.rs`); shut
+    /// down with this one.
+    companions: Mutex<HashMap<Duration, Client>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -306,6 +310,7 @@ impl Client {
             entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscribers,
+            companions: Mutex::new(HashMap::new()),
             sentinel_watch: Mutex::new(None),
             watchdog,
             foreign,
@@ -582,11 +587,33 @@ impl Inner {
         entry
     }
 
+    /// A client with this one's settings but `watchdog_timeout`, started
+    /// at the first call and shared by later ones, shut down with this
+    /// one: the elections' campaigning client, whose watchdog renews
+    /// leaderships with the election's lease (`election.rs`). This client
+    /// when its own watchdog timeout is that.
+    pub(crate) fn companion(&self, watchdog_timeout: Duration) -> Result<Client> {
+        let mut companions = self.companions.lock();
+        // Checked under the lock: a shutdown after it finds the new one.
+        self.check_running()?;
+        if let Some(client) = companions.get(&watchdog_timeout) {
+            return Ok(client.clone());
+        }
+        let mut config = self.config.clone();
+        config.watchdog_timeout = watchdog_timeout;
+        let client = Client::start(config)?;
+        companions.insert(watchdog_timeout, client.clone());
+        Ok(client)
+    }
+
     pub(crate) fn shut_down(&self) {
         if self.shutdown.swap(true, Ordering::AcqRel) {
             return;
         }
         self.stop.lock().take();
+        for companion in std::mem::take(&mut *self.companions.lock()).into_values() {
+            companion.shutdown();
+        }
         self.subscribers.shut_down();
         if let Some(watch) = self.sentinel_watch.lock().as_ref() {
             watch.shut_down();

@@ -234,6 +234,8 @@
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
+// Leader election, on the lock and the operators' watch.
+mod election;
 // The kinds of lock (one module each), and the operators' view of them.
 mod admin;
 mod kinds;
@@ -266,6 +268,9 @@ pub use admin::{
 };
 pub use client::Client;
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
+pub use election::{
+    DEFAULT_ELECTION_LEASE, Election, Leader, Leadership, LeadershipChange, LeadershipChanges,
+};
 pub use error::{Error, ErrorKind, LostReason, Result};
 pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{

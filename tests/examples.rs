@@ -44,6 +44,22 @@ fn run_within(mut cmd: Command, limit: Duration) -> Output {
     output
 }
 
+/// Runs the example `name` with `args` (within 2 min) and returns its
+/// standard output, failing the test unless it succeeded and printed
+/// `marker`.
+fn run_example(name: &str, args: &[&str], marker: &str) -> String {
+    let mut cmd = Command::new(example(name));
+    cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let output = run_within(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && stdout.contains(marker),
+        "{name} {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn the_demo_runs_and_its_checks_pass() {
     let mut cmd = Command::new(example("demo"));
@@ -60,37 +76,42 @@ fn the_demo_runs_and_its_checks_pass() {
 /// The scheduled job from several processes: each tick ran on one node.
 #[test]
 fn the_scheduled_job_runs_once_per_tick_across_processes() {
-    let mut cmd = Command::new(example("scheduled_job"));
-    cmd.args(["--nodes", "3", "--ticks", "3", "--tick-ms", "1000"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let output = run_within(cmd, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("ran once per tick"),
-        "scheduled_job failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = run_example(
+        "scheduled_job",
+        &["--nodes", "3", "--ticks", "3", "--tick-ms", "1000"],
+        "ran once per tick",
     );
     // Every node took part: the late ones skipped.
     assert_eq!(stdout.matches(": ran\n").count(), 3, "{stdout}");
     assert_eq!(stdout.matches(": skipped\n").count(), 6, "{stdout}");
 }
 
+/// The scheduled job with a leader: only the elected node runs the
+/// schedule; it resigns halfway and a standby runs the rest, in a higher
+/// term.
+#[test]
+fn the_scheduled_job_runs_on_the_leader_and_a_standby_takes_over() {
+    let args = ["--leader", "--nodes", "3", "--ticks", "4", "--tick-ms", "500"];
+    let stdout = run_example("scheduled_job", &args, "ran once per tick");
+    assert_eq!(stdout.matches(": ran in term ").count(), 4, "{stdout}");
+    // The two that ran ticks resigned (the third may lead after the end).
+    assert!(stdout.matches(": resigned term ").count() >= 2, "{stdout}");
+}
+
 /// Token-owned holds: handlers lock, pool threads release; one order's jobs
 /// never overlap.
 #[test]
 fn the_worker_pool_releases_on_pool_threads_and_orders_never_overlap() {
-    let mut cmd = Command::new(example("worker_pool"));
-    cmd.args(["--jobs", "12", "--workers", "3"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let output = run_within(cmd, Duration::from_secs(120));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("orders: 12 jobs, never two at once on one order"),
-        "worker_pool failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let marker = "orders: 12 jobs, never two at once on one order";
+    run_example("worker_pool", &["--jobs", "12", "--workers", "3"], marker);
+}
+
+/// Leader election: three processes, the leader killed, the next resigns;
+/// the term grows and the takeover comes within the lease.
+#[test]
+fn the_leader_is_killed_and_a_standby_takes_over_with_a_higher_term() {
+    let stdout = run_example("leader", &[], "a standby took over");
+    assert_eq!(stdout.matches(" resigned term ").count(), 2, "{stdout}");
 }
 
 /// One HTTP/1.1 request on a new connection: the status and the body.

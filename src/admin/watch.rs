@@ -194,10 +194,15 @@ impl Client {
     ///
     /// As [`Client::watch`].
     pub fn watch_as(&self, name: &str, kind: LockKind) -> Result<UnlockWatch> {
+        self.watch_channel(name, Companions::of(name).channel_of(kind).to_owned(), kind)
+    }
+
+    /// A watch of `channel`, a channel of `name`'s slot (the election's
+    /// announcements, `election.rs`), its messages told as `kind`'s.
+    pub(crate) fn watch_channel(&self, name: &str, channel: String, kind: LockKind) -> Result<UnlockWatch> {
         let inner = self.inner();
         inner.check_running()?;
         inner.validate_name(name)?;
-        let channel = Companions::of(name).channel_of(kind).to_owned();
         let (tx, incoming) = crossbeam_channel::bounded(BACKLOG);
         let feed = Arc::new(Feed { tx, missed: AtomicU64::new(0) });
         let serial = WATCHES.fetch_add(1, Ordering::Relaxed);

@@ -59,6 +59,7 @@ impl Client {
             at_most: DEFAULT_JOB_AT_MOST,
             at_least: Duration::ZERO,
             migration: ctx.config().migration_mode,
+            fencing_token: None,
         })
     }
 }
@@ -107,6 +108,8 @@ pub struct Job {
     at_most: Duration,
     at_least: Duration,
     migration: bool,
+    /// The fencing token its runs report ([`Job::fencing_token`]).
+    fencing_token: Option<u64>,
 }
 
 impl std::fmt::Debug for Job {
@@ -116,6 +119,7 @@ impl std::fmt::Debug for Job {
             .field("at_most", &self.at_most)
             .field("at_least", &self.at_least)
             .field("migration", &self.migration)
+            .field("fencing_token", &self.fencing_token)
             .finish_non_exhaustive()
     }
 }
@@ -174,6 +178,7 @@ impl<T> JobOutcome<T> {
 pub struct JobRun {
     started: Instant,
     deadline: Instant,
+    fencing_token: Option<u64>,
 }
 
 impl JobRun {
@@ -193,6 +198,15 @@ impl JobRun {
     /// A long job checks it between steps and stops when it runs short.
     pub fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The fencing token the job was given ([`Job::fencing_token`]; the
+    /// election's term for a job of a [`Leadership`](crate::Leadership)):
+    /// stamp the job's writes with it, so that a storage that refuses lower
+    /// tokens refuses a deposed leader's late run. `None` when none was
+    /// given.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
     }
 
     /// True once the deadline has passed: the lock may be another node's.
@@ -228,6 +242,17 @@ impl Job {
     /// `at_most` (checked by [`run`](Job::run)).
     pub fn at_least(mut self, at_least: Duration) -> Self {
         self.at_least = at_least;
+        self
+    }
+
+    /// This job with `token` as the fencing token of its runs, which the
+    /// closure reads from [`JobRun::fencing_token`]: typically the term of
+    /// the election this node leads
+    /// ([`Leadership::job`](crate::Leadership::job) sets it). The job's own
+    /// lock mints none (its runs are not fenced among themselves); the
+    /// token is the caller's, passed through unchanged. No I/O.
+    pub fn fencing_token(mut self, token: u64) -> Self {
+        self.fencing_token = Some(token);
         self
     }
 
@@ -320,7 +345,8 @@ impl Job {
                 return Err(e);
             }
         }
-        let run = JobRun { started, deadline: started + Duration::from_millis(at_most_ms) };
+        let deadline = started + Duration::from_millis(at_most_ms);
+        let run = JobRun { started, deadline, fencing_token: self.fencing_token };
         let output = catch_unwind(AssertUnwindSafe(|| job(&run)));
         let ended = Instant::now();
         let keep = (started + self.at_least).saturating_duration_since(ended);
@@ -403,10 +429,10 @@ mod tests {
     #[test]
     fn a_run_past_its_deadline_is_expired() {
         let now = Instant::now();
-        let run = JobRun { started: now, deadline: now };
+        let run = JobRun { started: now, deadline: now, fencing_token: None };
         assert!(run.is_expired());
         assert_eq!(run.remaining(), Duration::ZERO);
-        let run = JobRun { started: now, deadline: now + Duration::from_secs(60) };
+        let run = JobRun { started: now, deadline: now + Duration::from_secs(60), fencing_token: None };
         assert!(!run.is_expired() && run.remaining() > Duration::from_secs(50));
     }
 }
