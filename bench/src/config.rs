@@ -5,14 +5,14 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK] [--w2-clients N] [--w6-clients N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK,ELECTION] [--w2-clients N] [--w6-clients N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
                              127.0.0.1) over lock names spread across its shards, with each
                              primary's command counts and redirections (REDIS_URL is ignored)
   --runs N                   runs per workload; figures are medians (default 3, quick 1)
-  --only LIST                run only these workloads (W1..W7, FAIR, RW, SEM, SPIN, REDLOCK; comma-separated)
+  --only LIST                run only these workloads (W1..W7, FAIR, RW, SEM, SPIN, REDLOCK, ELECTION; comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
   --barging-window-ms LIST   keyholder rows of W6 and of W2's clients configuration, one per barging
@@ -29,8 +29,8 @@ REDIS_URL selects a Redis server; without it a private redis-server is started
 pub(crate) const CLUSTER_WORKLOADS: [&str; 2] = ["W1", "W2"];
 
 /// The workloads, in the order they run.
-pub(crate) const WORKLOADS: [&str; 12] =
-    ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW", "SEM", "SPIN", "REDLOCK"];
+pub(crate) const WORKLOADS: [&str; 13] =
+    ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "FAIR", "RW", "SEM", "SPIN", "REDLOCK", "ELECTION"];
 
 /// Sizes and switches of one bench run.
 #[derive(Debug, Clone)]

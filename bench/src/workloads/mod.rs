@@ -6,6 +6,7 @@
 
 mod cluster;
 mod contended;
+mod election;
 mod fair;
 mod handoff;
 mod header;
@@ -34,7 +35,7 @@ type Workload = fn(&Env, &mut redis::Connection) -> Res<()>;
 /// Prints the header, then runs the workloads `--only` selects, in order.
 pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -> Res<()> {
     header::header(env, redis, stats)?;
-    let workloads: [(&str, Workload); 12] = [
+    let workloads: [(&str, Workload); 13] = [
         ("W1", w1::w1),
         ("W2", w2::w2),
         ("W3", w3::w3),
@@ -47,6 +48,7 @@ pub(crate) fn run_all(env: &Env, redis: &Redis, stats: &mut redis::Connection) -
         ("SEM", sem::sem),
         ("SPIN", spin::spin),
         ("REDLOCK", redlock::redlock),
+        ("ELECTION", election::election),
     ];
     for (name, run) in workloads {
         if env.cfg.wants(name) {
