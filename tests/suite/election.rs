@@ -92,9 +92,14 @@ fn terms_strictly_increase_across_resignations_and_takeovers() {
         assert!(leadership.term() > *terms.last().unwrap());
         terms.push(leadership.term());
     }
-    // And the first client, campaigning again, gets a term above all.
+    // And the first client, campaigning again, gets a term above all. A
+    // campaign, not a try: right after a release the lock may be kept a few
+    // milliseconds for listeners keyholder cannot tell from Redisson
+    // waiters (a foreign turn, lua/lock/release.lua), which a try would
+    // take for a leader.
     leadership.resign().unwrap();
-    let again = clients[first].election("terms").unwrap().try_campaign().unwrap().unwrap();
+    let again =
+        clients[first].election("terms").unwrap().campaign_for(SECOND).unwrap().expect("leads in time");
     assert!(again.term() > terms[2], "{} after {terms:?}", again.term());
 }
 
