@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Context};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::holds::renew::OnLost;
@@ -30,6 +30,7 @@ use crate::kinds::family::contend::{self, Bounds, Contended, Contender, Step, Wa
 use crate::kinds::family::fresh::{self, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::tokens::{self, TokenHold};
 use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
@@ -197,20 +198,16 @@ impl Tokens for Reentrant {
         lease_ms: u64,
     ) -> Result<(Arc<Hold>, Arc<Entry>)> {
         let entry = ctx.waits().entry(&self.name);
-        let sent = Instant::now();
-        // `renew.lua`: the lease renewed if, and only if, the field is there.
-        let pair = [(&*self.name, owner)];
-        let (held, replicated) = ctx.calls().with_live_conn(&self.name, |conn| {
-            let held = scripts::renew(ctx.calls().scripts(), conn, &pair, lease_ms, true)?;
-            Ok((held, conn.replicated()))
-        })?;
-        if held.first() != Some(&true) {
-            return Err(Error::not_owner(&self.name));
-        }
         let thread = OwnerToken::of_owner(owner).local_id();
-        let acquisition = Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token: None, sent };
-        let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
-        fresh::keep(ctx, &hold, release::keeping(ctx, &entry));
+        let held = TokenHold {
+            noun: Self::NOUN,
+            name: &entry.keys.name,
+            field: owner.to_owned(),
+            thread,
+            lease,
+            lease_ms,
+        };
+        let hold = tokens::resume(ctx, held, release::keeping(ctx, &entry))?;
         Ok((hold, entry))
     }
 }
@@ -359,20 +356,19 @@ impl Reentrant {
         lease_ms: u64,
     ) -> Result<Option<Arc<Hold>>> {
         let ctx = self.client.context();
-        let sent = Instant::now();
-        // No fencing token: the hold has one where it was taken, and a
-        // newer one would fence that holder out while it still holds.
-        let attempt = Attempt::Reentry { mint: false };
-        match self.try_acquire(entry, owner, lease_ms, attempt)? {
-            Acquire::Acquired { token, replicated } => {
-                let acquisition =
-                    Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token, sent };
-                let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
-                fresh::keep(ctx, &hold, release::keeping(ctx, entry));
-                Ok(Some(hold))
-            }
-            Acquire::Held { .. } | Acquire::Free => Ok(None),
-        }
+        let held = TokenHold {
+            noun: Self::NOUN,
+            name: &entry.keys.name,
+            field: owner.to_owned(),
+            thread,
+            lease,
+            lease_ms,
+        };
+        let attempt = || match self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint: false })? {
+            Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+            Acquire::Held { .. } | Acquire::Free => Ok(Reentry::Gone),
+        };
+        tokens::join(ctx, held, attempt, || release::keeping(ctx, entry))
     }
 
     /// Re-enters `hold`, this thread's live hold (see
