@@ -287,7 +287,9 @@ pub use kinds::permit_semaphore::{
     ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
 };
 pub use kinds::red_lock::{RedLock, RedLockGuard};
-pub use kinds::rwlock::{OwnedWriteGuard, ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
+pub use kinds::rwlock::{
+    OwnedReadGuard, OwnedWriteGuard, ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock,
+};
 pub use kinds::semaphore::{Semaphore, SemaphorePermits};
 pub use kinds::spin_lock::{BackOff, OwnedSpinLockGuard, SpinLock, SpinLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};

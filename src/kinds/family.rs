@@ -348,11 +348,12 @@ impl<K: Kind> Handle<K> {
 }
 
 /// Holds owned by a token, not a thread (the [`TokenOwned`] kinds: the
-/// reentrant, spin and fair locks and the write side; see [`OwnerToken`]
-/// and `docs/guarantees.md`). The guards are `Guard<K, ByToken>`
-/// ([`OwnedLockGuard`](crate::OwnedLockGuard),
+/// reentrant, spin and fair locks and both sides of a read-write lock; see
+/// [`OwnerToken`] and `docs/guarantees.md`). The guards are
+/// `Guard<K, ByToken>` ([`OwnedLockGuard`](crate::OwnedLockGuard),
 /// [`OwnedSpinLockGuard`](crate::OwnedSpinLockGuard),
 /// [`OwnedFairLockGuard`](crate::OwnedFairLockGuard),
+/// [`OwnedReadGuard`](crate::OwnedReadGuard),
 /// [`OwnedWriteGuard`](crate::OwnedWriteGuard)): `Send`, released from
 /// whichever thread drops them, renewed by the watchdog while they live.
 ///

@@ -187,6 +187,11 @@ pub type WriteGuard = Guard<Write>;
 /// [`WriteLock::resume`]): `Send`, released from any thread; see [`Guard`].
 pub type OwnedWriteGuard = Guard<Write, ByToken>;
 
+/// An RAII guard for one read acquisition of a [`ReadWriteLock`] owned by
+/// an [`OwnerToken`] ([`ReadLock::lock_owned`], [`ReadLock::lock_with`],
+/// [`ReadLock::resume`]): `Send`, released from any thread; see [`Guard`].
+pub type OwnedReadGuard = Guard<Read, ByToken>;
+
 /// The core of one side of a [`ReadWriteLock`]: the read side
 /// ([`Read`], Redisson's `RedissonReadLock`), or with `WRITE` the write side
 /// ([`Write`], Redisson's `RedissonWriteLock`); the kind of a [`ReadLock`]
@@ -218,12 +223,13 @@ impl Fences for Write {
     }
 }
 
-impl TokenOwned for Write {}
+impl<const WRITE: bool> TokenOwned for RwSide<WRITE> {}
 
-/// The write side's hold is one field, `<token>:write`, with a count, and
-/// the key's PTTL as lease: RLock's renewal takes it on. (The read side's
-/// holds have a timeout key per count, and are not token-owned.)
-impl Tokens for Write {
+/// A write hold is one field, `<token>:write`, with a count, and the key's
+/// PTTL as lease: RLock's renewal takes it on. A read hold is the field
+/// `<token>` with a count and a timeout key per count: the read side's
+/// renewal takes those on (and refuses a token that holds none).
+impl<const WRITE: bool> Tokens for RwSide<WRITE> {
     fn resume(
         &self,
         ctx: Context<'_>,
@@ -231,17 +237,21 @@ impl Tokens for Write {
         lease: Lease,
         lease_ms: u64,
     ) -> Result<(Arc<Hold>, Arc<RwKeys>)> {
-        let side = Side { shared: &self.shared, lease, write: true };
+        let side = Side { shared: &self.shared, lease, write: WRITE };
+        let keys = &self.shared.keys;
         let thread = OwnerToken::of_owner(owner).local_id();
-        let held = TokenHold {
-            noun: Self::NOUN,
-            name: &self.shared.keys.name,
-            field: scripts::write_owner(owner),
-            thread,
-            lease,
-            lease_ms,
+        let field = if WRITE { scripts::write_owner(owner) } else { owner.to_owned() };
+        let held = TokenHold { noun: Self::NOUN, name: &keys.name, field, thread, lease, lease_ms };
+        let hold = if WRITE {
+            tokens::resume(ctx, held, side.keeping())?
+        } else {
+            let read = [(&*keys.name, keys.key_prefix.as_str(), owner)];
+            tokens::resume_by(ctx, held, side.keeping(), |conn| {
+                let renewed = scripts::read_renew(ctx.calls().scripts(), conn, &read, lease_ms)?;
+                Ok(renewed.first() == Some(&true))
+            })?
         };
-        Ok((tokens::resume(ctx, held, side.keeping())?, Arc::clone(&self.shared.keys)))
+        Ok((hold, Arc::clone(keys)))
     }
 }
 
@@ -373,8 +383,7 @@ impl Side<'_> {
             // The hold vanished unnoticed: it is lost; take a new one.
             release::finish(ctx, &hold);
         }
-        if self.write
-            && acquirer == Acquirer::PresentedToken
+        if acquirer == Acquirer::PresentedToken
             && let Some(hold) = self.join(&owner, thread, lease_ms)?
         {
             return Ok(Some(hold));
@@ -382,12 +391,13 @@ impl Side<'_> {
         self.contend(Want { deadline, block, fenced, by_thread }, &owner, thread, lease_ms, obs)
     }
 
-    /// A presented token's write hold, taken or resumed elsewhere: one
-    /// re-entry of its field in Redis, if it is there (the write script
-    /// would take a free lock as well, so the field is looked for first).
+    /// A presented token's hold of this side, taken or resumed elsewhere:
+    /// one re-entry of its field in Redis, if it is there (the acquire
+    /// scripts would take a free lock as well, so the field is looked for
+    /// first).
     fn join(&self, owner: &str, thread: u64, lease_ms: u64) -> Result<Option<Arc<Hold>>> {
         let (ctx, keys) = (self.context(), &self.shared.keys);
-        let field = scripts::write_owner(owner);
+        let field = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
         let attempt = || {
             let held: bool = family::query(
                 &self.shared.client,

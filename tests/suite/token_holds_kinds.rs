@@ -11,7 +11,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, ServerExt, exists, hgetall, pttl, recv_within, spawn};
-use keyholder::kind::{Fair, Spin, Write};
+use keyholder::kind::{Fair, Read, Spin, Write};
 use keyholder::{Client, ErrorKind, Handle, OwnerToken, TokenOwned};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -21,12 +21,21 @@ const SECOND: Duration = Duration::from_secs(1);
 struct Subject<K: TokenOwned> {
     handle: fn(&Client, &str) -> Handle<K>,
     field: fn(&OwnerToken) -> String,
+    /// Holds share the lock (the read side): another token gets one too.
+    shared: bool,
 }
 
-const SPIN: Subject<Spin> = Subject { handle: |c, n| c.spin_lock(n).unwrap(), field: |t| t.to_string() };
-const FAIR: Subject<Fair> = Subject { handle: |c, n| c.fair_lock(n).unwrap(), field: |t| t.to_string() };
-const WRITE: Subject<Write> =
-    Subject { handle: |c, n| c.read_write_lock(n).unwrap().write(), field: |t| format!("{t}:write") };
+const SPIN: Subject<Spin> =
+    Subject { handle: |c, n| c.spin_lock(n).unwrap(), field: |t| t.to_string(), shared: false };
+const FAIR: Subject<Fair> =
+    Subject { handle: |c, n| c.fair_lock(n).unwrap(), field: |t| t.to_string(), shared: false };
+const WRITE: Subject<Write> = Subject {
+    handle: |c, n| c.read_write_lock(n).unwrap().write(),
+    field: |t| format!("{t}:write"),
+    shared: false,
+};
+const READ: Subject<Read> =
+    Subject { handle: |c, n| c.read_write_lock(n).unwrap().read(), field: |t| t.to_string(), shared: true };
 
 /// The guards may move to, and be shared with, other threads.
 const _: () = {
@@ -34,6 +43,7 @@ const _: () = {
     send_and_sync::<keyholder::OwnedSpinLockGuard>();
     send_and_sync::<keyholder::OwnedFairLockGuard>();
     send_and_sync::<keyholder::OwnedWriteGuard>();
+    send_and_sync::<keyholder::OwnedReadGuard>();
 };
 
 /// The count of `field` in the lock hash `name`.
@@ -112,7 +122,8 @@ fn resumed<K: TokenOwned>(kind: Subject<K>) {
 }
 
 /// A stale and a foreign token: `resume` is `NotOwner`, `try_lock_with`
-/// gets nothing, and the holder's hash is untouched.
+/// gets nothing (but a read hold of its own, on the shared read side), and
+/// the holder's fields are untouched.
 fn stale<K: TokenOwned>(kind: Subject<K>) {
     let server = RedisServer::start();
     let (client, mut con) = (server.client(), server.conn());
@@ -129,7 +140,9 @@ fn stale<K: TokenOwned>(kind: Subject<K>) {
     for token in [&foreign, &stale] {
         let refused = (kind.handle)(&server.client(), "guarded").resume(token).unwrap_err();
         assert_eq!(refused.kind(), ErrorKind::NotOwner, "{token}");
-        assert!(lock.try_lock_with(token).unwrap().is_none(), "{token} took a held lock");
+        if !kind.shared {
+            assert!(lock.try_lock_with(token).unwrap().is_none(), "{token} took a held lock");
+        }
     }
     assert_eq!(hgetall(&mut con, "guarded"), before, "the holder's fields untouched");
     assert!(!holder.is_lost());
@@ -185,4 +198,26 @@ per_kind! {
     spin_lock_token_and_thread_holds_exclude_each_other: exclusive(SPIN);
     fair_lock_token_and_thread_holds_exclude_each_other: exclusive(FAIR);
     write_token_and_thread_holds_exclude_each_other: exclusive(WRITE);
+    a_read_token_hold_moves_to_another_thread_renewed_and_released_there: moved(READ);
+    a_read_token_is_re_entered_by_whoever_presents_it: reentered(READ);
+    a_read_token_is_resumed_and_released_by_another_client: resumed(READ);
+    a_stale_read_token_gets_not_owner_and_the_hold_stays: stale(READ);
+}
+
+#[test]
+fn a_read_token_hold_keeps_writers_out_and_shares_with_readers() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let rw = client.read_write_lock("shared").unwrap();
+    let token_read = rw.read().lock_owned().unwrap();
+    assert!(rw.write().try_lock().unwrap().is_none(), "a writer took a read-held lock");
+    let reading = rw.read().try_lock().unwrap().expect("readers share");
+    let writer = {
+        let write = server.client().read_write_lock("shared").unwrap().write();
+        spawn(move || write.try_lock_for(10 * SECOND).map(|g| g.is_some()))
+    };
+    drop(reading);
+    std::thread::sleep(Duration::from_millis(100));
+    recv_within(&spawn(move || token_read.unlock()), 5 * SECOND, "the release").unwrap();
+    assert!(recv_within(&writer, 10 * SECOND, "the writer's wait").unwrap());
 }

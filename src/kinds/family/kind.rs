@@ -99,10 +99,8 @@ pub trait Fenced: Kind + sealed::Fences {}
 /// A kind whose holds can be owned by an [`OwnerToken`](crate::OwnerToken)
 /// instead of a thread ([`Handle::lock_owned`](crate::Handle::lock_owned),
 /// [`Handle::lock_with`](crate::Handle::lock_with),
-/// [`Handle::resume`](crate::Handle::resume)): the reentrant, spin and
-/// fair locks and the write side of a read-write lock. The read side is
-/// not: each of its counts has a timeout key of its own, which a token's
-/// hold resumed elsewhere would have to take on too.
+/// [`Handle::resume`](crate::Handle::resume)): every lock-like kind, the
+/// reentrant, spin and fair locks and both sides of a read-write lock.
 #[allow(private_bounds)]
 pub trait TokenOwned: Kind + sealed::Tokens {}
 

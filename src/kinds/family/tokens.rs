@@ -23,6 +23,7 @@ use crate::kinds::family::fresh::{self, Keeping};
 use crate::kinds::family::reentry::Reentry;
 use crate::kinds::lock::scripts;
 use crate::lease::Lease;
+use crate::store::lanes::Session;
 
 /// The hold a token's acquire call is about: the lock, the field in its
 /// hash (the token's owner id, or the write side's `<token>:write`), and
@@ -77,13 +78,29 @@ pub(crate) fn join(
 /// one `renew.lua`, which renews the lease to `lease_ms` if, and only if,
 /// the field is there; `NotOwner` otherwise.
 pub(crate) fn resume(ctx: Context<'_>, held: TokenHold<'_>, keeping: Keeping) -> Result<Arc<Hold>> {
+    let (name, field, lease_ms) = (Arc::clone(held.name), held.field.clone(), held.lease_ms);
+    let pair = [(&*name, field.as_str())];
+    resume_by(ctx, held, keeping, |conn| {
+        let renewed = scripts::renew(ctx.calls().scripts(), conn, &pair, lease_ms, true)?;
+        Ok(renewed.first() == Some(&true))
+    })
+}
+
+/// Takes on the token's hold with `renew`, the kind's renewal of it (one
+/// script call that renews only a field that is there, and says whether it
+/// was); `NotOwner` when it was not.
+pub(crate) fn resume_by(
+    ctx: Context<'_>,
+    held: TokenHold<'_>,
+    keeping: Keeping,
+    renew: impl Fn(&mut Session<'_>) -> Result<bool>,
+) -> Result<Arc<Hold>> {
     let sent = Instant::now();
-    let pair = [(&**held.name, held.field.as_str())];
     let (renewed, replicated) = ctx.calls().with_live_conn(held.name, |conn| {
-        let renewed = scripts::renew(ctx.calls().scripts(), conn, &pair, held.lease_ms, true)?;
+        let renewed = renew(conn)?;
         Ok((renewed, conn.replicated()))
     })?;
-    if renewed.first() != Some(&true) {
+    if !renewed {
         return Err(Error::not_owner(held.name));
     }
     Ok(held.adopt(ctx, sent, None, replicated, keeping))
