@@ -140,8 +140,13 @@ impl Core for Spin {
     }
 
     fn release(ctx: Context<'_>, _: &(), hold: &Arc<Hold>) -> Result<()> {
+        // A token's hold may be one count of several (a re-entry with the
+        // token, here or in another process, is a hold of its own): its
+        // last guard's release is latched too, so a retry after a lost
+        // reply never releases a second count.
+        let token = crate::owner::is_token_id(hold.thread);
         released::release_registered(ctx, Self::NOUN, hold, true, |last| {
-            if last { release_last(ctx, hold) } else { (release_nested(ctx, hold), false) }
+            if last && !token { release_last(ctx, hold) } else { (release_nested(ctx, hold), false) }
         })
     }
 
