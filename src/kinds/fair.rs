@@ -285,14 +285,7 @@ impl Fair {
             return Ok(Some(hold));
         }
         if acquirer == Acquirer::PresentedToken {
-            let held = TokenHold {
-                noun: Self::NOUN,
-                name: &self.keys.name,
-                field: owner.clone(),
-                thread,
-                lease,
-                lease_ms,
-            };
+            let held = TokenHold::of(Self::NOUN, &self.keys.name, &owner, lease, lease_ms);
             let attempt = || self.reentry_attempt(&owner, lease_ms, false);
             if let Some(hold) = tokens::join(ctx, held, attempt, || keeping(ctx))? {
                 return Ok(Some(hold));
@@ -467,15 +460,7 @@ impl Tokens for Fair {
         lease: Lease,
         lease_ms: u64,
     ) -> Result<(Arc<Hold>, Arc<FairKeys>)> {
-        let thread = owner::OwnerToken::of_owner(owner).local_id();
-        let held = TokenHold {
-            noun: Self::NOUN,
-            name: &self.keys.name,
-            field: owner.to_owned(),
-            thread,
-            lease,
-            lease_ms,
-        };
+        let held = TokenHold::of(Self::NOUN, &self.keys.name, owner, lease, lease_ms);
         Ok((tokens::resume(ctx, held, keeping(ctx))?, Arc::clone(&self.keys)))
     }
 }

@@ -36,7 +36,6 @@ use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
-use crate::owner::OwnerToken;
 use crate::pubsub::subscriber::{Grant, Subscription};
 use crate::wait::entry::{Entered, Entry, GateRedis, Successor};
 
@@ -108,7 +107,7 @@ pub type Lock = Handle<Reentrant>;
 pub type LockGuard = Guard<Reentrant>;
 
 /// An RAII guard for one acquisition of a [`Lock`] owned by an
-/// [`OwnerToken`] ([`Lock::lock_owned`], [`Lock::lock_with`],
+/// [`OwnerToken`](crate::OwnerToken) ([`Lock::lock_owned`], [`Lock::lock_with`],
 /// [`Lock::resume`]); see [`Guard`]. It is `Send` (and `Sync`): move it to
 /// the thread that finishes the work, which drops it or calls
 /// [`unlock`](Guard::unlock); [`token`](Guard::token) names its owner.
@@ -198,15 +197,7 @@ impl Tokens for Reentrant {
         lease_ms: u64,
     ) -> Result<(Arc<Hold>, Arc<Entry>)> {
         let entry = ctx.waits().entry(&self.name);
-        let thread = OwnerToken::of_owner(owner).local_id();
-        let held = TokenHold {
-            noun: Self::NOUN,
-            name: &entry.keys.name,
-            field: owner.to_owned(),
-            thread,
-            lease,
-            lease_ms,
-        };
+        let held = TokenHold::of(Self::NOUN, &entry.keys.name, owner, lease, lease_ms);
         let hold = tokens::resume(ctx, held, release::keeping(ctx, &entry))?;
         Ok((hold, entry))
     }
@@ -287,7 +278,7 @@ impl Reentrant {
             return Ok(Some(hold));
         }
         if acquirer == Acquirer::PresentedToken
-            && let Some(hold) = self.join(entry, &owner, thread, lease, lease_ms)?
+            && let Some(hold) = self.join(entry, &owner, lease, lease_ms)?
         {
             return Ok(Some(hold));
         }
@@ -351,19 +342,11 @@ impl Reentrant {
         &self,
         entry: &Arc<Entry>,
         owner: &str,
-        thread: u64,
         lease: Lease,
         lease_ms: u64,
     ) -> Result<Option<Arc<Hold>>> {
         let ctx = self.client.context();
-        let held = TokenHold {
-            noun: Self::NOUN,
-            name: &entry.keys.name,
-            field: owner.to_owned(),
-            thread,
-            lease,
-            lease_ms,
-        };
+        let held = TokenHold::of(Self::NOUN, &entry.keys.name, owner, lease, lease_ms);
         let attempt = || match self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint: false })? {
             Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
             Acquire::Held { .. } | Acquire::Free => Ok(Reentry::Gone),

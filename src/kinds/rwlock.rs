@@ -53,7 +53,6 @@ use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
 use crate::lease::Lease;
 use crate::observe;
-use crate::owner::OwnerToken;
 use crate::wait::channel::Wakes;
 
 impl Client {
@@ -183,12 +182,12 @@ pub type ReadGuard = Guard<Read>;
 pub type WriteGuard = Guard<Write>;
 
 /// An RAII guard for one write acquisition of a [`ReadWriteLock`] owned by
-/// an [`OwnerToken`] ([`WriteLock::lock_owned`], [`WriteLock::lock_with`],
+/// an [`OwnerToken`](crate::OwnerToken) ([`WriteLock::lock_owned`], [`WriteLock::lock_with`],
 /// [`WriteLock::resume`]): `Send`, released from any thread; see [`Guard`].
 pub type OwnedWriteGuard = Guard<Write, ByToken>;
 
 /// An RAII guard for one read acquisition of a [`ReadWriteLock`] owned by
-/// an [`OwnerToken`] ([`ReadLock::lock_owned`], [`ReadLock::lock_with`],
+/// an [`OwnerToken`](crate::OwnerToken) ([`ReadLock::lock_owned`], [`ReadLock::lock_with`],
 /// [`ReadLock::resume`]): `Send`, released from any thread; see [`Guard`].
 pub type OwnedReadGuard = Guard<Read, ByToken>;
 
@@ -239,9 +238,8 @@ impl<const WRITE: bool> Tokens for RwSide<WRITE> {
     ) -> Result<(Arc<Hold>, Arc<RwKeys>)> {
         let side = Side { shared: &self.shared, lease, write: WRITE };
         let keys = &self.shared.keys;
-        let thread = OwnerToken::of_owner(owner).local_id();
-        let field = if WRITE { scripts::write_owner(owner) } else { owner.to_owned() };
-        let held = TokenHold { noun: Self::NOUN, name: &keys.name, field, thread, lease, lease_ms };
+        let held = TokenHold::of(Self::NOUN, &keys.name, owner, lease, lease_ms);
+        let held = if WRITE { TokenHold { field: scripts::write_owner(owner), ..held } } else { held };
         let hold = if WRITE {
             tokens::resume(ctx, held, side.keeping())?
         } else {
@@ -384,7 +382,7 @@ impl Side<'_> {
             release::finish(ctx, &hold);
         }
         if acquirer == Acquirer::PresentedToken
-            && let Some(hold) = self.join(&owner, thread, lease_ms)?
+            && let Some(hold) = self.join(&owner, lease_ms)?
         {
             return Ok(Some(hold));
         }
@@ -395,7 +393,7 @@ impl Side<'_> {
     /// one re-entry of its field in Redis, if it is there (the acquire
     /// scripts would take a free lock as well, so the field is looked for
     /// first).
-    fn join(&self, owner: &str, thread: u64, lease_ms: u64) -> Result<Option<Arc<Hold>>> {
+    fn join(&self, owner: &str, lease_ms: u64) -> Result<Option<Arc<Hold>>> {
         let (ctx, keys) = (self.context(), &self.shared.keys);
         let field = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
         let attempt = || {
@@ -416,12 +414,8 @@ impl Side<'_> {
             }
         };
         let held = TokenHold {
-            noun: self.noun(),
-            name: &keys.name,
             field: field.clone(),
-            thread,
-            lease: self.lease,
-            lease_ms,
+            ..TokenHold::of(self.noun(), &keys.name, owner, self.lease, lease_ms)
         };
         tokens::join(ctx, held, attempt, || self.keeping())
     }

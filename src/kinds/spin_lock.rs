@@ -40,7 +40,6 @@ use crate::kinds::family::tokens::{self, TokenHold};
 use crate::kinds::family::{self, Acquirer, ByToken, Call, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
-use crate::owner::OwnerToken;
 use scripts::{Acquire, Mode, Release};
 
 impl Client {
@@ -87,7 +86,7 @@ pub type SpinLock = Handle<Spin>;
 pub type SpinLockGuard = Guard<Spin>;
 
 /// An RAII guard for one acquisition of a [`SpinLock`] owned by an
-/// [`OwnerToken`] ([`SpinLock::lock_owned`], [`SpinLock::lock_with`],
+/// [`OwnerToken`](crate::OwnerToken) ([`SpinLock::lock_owned`], [`SpinLock::lock_with`],
 /// [`SpinLock::resume`]): `Send`, released from any thread; see [`Guard`].
 pub type OwnedSpinLockGuard = Guard<Spin, ByToken>;
 
@@ -183,14 +182,7 @@ impl Spin {
             return Ok(Some(hold));
         }
         if acquirer == Acquirer::PresentedToken {
-            let held = TokenHold {
-                noun: Self::NOUN,
-                name: &self.name,
-                field: owner.clone(),
-                thread,
-                lease,
-                lease_ms,
-            };
+            let held = TokenHold::of(Self::NOUN, &self.name, &owner, lease, lease_ms);
             let attempt = || self.reentry_attempt(ctx, &owner, lease_ms);
             if let Some(hold) = tokens::join(ctx, held, attempt, || keeping(ctx))? {
                 return Ok(Some(hold));
@@ -267,15 +259,7 @@ impl TokenOwned for Spin {}
 
 impl Tokens for Spin {
     fn resume(&self, ctx: Context<'_>, owner: &str, lease: Lease, lease_ms: u64) -> Result<(Arc<Hold>, ())> {
-        let thread = OwnerToken::of_owner(owner).local_id();
-        let held = TokenHold {
-            noun: Self::NOUN,
-            name: &self.name,
-            field: owner.to_owned(),
-            thread,
-            lease,
-            lease_ms,
-        };
+        let held = TokenHold::of(Self::NOUN, &self.name, owner, lease, lease_ms);
         Ok((tokens::resume(ctx, held, keeping(ctx))?, ()))
     }
 }

@@ -23,6 +23,7 @@ use crate::kinds::family::fresh::{self, Keeping};
 use crate::kinds::family::reentry::Reentry;
 use crate::kinds::lock::scripts;
 use crate::lease::Lease;
+use crate::owner::OwnerToken;
 use crate::store::lanes::Session;
 
 /// The hold a token's acquire call is about: the lock, the field in its
@@ -37,7 +38,20 @@ pub(crate) struct TokenHold<'a> {
     pub(crate) lease_ms: u64,
 }
 
-impl TokenHold<'_> {
+impl<'a> TokenHold<'a> {
+    /// The hold of the token whose owner id is `owner` on the lock `name`
+    /// as `noun`, its field that id (a write hold replaces it).
+    pub(crate) fn of(
+        noun: &'static str,
+        name: &'a Arc<str>,
+        owner: &str,
+        lease: Lease,
+        lease_ms: u64,
+    ) -> Self {
+        let thread = OwnerToken::of_owner(owner).local_id();
+        TokenHold { noun, name, field: owner.to_owned(), thread, lease, lease_ms }
+    }
+
     /// The new hold, made and kept (renewed, listened for) as `keeping` says.
     fn adopt(
         self,
