@@ -359,8 +359,11 @@ impl<K: Kind> Handle<K> {
 ///
 /// A token is one owner, as a thread is: its acquisitions and releases
 /// should follow one another, not race (two threads of one client
-/// acquiring with the same token at once: the second is refused with
-/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
+/// acquiring a [`Lock`](crate::Lock) with the same token at once: the
+/// second is refused with
+/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument); on
+/// the other kinds, which have no local gate, both may get it, sharing a
+/// count of 1, as two processes may).
 /// A [`Lock`](crate::Lock)'s token holds queue at its local gate like the
 /// client's threads, under their own ids, so a token hold released by
 /// another thread passes the gate on as a thread's would; a re-entry with
@@ -430,8 +433,8 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock), and
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// when another thread of this client is acquiring the lock with the
-    /// same token right now.
+    /// when another thread of this client is acquiring a
+    /// [`Lock`](crate::Lock) with the same token right now.
     pub fn lock_with(&self, token: &OwnerToken) -> Result<Guard<K, ByToken>> {
         self.acquire_for(Some((token, false)), None, true)?.ok_or_else(Error::shutdown)
     }
