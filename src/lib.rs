@@ -275,6 +275,7 @@ pub use error::{Error, ErrorKind, LostReason, Result};
 pub use kinds::count_down_latch::CountDownLatch;
 pub use kinds::fair::{
     DEFAULT_FAIR_WAIT_TIMEOUT, FairLock, FairLockGuard, MAX_FAIR_WAIT_TIMEOUT, MIN_FAIR_WAIT_TIMEOUT,
+    OwnedFairLockGuard,
 };
 pub use kinds::family::{
     ByThread, ByToken, Fenced, Guard, Handle, Kind, Ownership, ThreadOwnedHold, TokenOwned,
@@ -286,9 +287,11 @@ pub use kinds::permit_semaphore::{
     ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
 };
 pub use kinds::red_lock::{RedLock, RedLockGuard};
-pub use kinds::rwlock::{ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock};
+pub use kinds::rwlock::{
+    OwnedReadGuard, OwnedWriteGuard, ReadGuard, ReadLock, ReadWriteLock, WriteGuard, WriteLock,
+};
 pub use kinds::semaphore::{Semaphore, SemaphorePermits};
-pub use kinds::spin_lock::{BackOff, SpinLock, SpinLockGuard};
+pub use kinds::spin_lock::{BackOff, OwnedSpinLockGuard, SpinLock, SpinLockGuard};
 pub use lease::{Lease, MAX_LEASE, MIN_LEASE};
 pub use names::MAX_NAME_LEN;
 pub use observe::{collapse_ids, metric_names};

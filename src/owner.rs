@@ -109,8 +109,17 @@ impl OwnerToken {
     pub(crate) fn local_id(&self) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.owner.hash(&mut hasher);
-        hasher.finish() | (1 << 63)
+        hasher.finish() | TOKEN_ID_BIT
     }
+}
+
+/// The bit every token's local id has and no thread id has.
+const TOKEN_ID_BIT: u64 = 1 << 63;
+
+/// True for a token's local id (`OwnerToken::local_id`), false for a
+/// thread's id.
+pub(crate) fn is_token_id(id: u64) -> bool {
+    id & TOKEN_ID_BIT != 0
 }
 
 impl std::fmt::Display for OwnerToken {

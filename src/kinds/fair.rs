@@ -50,8 +50,9 @@ use crate::kinds::family::contend::{self, Bounds, Contended, Contender, OnChanne
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release as released;
-use crate::kinds::family::sealed::{Core, Fences};
-use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
+use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::tokens::{self, TokenHold};
+use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::confirm;
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::lock::scripts::Confirm;
@@ -136,6 +137,12 @@ pub type FairLock = Handle<Fair>;
 
 /// An RAII guard for one acquisition of a [`FairLock`]; see [`Guard`].
 pub type FairLockGuard = Guard<Fair>;
+
+/// An RAII guard for one acquisition of a [`FairLock`] owned by an
+/// [`OwnerToken`](crate::OwnerToken) ([`FairLock::lock_owned`],
+/// [`FairLock::lock_with`], [`FairLock::resume`]): `Send`, released from
+/// any thread; see [`Guard`].
+pub type OwnedFairLockGuard = Guard<Fair, ByToken>;
 
 /// The fair lock's core (Redisson's `RFairLock`): the kind of a
 /// [`FairLock`].
@@ -264,16 +271,29 @@ impl Core for Fair {
 }
 
 impl Fair {
-    /// Re-enters the thread's live hold, or takes a new one in its turn.
+    /// Re-enters the thread's live hold (or adds a count to a presented
+    /// token's), or takes a new one in its turn.
     fn acquire_in(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, .. } = call;
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, acquirer } = call;
         let client = ctx.uuid();
-        if let Some(hold) = reentry::current(client, Self::NOUN, &self.keys.name)
+        // A token's holds are not the thread's (`kinds/family/tokens.rs`).
+        let by_thread = acquirer == Acquirer::Thread;
+        if by_thread
+            && let Some(hold) = reentry::current(client, Self::NOUN, &self.keys.name)
             && self.reenter(&hold, &owner, lease_ms)?
         {
             return Ok(Some(hold));
         }
-        hash_kinds::check(client, &self.keys.name, HashKind::FairLock)?;
+        if acquirer == Acquirer::PresentedToken {
+            let held = TokenHold::of(Self::NOUN, &self.keys.name, &owner, lease, lease_ms);
+            let attempt = || self.reentry_attempt(&owner, lease_ms, false);
+            if let Some(hold) = tokens::join(ctx, held, attempt, || keeping(ctx))? {
+                return Ok(Some(hold));
+            }
+        }
+        if by_thread {
+            hash_kinds::check(client, &self.keys.name, HashKind::FairLock)?;
+        }
 
         let Some(Won { sent, token, replicated }) = self.contend(&owner, lease_ms, deadline, block, obs)?
         else {
@@ -284,23 +304,18 @@ impl Fair {
         })?;
         let acquisition = Acquisition { owner, thread, lease, lease_ms, token, sent };
         let hold = fresh::hold(ctx, Self::NOUN, &self.keys.name, acquisition, replicated);
-        // The fair lock's hash is RLock's: the same renewer keeps it. Its
-        // unlocks are published on its head waiter's channel only: nothing
-        // to listen on, but this client's force unlock finds the hold.
-        let renew = HashRenewal::of(ctx);
-        fresh::keep(ctx, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
-        reentry::set(client, Self::NOUN, &hold);
-        hash_kinds::note(client, HashKind::FairLock, &hold);
+        fresh::keep(ctx, &hold, keeping(ctx));
+        if by_thread {
+            reentry::set(client, Self::NOUN, &hold);
+            hash_kinds::note(client, HashKind::FairLock, &hold);
+        }
         Ok(Some(hold))
     }
 
-    /// Re-enters `hold`, this thread's live hold (see
-    /// `kinds/family/reentry.rs`), without touching the queue: true with one
-    /// more guard, false when the hold vanished unnoticed.
-    fn reenter(&self, hold: &Arc<Hold>, owner: &str, lease_ms: u64) -> Result<bool> {
+    /// One re-entry script call for `owner` (`mint`: a fencing token),
+    /// which never touches the queue; sent once (it increments a count).
+    fn reentry_attempt(&self, owner: &str, lease_ms: u64, mint: bool) -> Result<Reentry> {
         let ctx = self.client.context();
-        // A fenced handle re-entering a hold taken without a token mints one.
-        let mint = self.fenced && hold.token().is_none();
         let args = AcquireArgs {
             keys: &self.keys,
             owner,
@@ -309,14 +324,22 @@ impl Fair {
             attempt: Attempt::Reentry,
             mint,
         };
-        // A re-entry increments a count: not repeated on a fresh connection.
-        let attempt = || match ctx
+        match ctx
             .calls()
             .with_conn(&self.keys.name, |conn| scripts::acquire(ctx.calls().scripts(), conn, &args))?
         {
             Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
             Acquire::Gone | Acquire::Refused { .. } => Ok(Reentry::Gone),
-        };
+        }
+    }
+
+    /// Re-enters `hold`, this thread's live hold (see
+    /// `kinds/family/reentry.rs`), without touching the queue: true with one
+    /// more guard, false when the hold vanished unnoticed.
+    fn reenter(&self, hold: &Arc<Hold>, owner: &str, lease_ms: u64) -> Result<bool> {
+        // A fenced handle re-entering a hold taken without a token mints one.
+        let mint = self.fenced && hold.token().is_none();
+        let attempt = || self.reentry_attempt(owner, lease_ms, mint);
         let count = || {
             family::query(&self.client, &self.keys.name, redis::cmd("HGET").arg(&*self.keys.name).arg(owner))
         };
@@ -417,6 +440,28 @@ impl Fair {
         let _ = ctx.calls().with_live_conn(&self.keys.name, |conn| {
             scripts::release(ctx.calls().scripts(), conn, &self.keys, owner, lease_ms, latch)
         });
+    }
+}
+
+/// How a fair lock's hold is kept. Its hash is RLock's: the same renewer
+/// keeps it. Its unlocks are published on its head waiter's channel only:
+/// nothing to listen on, but this client's force unlock finds the hold.
+fn keeping(ctx: Context<'_>) -> Keeping {
+    Keeping { renew: HashRenewal::of(ctx), renew_watchdog: None, channel: None, on_lost: None }
+}
+
+impl TokenOwned for Fair {}
+
+impl Tokens for Fair {
+    fn resume(
+        &self,
+        ctx: Context<'_>,
+        owner: &str,
+        lease: Lease,
+        lease_ms: u64,
+    ) -> Result<(Arc<Hold>, Arc<FairKeys>)> {
+        let held = TokenHold::of(Self::NOUN, &self.keys.name, owner, lease, lease_ms);
+        Ok((tokens::resume(ctx, held, keeping(ctx))?, Arc::clone(&self.keys)))
     }
 }
 

@@ -30,6 +30,7 @@ mod guard;
 mod kind;
 pub(crate) mod reentry;
 pub(crate) mod release;
+pub(crate) mod tokens;
 
 pub use guard::{ByThread, ByToken, Guard, Ownership, ThreadOwnedHold};
 pub(crate) use kind::sealed;
@@ -346,20 +347,30 @@ impl<K: Kind> Handle<K> {
     }
 }
 
-/// Holds owned by a token, not a thread (the reentrant lock's; see
+/// Holds owned by a token, not a thread (the [`TokenOwned`] kinds: the
+/// reentrant, spin and fair locks and both sides of a read-write lock; see
 /// [`OwnerToken`] and `docs/guarantees.md`). The guards are
-/// `Guard<K, ByToken>` ([`OwnedLockGuard`](crate::OwnedLockGuard) for a
-/// [`Lock`](crate::Lock)): `Send`, released from whichever thread drops
-/// them, renewed by the watchdog while they live.
+/// `Guard<K, ByToken>` ([`OwnedLockGuard`](crate::OwnedLockGuard),
+/// [`OwnedSpinLockGuard`](crate::OwnedSpinLockGuard),
+/// [`OwnedFairLockGuard`](crate::OwnedFairLockGuard),
+/// [`OwnedReadGuard`](crate::OwnedReadGuard),
+/// [`OwnedWriteGuard`](crate::OwnedWriteGuard)): `Send`, released from
+/// whichever thread drops them, renewed by the watchdog while they live.
 ///
 /// A token is one owner, as a thread is: its acquisitions and releases
 /// should follow one another, not race (two threads of one client
-/// acquiring with the same token at once: the second is refused with
-/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
-/// Token holds queue at the lock's local gate like the client's threads,
-/// under their own ids, so a token hold released by another thread passes
-/// the gate on as a thread's would; a re-entry with the token never
-/// queues there.
+/// acquiring a [`Lock`](crate::Lock) with the same token at once: the
+/// second is refused with
+/// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument); on
+/// the other kinds, which have no local gate, both may get it, sharing a
+/// count of 1, as two processes may).
+/// A [`Lock`](crate::Lock)'s token holds queue at its local gate like the
+/// client's threads, under their own ids, so a token hold released by
+/// another thread passes the gate on as a thread's would; a re-entry with
+/// the token never queues there. The other kinds have no gate: a token
+/// waits as a thread of its own would (a fair lock's token waits in the
+/// queue under the token's owner id). A re-entry with a token adds a count
+/// to its field in Redis, whichever guard or process holds it.
 impl<K: TokenOwned> Handle<K> {
     /// Acquires the lock for a new token, waiting as long as it takes
     /// ([`lock`](Handle::lock)'s wait). The token is minted by this client
@@ -422,8 +433,8 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock), and
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// when another thread of this client is acquiring the lock with the
-    /// same token right now.
+    /// when another thread of this client is acquiring a
+    /// [`Lock`](crate::Lock) with the same token right now.
     pub fn lock_with(&self, token: &OwnerToken) -> Result<Guard<K, ByToken>> {
         self.acquire_for(Some((token, false)), None, true)?.ok_or_else(Error::shutdown)
     }

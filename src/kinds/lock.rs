@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, Context};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::holds::hash_kinds::{self, HashKind};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::holds::renew::OnLost;
@@ -30,12 +30,12 @@ use crate::kinds::family::contend::{self, Bounds, Contended, Contender, Step, Wa
 use crate::kinds::family::fresh::{self, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::tokens::{self, TokenHold};
 use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
 use crate::lease::Lease;
 use crate::names;
 use crate::observe;
-use crate::owner::OwnerToken;
 use crate::pubsub::subscriber::{Grant, Subscription};
 use crate::wait::entry::{Entered, Entry, GateRedis, Successor};
 
@@ -107,7 +107,7 @@ pub type Lock = Handle<Reentrant>;
 pub type LockGuard = Guard<Reentrant>;
 
 /// An RAII guard for one acquisition of a [`Lock`] owned by an
-/// [`OwnerToken`] ([`Lock::lock_owned`], [`Lock::lock_with`],
+/// [`OwnerToken`](crate::OwnerToken) ([`Lock::lock_owned`], [`Lock::lock_with`],
 /// [`Lock::resume`]); see [`Guard`]. It is `Send` (and `Sync`): move it to
 /// the thread that finishes the work, which drops it or calls
 /// [`unlock`](Guard::unlock); [`token`](Guard::token) names its owner.
@@ -197,20 +197,8 @@ impl Tokens for Reentrant {
         lease_ms: u64,
     ) -> Result<(Arc<Hold>, Arc<Entry>)> {
         let entry = ctx.waits().entry(&self.name);
-        let sent = Instant::now();
-        // `renew.lua`: the lease renewed if, and only if, the field is there.
-        let pair = [(&*self.name, owner)];
-        let (held, replicated) = ctx.calls().with_live_conn(&self.name, |conn| {
-            let held = scripts::renew(ctx.calls().scripts(), conn, &pair, lease_ms, true)?;
-            Ok((held, conn.replicated()))
-        })?;
-        if held.first() != Some(&true) {
-            return Err(Error::not_owner(&self.name));
-        }
-        let thread = OwnerToken::of_owner(owner).local_id();
-        let acquisition = Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token: None, sent };
-        let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
-        fresh::keep(ctx, &hold, release::keeping(ctx, &entry));
+        let held = TokenHold::of(Self::NOUN, &entry.keys.name, owner, lease, lease_ms);
+        let hold = tokens::resume(ctx, held, release::keeping(ctx, &entry))?;
         Ok((hold, entry))
     }
 }
@@ -290,7 +278,7 @@ impl Reentrant {
             return Ok(Some(hold));
         }
         if acquirer == Acquirer::PresentedToken
-            && let Some(hold) = self.join(entry, &owner, thread, lease, lease_ms)?
+            && let Some(hold) = self.join(entry, &owner, lease, lease_ms)?
         {
             return Ok(Some(hold));
         }
@@ -354,25 +342,16 @@ impl Reentrant {
         &self,
         entry: &Arc<Entry>,
         owner: &str,
-        thread: u64,
         lease: Lease,
         lease_ms: u64,
     ) -> Result<Option<Arc<Hold>>> {
         let ctx = self.client.context();
-        let sent = Instant::now();
-        // No fencing token: the hold has one where it was taken, and a
-        // newer one would fence that holder out while it still holds.
-        let attempt = Attempt::Reentry { mint: false };
-        match self.try_acquire(entry, owner, lease_ms, attempt)? {
-            Acquire::Acquired { token, replicated } => {
-                let acquisition =
-                    Acquisition { owner: owner.to_owned(), thread, lease, lease_ms, token, sent };
-                let hold = fresh::hold(ctx, Self::NOUN, &entry.keys.name, acquisition, replicated);
-                fresh::keep(ctx, &hold, release::keeping(ctx, entry));
-                Ok(Some(hold))
-            }
-            Acquire::Held { .. } | Acquire::Free => Ok(None),
-        }
+        let held = TokenHold::of(Self::NOUN, &entry.keys.name, owner, lease, lease_ms);
+        let attempt = || match self.try_acquire(entry, owner, lease_ms, Attempt::Reentry { mint: false })? {
+            Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+            Acquire::Held { .. } | Acquire::Free => Ok(Reentry::Gone),
+        };
+        tokens::join(ctx, held, attempt, || release::keeping(ctx, entry))
     }
 
     /// Re-enters `hold`, this thread's live hold (see

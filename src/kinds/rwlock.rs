@@ -45,8 +45,9 @@ use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::family::contend::{self, Bounds, Contender, OnChannel, Step};
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
-use crate::kinds::family::sealed::{Core, Fences};
-use crate::kinds::family::{self, Call, Fenced, Guard, Handle, Kind};
+use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::tokens::{self, TokenHold};
+use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::kinds::rwlock::renewal::ReadRenewal;
 use crate::kinds::rwlock::scripts::{Acquire, RwKeys, WriteAcquire};
@@ -180,6 +181,16 @@ pub type ReadGuard = Guard<Read>;
 /// token when the handle was [`fenced`](WriteLock::fenced); see [`Guard`].
 pub type WriteGuard = Guard<Write>;
 
+/// An RAII guard for one write acquisition of a [`ReadWriteLock`] owned by
+/// an [`OwnerToken`](crate::OwnerToken) ([`WriteLock::lock_owned`], [`WriteLock::lock_with`],
+/// [`WriteLock::resume`]): `Send`, released from any thread; see [`Guard`].
+pub type OwnedWriteGuard = Guard<Write, ByToken>;
+
+/// An RAII guard for one read acquisition of a [`ReadWriteLock`] owned by
+/// an [`OwnerToken`](crate::OwnerToken) ([`ReadLock::lock_owned`], [`ReadLock::lock_with`],
+/// [`ReadLock::resume`]): `Send`, released from any thread; see [`Guard`].
+pub type OwnedReadGuard = Guard<Read, ByToken>;
+
 /// The core of one side of a [`ReadWriteLock`]: the read side
 /// ([`Read`], Redisson's `RedissonReadLock`), or with `WRITE` the write side
 /// ([`Write`], Redisson's `RedissonWriteLock`); the kind of a [`ReadLock`]
@@ -211,6 +222,37 @@ impl Fences for Write {
     }
 }
 
+impl<const WRITE: bool> TokenOwned for RwSide<WRITE> {}
+
+/// A write hold is one field, `<token>:write`, with a count, and the key's
+/// PTTL as lease: RLock's renewal takes it on. A read hold is the field
+/// `<token>` with a count and a timeout key per count: the read side's
+/// renewal takes those on (and refuses a token that holds none).
+impl<const WRITE: bool> Tokens for RwSide<WRITE> {
+    fn resume(
+        &self,
+        ctx: Context<'_>,
+        owner: &str,
+        lease: Lease,
+        lease_ms: u64,
+    ) -> Result<(Arc<Hold>, Arc<RwKeys>)> {
+        let side = Side { shared: &self.shared, lease, write: WRITE };
+        let keys = &self.shared.keys;
+        let held = TokenHold::of(Self::NOUN, &keys.name, owner, lease, lease_ms);
+        let held = if WRITE { TokenHold { field: scripts::write_owner(owner), ..held } } else { held };
+        let hold = if WRITE {
+            tokens::resume(ctx, held, side.keeping())?
+        } else {
+            let read = [(&*keys.name, keys.key_prefix.as_str(), owner)];
+            tokens::resume_by(ctx, held, side.keeping(), |conn| {
+                let renewed = scripts::read_renew(ctx.calls().scripts(), conn, &read, lease_ms)?;
+                Ok(renewed.first() == Some(&true))
+            })?
+        };
+        Ok((hold, Arc::clone(keys)))
+    }
+}
+
 impl<const WRITE: bool> Core for RwSide<WRITE> {
     const NOUN: &'static str = if WRITE { "write lock" } else { "read lock" };
     const HANDLE: &'static str = if WRITE { "WriteLock" } else { "ReadLock" };
@@ -230,7 +272,9 @@ impl<const WRITE: bool> Core for RwSide<WRITE> {
         let name = &self.shared.keys.name;
         // A read hold known lost does not count: Redis has the last word
         // (`write_acquire.lua` refuses an upgrade too).
+        // A token's write hold is not the thread's: no upgrade of it.
         if WRITE
+            && call.acquirer == Acquirer::Thread
             && reentry::unfinished(client, Self::NOUN, name).is_none()
             && reentry::unfinished(client, Read::NOUN, name).is_some_and(|h| !h.is_lost())
         {
@@ -310,11 +354,15 @@ impl Side<'_> {
         if self.write { Write::NOUN } else { Read::NOUN }
     }
 
-    /// Re-enters the thread's live hold of this mode, or takes a new one.
+    /// Re-enters the thread's live hold of this mode (or adds a count to
+    /// a presented token's write hold), or takes a new one.
     fn acquire(&self, call: Call<'_>, fenced: bool) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease_ms, thread, owner, .. } = call;
+        let Call { ctx, deadline, block, obs, lease_ms, thread, owner, acquirer, .. } = call;
         let keys = &self.shared.keys;
-        if let Some(hold) = reentry::current(ctx.uuid(), self.noun(), &keys.name) {
+        // A token's holds are not the thread's (`kinds/family/tokens.rs`).
+        let by_thread = acquirer == Acquirer::Thread;
+        let current = if by_thread { reentry::current(ctx.uuid(), self.noun(), &keys.name) } else { None };
+        if let Some(hold) = current {
             let mint = fenced && hold.token().is_none();
             // A re-entry increments a count: sent once, never repeated.
             let attempt = || match ctx
@@ -333,7 +381,53 @@ impl Side<'_> {
             // The hold vanished unnoticed: it is lost; take a new one.
             release::finish(ctx, &hold);
         }
-        self.contend(Want { deadline, block, fenced }, &owner, thread, lease_ms, obs)
+        if acquirer == Acquirer::PresentedToken
+            && let Some(hold) = self.join(&owner, lease_ms)?
+        {
+            return Ok(Some(hold));
+        }
+        self.contend(Want { deadline, block, fenced, by_thread }, &owner, thread, lease_ms, obs)
+    }
+
+    /// A presented token's hold of this side, taken or resumed elsewhere:
+    /// one re-entry of its field in Redis, if it is there (the acquire
+    /// scripts would take a free lock as well, so the field is looked for
+    /// first).
+    fn join(&self, owner: &str, lease_ms: u64) -> Result<Option<Arc<Hold>>> {
+        let (ctx, keys) = (self.context(), &self.shared.keys);
+        let field = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
+        let attempt = || {
+            let held: bool = family::query(
+                &self.shared.client,
+                &keys.name,
+                redis::cmd("HEXISTS").arg(&*keys.name).arg(&field),
+            )?;
+            if !held {
+                return Ok(Reentry::Gone);
+            }
+            match ctx
+                .calls()
+                .with_conn(&keys.name, |conn| self.attempt(conn, owner, lease_ms, false, None))?
+            {
+                Acquire::Acquired { token, replicated } => Ok(Reentry::Acquired { token, replicated }),
+                Acquire::Refused { .. } | Acquire::Upgrade => Ok(Reentry::Gone),
+            }
+        };
+        let held = TokenHold {
+            field: field.clone(),
+            ..TokenHold::of(self.noun(), &keys.name, owner, self.lease, lease_ms)
+        };
+        tokens::join(ctx, held, attempt, || self.keeping())
+    }
+
+    /// How a new hold of this side is kept. Both sides' force unlocks
+    /// publish on the lock's channel; every hold's owner field is in the
+    /// lock's hash. Read holds renew their timeout keys too.
+    fn keeping(&self) -> Keeping {
+        let ctx = self.context();
+        let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(ctx)) };
+        let channel = Some(Arc::from(self.shared.keys.channel.as_str()));
+        Keeping { renew: HashRenewal::of(ctx), renew_watchdog, channel, on_lost: None }
     }
 
     /// One acquire script call of this side.
@@ -384,17 +478,10 @@ impl Side<'_> {
         let owner = if self.write { scripts::write_owner(owner) } else { owner.to_owned() };
         let acquisition = Acquisition { owner, thread, lease: self.lease, lease_ms, token, sent };
         let hold = fresh::hold(ctx, self.noun(), &keys.name, acquisition, replicated);
-        reentry::set(ctx.uuid(), self.noun(), &hold);
-        // Both sides' force unlocks publish on the lock's channel; every
-        // hold's owner field is in the lock's hash. Read holds renew their
-        // timeout keys too.
-        let renew_watchdog = if self.write { None } else { Some(ReadRenewal::of(ctx)) };
-        let channel = Some(Arc::from(keys.channel.as_str()));
-        fresh::keep(
-            ctx,
-            &hold,
-            Keeping { renew: HashRenewal::of(ctx), renew_watchdog, channel, on_lost: None },
-        );
+        if want.by_thread {
+            reentry::set(ctx.uuid(), self.noun(), &hold);
+        }
+        fresh::keep(ctx, &hold, self.keeping());
         Ok(Some(hold))
     }
 
@@ -428,7 +515,7 @@ struct Contending<'a> {
 
 impl Contender for Contending<'_> {
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
-        let Want { deadline, block, fenced } = self.want;
+        let Want { deadline, block, fenced, .. } = self.want;
         let (side, ctx) = (self.side, self.side.context());
         ctx.check_running()?;
         let watchdog = ctx.config().watchdog_timeout;
@@ -475,6 +562,8 @@ struct Want {
     block: bool,
     /// Mint a fencing token (write side).
     fenced: bool,
+    /// For the calling thread (not a token): the hold is the thread's.
+    by_thread: bool,
 }
 
 /// The error for a write acquire by a thread holding a read hold.

@@ -35,8 +35,9 @@ use crate::kinds::family::contend::{self, Bounds, Contender, Sleep, Step};
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release as released;
-use crate::kinds::family::sealed::Core;
-use crate::kinds::family::{self, Call, Guard, Handle, Kind};
+use crate::kinds::family::sealed::{Core, Tokens};
+use crate::kinds::family::tokens::{self, TokenHold};
+use crate::kinds::family::{self, Acquirer, ByToken, Call, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::renewal::HashRenewal;
 use crate::lease::Lease;
 use scripts::{Acquire, Mode, Release};
@@ -83,6 +84,11 @@ pub type SpinLock = Handle<Spin>;
 
 /// An RAII guard for one acquisition of a [`SpinLock`]; see [`Guard`].
 pub type SpinLockGuard = Guard<Spin>;
+
+/// An RAII guard for one acquisition of a [`SpinLock`] owned by an
+/// [`OwnerToken`](crate::OwnerToken) ([`SpinLock::lock_owned`], [`SpinLock::lock_with`],
+/// [`SpinLock::resume`]): `Send`, released from any thread; see [`Guard`].
+pub type OwnedSpinLockGuard = Guard<Spin, ByToken>;
 
 /// The spin lock's core (Redisson's `RedissonSpinLock`): the kind of a
 /// [`SpinLock`].
@@ -133,8 +139,13 @@ impl Core for Spin {
     }
 
     fn release(ctx: Context<'_>, _: &(), hold: &Arc<Hold>) -> Result<()> {
+        // A token's hold may be one count of several (a re-entry with the
+        // token, here or in another process, is a hold of its own): its
+        // last guard's release is latched too, so a retry after a lost
+        // reply never releases a second count.
+        let token = crate::owner::is_token_id(hold.thread);
         released::release_registered(ctx, Self::NOUN, hold, true, |last| {
-            if last { release_last(ctx, hold) } else { (release_nested(ctx, hold), false) }
+            if last && !token { release_last(ctx, hold) } else { (release_nested(ctx, hold), false) }
         })
     }
 
@@ -160,14 +171,26 @@ impl Core for Spin {
 
 impl Spin {
     fn acquire_hold(&self, call: Call<'_>) -> Result<Option<Arc<Hold>>> {
-        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, .. } = call;
+        let Call { ctx, deadline, block, obs, lease, lease_ms, thread, owner, acquirer } = call;
         let client = ctx.uuid();
-        if let Some(hold) = reentry::current(client, Self::NOUN, &self.name)
+        // A token's holds are not the thread's (`kinds/family/tokens.rs`).
+        let by_thread = acquirer == Acquirer::Thread;
+        if by_thread
+            && let Some(hold) = reentry::current(client, Self::NOUN, &self.name)
             && self.reenter(ctx, &hold, lease_ms)?
         {
             return Ok(Some(hold));
         }
-        hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
+        if acquirer == Acquirer::PresentedToken {
+            let held = TokenHold::of(Self::NOUN, &self.name, &owner, lease, lease_ms);
+            let attempt = || self.reentry_attempt(ctx, &owner, lease_ms);
+            if let Some(hold) = tokens::join(ctx, held, attempt, || keeping(ctx))? {
+                return Ok(Some(hold));
+            }
+        }
+        if by_thread {
+            hash_kinds::check(client, &self.name, HashKind::SpinLock)?;
+        }
         let mut spinning =
             Spinning { spin: self, ctx, owner: &owner, lease_ms, sleeps: self.back_off.sleeps() };
         let bounds = Bounds::of(ctx, deadline, block, obs, true);
@@ -187,34 +210,30 @@ impl Spin {
         fresh::refuse_unreplicated(ctx, &self.name, replicated, || self.give_back(ctx, &owner, lease_ms))?;
         let acquisition = Acquisition { owner, thread, lease, lease_ms, token: None, sent };
         let hold = fresh::hold(ctx, Self::NOUN, &self.name, acquisition, replicated);
-        // Nothing is published on a spin lock's force unlock: nothing to
-        // listen on, but this client's finds the hold here.
-        let renew = HashRenewal::of(ctx);
-        fresh::keep(ctx, &hold, Keeping { renew, renew_watchdog: None, channel: None, on_lost: None });
-        reentry::set(client, Self::NOUN, &hold);
-        hash_kinds::note(client, HashKind::SpinLock, &hold);
+        fresh::keep(ctx, &hold, keeping(ctx));
+        if by_thread {
+            reentry::set(client, Self::NOUN, &hold);
+            hash_kinds::note(client, HashKind::SpinLock, &hold);
+        }
         Ok(Some(hold))
+    }
+
+    /// One re-entry script call for `owner`: sent once (it increments a
+    /// count).
+    fn reentry_attempt(&self, ctx: Context<'_>, owner: &str, lease_ms: u64) -> Result<Reentry> {
+        let outcome = ctx.calls().with_conn(&self.name, |conn| {
+            scripts::acquire(ctx.calls().scripts(), conn, &self.name, lease_ms, owner, Mode::Reentry)
+        })?;
+        Ok(match outcome {
+            Acquire::Acquired { replicated } => Reentry::Acquired { token: None, replicated },
+            Acquire::Held { .. } | Acquire::Free => Reentry::Gone,
+        })
     }
 
     /// Re-enters the thread's live `hold` (see `kinds/family/reentry.rs`):
     /// true with one more guard, false when the hold vanished unnoticed.
     fn reenter(&self, ctx: Context<'_>, hold: &Arc<Hold>, lease_ms: u64) -> Result<bool> {
-        let attempt = || {
-            let outcome = ctx.calls().with_conn(&self.name, |conn| {
-                scripts::acquire(
-                    ctx.calls().scripts(),
-                    conn,
-                    &self.name,
-                    lease_ms,
-                    &hold.owner,
-                    Mode::Reentry,
-                )
-            })?;
-            Ok(match outcome {
-                Acquire::Acquired { replicated } => Reentry::Acquired { token: None, replicated },
-                Acquire::Held { .. } | Acquire::Free => Reentry::Gone,
-            })
-        };
+        let attempt = || self.reentry_attempt(ctx, &hold.owner, lease_ms);
         let count =
             || family::query(&self.client, &self.name, redis::cmd("HGET").arg(&*self.name).arg(&hold.owner));
         reentry::reenter(hold, lease_ms, Reenter { attempt, count: Some(count), extends: true, mints: false })
@@ -226,6 +245,22 @@ impl Spin {
         let _ = ctx.calls().with_live_conn(&self.name, |conn| {
             scripts::release(ctx.calls().scripts(), conn, &self.name, lease_ms, owner, None)
         });
+    }
+}
+
+/// How a spin lock's hold is kept: renewed as RLock's hash is. Nothing is
+/// published on a spin lock's force unlock: nothing to listen on, but this
+/// client's finds the hold.
+fn keeping(ctx: Context<'_>) -> Keeping {
+    Keeping { renew: HashRenewal::of(ctx), renew_watchdog: None, channel: None, on_lost: None }
+}
+
+impl TokenOwned for Spin {}
+
+impl Tokens for Spin {
+    fn resume(&self, ctx: Context<'_>, owner: &str, lease: Lease, lease_ms: u64) -> Result<(Arc<Hold>, ())> {
+        let held = TokenHold::of(Self::NOUN, &self.name, owner, lease, lease_ms);
+        Ok((tokens::resume(ctx, held, keeping(ctx))?, ()))
     }
 }
 

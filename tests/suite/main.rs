@@ -59,6 +59,7 @@ mod semaphore;
 mod shared_connections;
 mod spin_lock;
 mod token_holds;
+mod token_holds_kinds;
 mod traps;
 mod waitaof;
 mod wakeup;

@@ -213,7 +213,8 @@ impl<K: Kind, O: Ownership> Guard<K, O> {
 
     /// The owner id written in Redis: `<client-uuid>:<thread-id>`
     /// (`<client-uuid>:<thread-id>:write` for a write hold; the token's
-    /// `<uuid>:<number>` for a token-owned hold).
+    /// `<uuid>:<number>` for a token-owned hold, `<uuid>:<number>:write`
+    /// for a token-owned write hold).
     pub fn owner_id(&self) -> &str {
         &self.hold.owner
     }
@@ -310,11 +311,13 @@ impl<K: Kind, O: Ownership> Guard<K, O> {
 
 impl<K: Kind> Guard<K, ByToken> {
     /// The token that owns this hold: present it to re-enter the lock
-    /// ([`Lock::lock_with`](crate::Lock::lock_with)), or carry it as a
+    /// ([`Handle::lock_with`](crate::Handle::lock_with)), or carry it as a
     /// string to another process to release or renew the hold there
-    /// ([`Lock::resume`](crate::Lock::resume)).
+    /// ([`Handle::resume`](crate::Handle::resume)).
     pub fn token(&self) -> crate::OwnerToken {
-        crate::OwnerToken::of_owner(&self.hold.owner)
+        // A write hold's field is `<token>:write`; a token never ends so.
+        let owner = &self.hold.owner;
+        crate::OwnerToken::of_owner(owner.strip_suffix(":write").unwrap_or(owner))
     }
 }
 

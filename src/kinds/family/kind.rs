@@ -27,8 +27,9 @@ pub(crate) mod sealed {
         const HANDLE: &'static str;
         const GUARD: &'static str;
         /// What a guard keeps besides its hold to release it (the lock's
-        /// entry, the keys its release script needs).
-        type Keep;
+        /// entry, the keys its release script needs). `Send + Sync`, so
+        /// that a token's guard is, for every kind, generic code included.
+        type Keep: Send + Sync;
 
         /// The client the handle acquires through.
         fn client(&self) -> &Client;
@@ -98,7 +99,8 @@ pub trait Fenced: Kind + sealed::Fences {}
 /// A kind whose holds can be owned by an [`OwnerToken`](crate::OwnerToken)
 /// instead of a thread ([`Handle::lock_owned`](crate::Handle::lock_owned),
 /// [`Handle::lock_with`](crate::Handle::lock_with),
-/// [`Handle::resume`](crate::Handle::resume)): the reentrant lock.
+/// [`Handle::resume`](crate::Handle::resume)): every lock-like kind, the
+/// reentrant, spin and fair locks and both sides of a read-write lock.
 #[allow(private_bounds)]
 pub trait TokenOwned: Kind + sealed::Tokens {}
 

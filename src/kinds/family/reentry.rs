@@ -55,10 +55,11 @@ pub(crate) fn unfinished(client: u128, kind: &'static str, name: &str) -> Option
 }
 
 /// True when the calling thread has a newer hold of `hold`'s lock as
-/// `kind`: the count in Redis is that hold's, which `hold`'s guards must
-/// not touch.
+/// `kind`, under the same owner: the count in Redis is that hold's, which
+/// `hold`'s guards must not touch. (A token's hold, released on whichever
+/// thread, is never superseded by that thread's own.)
 pub(crate) fn superseded(client: u128, kind: &'static str, hold: &Hold) -> bool {
-    unfinished(client, kind, &hold.name).is_some_and(|h| h.id != hold.id)
+    unfinished(client, kind, &hold.name).is_some_and(|h| h.id != hold.id && h.owner == hold.owner)
 }
 
 /// Records `hold` as the calling thread's hold of its lock as `kind`,
