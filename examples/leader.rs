@@ -5,7 +5,7 @@
 //! campaigning in the election `examples:leader`. A node that wins prints
 //! `node <i> leads term <t>`, leads for a moment, resigns and exits. The
 //! parent kills the first leader as soon as it announces itself (it never
-//! resigns: its lease, 1 s by default, has to run out), then watches the
+//! resigns: its lease, 900 ms by default, has to run out), then watches the
 //! others take over. It exits with status 1 unless the three terms grew
 //! strictly and the takeover after the kill came within the lease and a
 //! little slack, and prints `terms <a> < <b> < <c>; a standby took over

@@ -10,7 +10,7 @@
 //! handle): the hash `<name>` with the leader's `<uuid>:<number>` field, and
 //! the term is the fencing token from `redisson_lock_token:{<name>}`, so
 //! every term is strictly greater than the last. The hold is renewed by a
-//! watchdog with the election's short lease (1 s by default, renewed every
+//! watchdog with the election's short lease (900 ms by default, renewed every
 //! third), which bounds a takeover after the leader's process dies.
 //! Standbys wait as the lock's waiters do, woken by its unlock channel on a
 //! resignation and by the end of the leader's lease otherwise.
@@ -37,8 +37,9 @@ use crate::kinds::lock::Lock;
 use crate::names;
 
 /// The election's lease when none is given: a standby takes over within
-/// about this long after the leader's process dies.
-pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_secs(1);
+/// this long and a round trip after the leader's process dies, under a
+/// second (900 ms, renewed every 300 ms).
+pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_millis(900);
 
 /// The channel prefix on which a new leader announces its term (see
 /// [`Election::observe`]).
@@ -95,7 +96,7 @@ pub struct Leader {
 
 impl Client {
     /// A handle to the election `name`, with the
-    /// [`DEFAULT_ELECTION_LEASE`] (1 s); [`Election::with_lease`] changes
+    /// [`DEFAULT_ELECTION_LEASE`] (900 ms); [`Election::with_lease`] changes
     /// it. Its lock is the plain lock `name` (Redisson's `RLock` layout,
     /// fenced by `redisson_lock_token:{name}`): do not lock that name for
     /// anything else. No I/O.
