@@ -294,6 +294,26 @@ pub(crate) fn shown(bytes: &[u8]) -> String {
     text
 }
 
+/// What went wrong, and what the system said when it adds to it.
+pub(crate) type Failed = (What, Option<io::Error>);
+
+/// What an I/O error of a connection being set up means, at `stage`.
+pub(crate) fn failed_io(e: io::Error, timeout: Duration, stage: Stage) -> Failed {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => (What::Refused, None),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            (What::TimedOut { after: timeout, stage }, None)
+        }
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+            if stage != Stage::Connect =>
+        {
+            (What::Closed { reset: true }, None)
+        }
+        io::ErrorKind::UnexpectedEof if stage != Stage::Connect => (What::Closed { reset: false }, None),
+        _ => (What::Failed, Some(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
-use crate::error::reaching::{self, Stage, What};
+use crate::error::reaching::{self, Stage, What, failed_io};
 use crate::net::commands::write_commands;
 use crate::net::probe;
 use crate::net::replies::ReplyReader;
-use crate::net::stream::{Address, Stream, failed_io};
+use crate::net::stream::{Address, Stream};
 
 /// Who a connection logs in as, and what its setup asks of the server.
 pub(crate) struct Setup<'a> {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::reaching::{NetError, Stage, What};
+use crate::error::reaching::{Failed, NetError, Stage, What, failed_io};
 use crate::error::{Error, Result};
 #[cfg(feature = "tls")]
 use crate::net::tls_stream::TlsStream;
@@ -170,9 +170,6 @@ fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-/// What went wrong, and what the system said when it adds to it.
-pub(crate) type Failed = (What, Option<io::Error>);
-
 /// A TCP connection to `host:port` by `deadline` (`timeout` after the
 /// start), trying each of its addresses in turn, with keepalive on.
 fn connect_tcp(host: &str, port: u16, deadline: Instant, timeout: Duration) -> Result<TcpStream, Failed> {
@@ -194,23 +191,6 @@ fn connect_tcp(host: &str, port: u16, deadline: Instant, timeout: Duration) -> R
         }
     }
     Err(last)
-}
-
-/// What an I/O error of a connection being set up means, at `stage`.
-pub(crate) fn failed_io(e: io::Error, timeout: Duration, stage: Stage) -> Failed {
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => (What::Refused, None),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            (What::TimedOut { after: timeout, stage }, None)
-        }
-        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
-            if stage != Stage::Connect =>
-        {
-            (What::Closed { reset: true }, None)
-        }
-        io::ErrorKind::UnexpectedEof if stage != Stage::Connect => (What::Closed { reset: false }, None),
-        _ => (What::Failed, Some(e)),
-    }
 }
 
 impl Stream {

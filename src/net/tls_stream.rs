@@ -26,9 +26,8 @@ use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
-use crate::error::reaching::{Stage, What};
+use crate::error::reaching::{Failed, Stage, What, failed_io};
 use crate::net::probe;
-use crate::net::stream::{Failed, failed_io};
 
 /// Ciphertext read from the socket per call; a TLS record is at most 16 KiB
 /// and a pub/sub message is usually a few dozen bytes.
