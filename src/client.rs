@@ -68,7 +68,7 @@ pub struct Client {
 
 /// The local state of the locks a client has used.
 struct Entries {
-    map: HashMap<Arc<str>, Arc<Entry>>,
+    map: foldhash::HashMap<Arc<str>, Arc<Entry>>,
     /// Drop idle entries when the map grows past this.
     sweep_at: usize,
 }
@@ -307,7 +307,7 @@ impl Client {
             config,
             routes,
             scripts: Scripts::new(wait.is_some(), sharded),
-            entries: Mutex::new(Entries { map: HashMap::new(), sweep_at: MIN_SWEEP_AT }),
+            entries: Mutex::new(Entries { map: foldhash::HashMap::default(), sweep_at: MIN_SWEEP_AT }),
             next_request: AtomicU64::new(1),
             subscribers,
             companions: Mutex::new(HashMap::new()),

@@ -38,6 +38,8 @@
 //! [`LINGER`]: crate::pubsub::subscriber::LINGER
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+use foldhash::HashMapExt;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -114,8 +116,8 @@ struct Channel {
 }
 
 struct State {
-    holds: HashMap<u64, Watched>,
-    channels: HashMap<Arc<str>, Channel>,
+    holds: foldhash::HashMap<u64, Watched>,
+    channels: foldhash::HashMap<Arc<str>, Channel>,
     /// Holds whose channel is not listened on yet, oldest first: (when
     /// registered, hold id). Released holds are dropped from here lazily.
     young: VecDeque<(Instant, u64)>,
@@ -138,8 +140,8 @@ impl ForeignUnlocks {
     pub(crate) fn new(kick: Sender<()>) -> Self {
         ForeignUnlocks {
             state: Mutex::new(State {
-                holds: HashMap::new(),
-                channels: HashMap::new(),
+                holds: foldhash::HashMap::new(),
+                channels: foldhash::HashMap::new(),
                 young: VecDeque::new(),
                 suspects: Vec::new(),
                 idle: true,

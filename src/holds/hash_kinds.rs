@@ -17,8 +17,8 @@
 //! finished or dropped hold no longer counts; dead entries are swept as the
 //! map grows, so a thread that uses many names keeps it small.
 
+use foldhash::{HashMap, HashMapExt};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};

@@ -28,7 +28,7 @@
 //! in flight at that moment is harmless: the script renews only keys whose
 //! owner field still exists.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 

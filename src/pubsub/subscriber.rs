@@ -166,7 +166,7 @@ impl std::fmt::Debug for Subscriber {
 struct State {
     /// The socket's write side; `None` while disconnected.
     writer: Option<Stream>,
-    channels: HashMap<String, Channel>,
+    channels: foldhash::HashMap<String, Channel>,
     /// SUBSCRIBE confirmations still expected on the current connection.
     acks_pending: HashMap<String, u32>,
     /// Unsubscriptions sent and not yet confirmed, so that a confirmation

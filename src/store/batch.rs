@@ -113,8 +113,7 @@ impl Request {
         packed.extend_from_slice(b"\r\n");
         push_bulk(&mut packed, verb.as_bytes());
         push_bulk(&mut packed, body.as_bytes());
-        let (digits, at) = decimal(keys.count);
-        push_bulk(&mut packed, &digits[at..]);
+        push_bulk(&mut packed, itoa::Buffer::new().format(keys.count).as_bytes());
         packed.extend_from_slice(&keys.bytes);
         packed.extend_from_slice(&args.bytes);
         Request { packed, commands: 1, acked: false }
@@ -211,28 +210,16 @@ fn push_decimal(buf: &mut Vec<u8>, n: usize) {
     match u8::try_from(n) {
         Ok(n) if n < 10 => buf.push(b'0' + n),
         Ok(n) if n < 100 => buf.extend_from_slice(&[b'0' + n / 10, b'0' + n % 10]),
-        _ => {
-            let (digits, at) = decimal(n);
-            buf.extend_from_slice(&digits[at..]);
-        }
+        _ => buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
     }
 }
 
-/// `n` in decimal ASCII: the digits are `digits[at..]` of the returned
-/// `(digits, at)`.
-fn decimal(n: usize) -> ([u8; 20], usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    (digits, at)
+/// Why a request got no replies: `failure`, or a connection that stopped
+/// before every reply was read.
+fn cut_short(failure: Option<&RedisError>) -> RedisError {
+    failure.cloned().unwrap_or_else(|| {
+        RedisError::from((redis::ErrorKind::Io, "the connection stopped before every reply was read"))
+    })
 }
 
 /// What a request gets back.
@@ -290,6 +277,28 @@ impl Batch {
         self.shape.iter().map(|&(n, _)| n).sum::<usize>() + usize::from(self.wait.is_some())
     }
 
+    /// [`split`](Batch::split) for a batch of one request: its outcome,
+    /// without a vector of one.
+    pub(crate) fn single(
+        self,
+        mut values: Vec<Value>,
+        failure: Option<&RedisError>,
+    ) -> Result<Replies, RedisError> {
+        let read = values.len();
+        let [(n, wants_ack)] = self.shape[..] else {
+            return self.split(values, failure).into_iter().next().unwrap_or_else(|| Err(cut_short(failure)));
+        };
+        let acked = match (self.wait, values.last()) {
+            (Some(wait), Some(reply)) if read == n + 1 => Some(wait.met_by(reply)),
+            _ => None,
+        };
+        if read < n || (wants_ack && acked.is_none()) {
+            return Err(cut_short(failure));
+        }
+        values.truncate(n);
+        Ok(Replies { values, acked: acked.filter(|_| wants_ack) })
+    }
+
     /// Deals out the replies read, in order; `failure` is what stopped the
     /// reading before every reply was in. A request gets its replies if all
     /// of them (and, when it asked, the `WAIT`'s) were read, and the
@@ -304,11 +313,7 @@ impl Batch {
             (Some(wait), Some(reply)) if read == self.replies() => Some(wait.met_by(reply)),
             _ => None,
         };
-        let cut = || {
-            failure.cloned().unwrap_or_else(|| {
-                RedisError::from((redis::ErrorKind::Io, "the connection stopped before every reply was read"))
-            })
-        };
+        let cut = || cut_short(failure);
         let mut values = values.into_iter();
         let mut end = 0;
         self.shape
@@ -402,6 +407,33 @@ mod tests {
         assert_eq!(split[0].as_ref().unwrap().values, vec![Value::Int(1), Value::Int(2)]);
         assert_eq!(split[1].as_ref().unwrap().values, vec![Value::Int(3)]);
         assert_eq!(split[1].as_ref().unwrap().acked, None);
+    }
+
+    #[test]
+    fn a_batch_of_one_deals_its_outcome_as_split_does() {
+        let outcome = |acked: bool, wait: Option<Wait>, values: Vec<Value>, failure: Option<&RedisError>| {
+            let request = || {
+                if acked {
+                    Request::commands(&[&redis::cmd("GET"), &redis::cmd("TYPE")]).acknowledged()
+                } else {
+                    Request::commands(&[&redis::cmd("GET"), &redis::cmd("TYPE")])
+                }
+            };
+            let (mut a, mut b) = (request(), request());
+            let split = Batch::new([&mut a], wait).split(values.clone(), failure).remove(0);
+            let single = Batch::new([&mut b], wait).single(values, failure);
+            assert_eq!(split.as_ref().map_err(|e| e.to_string()), single.as_ref().map_err(|e| e.to_string()));
+            single
+        };
+        let two = vec![Value::Int(1), Value::Int(2)];
+        assert_eq!(outcome(false, None, two.clone(), None).unwrap().values, two);
+        assert_eq!(outcome(false, Some(WAIT), two.clone(), None).unwrap().acked, None);
+        let acked =
+            outcome(true, Some(WAIT), vec![Value::Int(1), Value::Int(2), Value::Int(1)], None).unwrap();
+        assert_eq!((acked.values, acked.acked), (two.clone(), Some(true)));
+        assert!(outcome(true, Some(WAIT), two.clone(), Some(&timeout())).unwrap_err().is_timeout());
+        assert!(outcome(false, None, vec![Value::Int(1)], Some(&timeout())).unwrap_err().is_timeout());
+        assert!(outcome(false, None, vec![Value::Int(1)], None).is_err());
     }
 
     #[test]

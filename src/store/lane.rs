@@ -43,7 +43,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use self::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex};
 use crate::store::batch::{Batch, Replies, Request, Wait};
@@ -122,6 +122,26 @@ struct Queued {
 struct InFlight {
     batch: Batch,
     members: Vec<Queued>,
+}
+
+/// What follows a batch read by its leader.
+enum Next {
+    /// Nothing was queued meanwhile (or it could not be written).
+    Nothing,
+    /// The next batch is written, and one of its members reads it.
+    Handed,
+    /// The next batch is written, and every member gave up: the leader
+    /// reads it.
+    ReadHere(InFlight),
+}
+
+impl Next {
+    fn into_batch(self) -> Option<InFlight> {
+        match self {
+            Next::ReadHere(in_flight) => Some(in_flight),
+            Next::Nothing | Next::Handed => None,
+        }
+    }
 }
 
 /// One request's progress, shared by its caller and the leader.
@@ -205,8 +225,8 @@ impl<W: Wire> Lane<W> {
         u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn note_written(&self, in_flight: &Option<InFlight>) {
-        let at = if in_flight.is_some() { self.nanos(Instant::now()).saturating_add(1) } else { 0 };
+    fn note_written(&self, in_flight: bool) {
+        let at = if in_flight { self.nanos(Instant::now()).saturating_add(1) } else { 0 };
         self.written_at.store(at, Ordering::Relaxed);
     }
 
@@ -236,16 +256,25 @@ impl<W: Wire> Lane<W> {
         // clock is read only if the caller has to wait.
         let queued_at = std::cell::OnceCell::new();
         let deadline = || *queued_at.get_or_init(Instant::now) + timeout;
-        let ticket = Arc::new(Ticket { stage: Mutex::new(Stage::Queued), changed: Condvar::new() });
-        let lead = {
+        let ticket = {
             let mut state = self.state.lock();
+            if !state.leading {
+                // An idle lane (no leader means nothing queued or in
+                // flight): the caller leads a batch of its own request
+                // alone, with no ticket, since nobody can hand it the lead
+                // or its replies.
+                state.leading = true;
+                let conn = state.conn.take();
+                drop(state);
+                let outcome = self.lead_alone(conn, request, wiring);
+                self.load.fetch_sub(1, Ordering::Relaxed);
+                return outcome;
+            }
+            let ticket = Arc::new(Ticket { stage: Mutex::new(Stage::Queued), changed: Condvar::new() });
             state.queue.push_back(Queued { request, ticket: Arc::clone(&ticket) });
             self.queued.store(state.queue.len(), Ordering::Relaxed);
-            !std::mem::replace(&mut state.leading, true)
+            ticket
         };
-        if lead {
-            self.lead(wiring);
-        }
         let outcome = loop {
             match ticket.wait(deadline) {
                 Turn::Done(outcome) => break outcome,
@@ -266,42 +295,68 @@ impl<W: Wire> Lane<W> {
         outcome
     }
 
+    /// Leads a batch of `request` alone (the lane was idle; `conn` is its
+    /// connection, if any): writes it, reads its replies, then goes on as
+    /// [`lead`](Lane::lead) does after a batch with what queued meanwhile.
+    fn lead_alone<D: Dial<Wire = W>>(
+        &self,
+        mut conn: Option<W>,
+        mut request: Request,
+        wiring: Wiring<'_, D>,
+    ) -> Result<Replies, Failure> {
+        let generation = wiring.dial.generation();
+        let batch = Batch::new(std::iter::once(&mut request), wiring.wait);
+        let outcome = match send(&mut conn, &batch, wiring) {
+            Ok(()) => {
+                self.note_written(true);
+                read_one(&mut conn, batch, generation)
+            }
+            Err(failure) => Err(failure),
+        };
+        let in_flight = self.write_next(&mut conn, wiring);
+        if !matches!(in_flight, Next::Handed) {
+            self.lead_on(conn, in_flight.into_batch(), wiring);
+        }
+        outcome
+    }
+
     /// Leads the lane: writes the queue as one batch (unless a batch is
     /// already in flight), reads its replies, writes what queued meanwhile
     /// as the next batch, hands the reading of that one to one of its
     /// members, and deals out the replies read. The connection never waits
     /// for a woken thread to write what is queued.
     fn lead<D: Dial<Wire = W>>(&self, wiring: Wiring<'_, D>) {
-        let generation = wiring.dial.generation();
         let (mut conn, mut in_flight) = {
             let mut state = self.state.lock();
             (state.conn.take(), state.in_flight.take())
         };
         if in_flight.is_none() {
             in_flight = write(&mut conn, self.take_queue(), wiring);
-            self.note_written(&in_flight);
+            self.note_written(in_flight.is_some());
         }
+        self.lead_on(conn, in_flight, wiring);
+    }
+
+    /// Goes on leading from `in_flight`, a batch written on `conn` whose
+    /// replies the leader reads, until a batch's reading is handed to one
+    /// of its members or nothing is left; then leaves the lane to the next
+    /// queued caller, or idle.
+    fn lead_on<D: Dial<Wire = W>>(
+        &self,
+        mut conn: Option<W>,
+        mut in_flight: Option<InFlight>,
+        wiring: Wiring<'_, D>,
+    ) {
+        let generation = wiring.dial.generation();
         while let Some(InFlight { batch, members }) = in_flight.take() {
             let outcomes = read(&mut conn, batch, generation);
-            let next = if conn.is_some() { write(&mut conn, self.take_queue(), wiring) } else { None };
-            self.note_written(&next);
-            let mut reading_handed = false;
-            if let Some(next) = next {
-                let mut state = self.state.lock();
-                reading_handed = next.members.iter().any(|m| m.ticket.offer_lead());
-                if reading_handed {
-                    state.conn = conn.take();
-                    state.in_flight = Some(next);
-                } else {
-                    // Every member gave up: read it here.
-                    in_flight = Some(next);
-                }
-            }
+            let next = self.write_next(&mut conn, wiring);
             for (member, outcome) in members.into_iter().zip(outcomes) {
                 member.ticket.finish(outcome);
             }
-            if reading_handed {
-                return;
+            match next {
+                Next::Handed => return,
+                next => in_flight = next.into_batch(),
             }
         }
         let mut state = self.state.lock();
@@ -310,6 +365,23 @@ impl<W: Wire> Lane<W> {
         }
         self.connected.store(state.conn.is_some(), Ordering::Relaxed);
         self.hand_on(&mut state);
+    }
+
+    /// After a batch's replies are read: writes what queued meanwhile as
+    /// the next batch and hands its reading (and the connection) to one of
+    /// its members; when every member gave up, the leader reads it.
+    fn write_next<D: Dial<Wire = W>>(&self, conn: &mut Option<W>, wiring: Wiring<'_, D>) -> Next {
+        let next = if conn.is_some() { write(conn, self.take_queue(), wiring) } else { None };
+        self.note_written(next.is_some());
+        let Some(next) = next else { return Next::Nothing };
+        let mut state = self.state.lock();
+        if next.members.iter().any(|m| m.ticket.offer_lead()) {
+            state.conn = conn.take();
+            state.in_flight = Some(next);
+            Next::Handed
+        } else {
+            Next::ReadHere(next)
+        }
     }
 
     /// The queued requests whose callers still wait, taken into a batch.
@@ -326,7 +398,7 @@ impl<W: Wire> Lane<W> {
         let abandoned = {
             let mut state = self.state.lock();
             let abandoned = state.in_flight.take();
-            self.note_written(&None);
+            self.note_written(false);
             if abandoned.is_some() {
                 state.conn = None;
                 self.connected.store(false, Ordering::Relaxed);
@@ -384,32 +456,34 @@ fn write<D: Dial>(
     if members.is_empty() {
         return None;
     }
+    let batch = Batch::new(members.iter_mut().map(|m| &mut m.request), wiring.wait);
+    if let Err(failure) = send(conn, &batch, wiring) {
+        for member in members {
+            member.ticket.finish(Err(failure.clone()));
+        }
+        return None;
+    }
+    Some(InFlight { batch, members })
+}
+
+/// Writes `batch` on `conn`, or on a new connection if it has none fit for
+/// use; a connection that failed is dropped, and a dead one starts a new
+/// generation.
+fn send<D: Dial>(conn: &mut Option<D::Wire>, batch: &Batch, wiring: Wiring<'_, D>) -> Result<(), Failure> {
     let generation = wiring.dial.generation();
     let mut fit = match conn.take() {
         Some(open) if open.is_usable(generation) => open,
-        _ => match wiring.dial.connect() {
-            Ok(opened) => opened,
-            Err(e) => {
-                for member in members {
-                    member.ticket.finish(Err(Failure::Connect(e.clone())));
-                }
-                return None;
-            }
-        },
+        _ => wiring.dial.connect().map_err(Failure::Connect)?,
     };
-    let batch = Batch::new(members.iter_mut().map(|m| &mut m.request), wiring.wait);
     if let Err(error) = fit.send(batch.bytes()) {
         let dead = fit.is_dead();
         if dead {
             generation.advance_past(fit.generation());
         }
-        for member in members {
-            member.ticket.finish(Err(Failure::Transport { error: error.clone(), dead }));
-        }
-        return None;
+        return Err(Failure::Transport { error, dead });
     }
     *conn = Some(fit);
-    Some(InFlight { batch, members })
+    Ok(())
 }
 
 /// Reads the replies of `batch`, written on `conn`, and deals them out; a
@@ -420,6 +494,32 @@ fn read<W: Wire>(
     batch: Batch,
     generation: &Generation,
 ) -> Vec<Result<Replies, Failure>> {
+    let (values, failure, dead) = receive(conn, &batch, generation);
+    batch
+        .split(values, failure.as_ref())
+        .into_iter()
+        .map(|outcome| outcome.map_err(|error| Failure::Transport { error, dead }))
+        .collect()
+}
+
+/// [`read`] for a batch of one request: its outcome.
+fn read_one<W: Wire>(
+    conn: &mut Option<W>,
+    batch: Batch,
+    generation: &Generation,
+) -> Result<Replies, Failure> {
+    let (values, failure, dead) = receive(conn, &batch, generation);
+    batch.single(values, failure.as_ref()).map_err(|error| Failure::Transport { error, dead })
+}
+
+/// The replies of `batch` read from `conn`, what stopped the reading (the
+/// connection is then dropped), and whether the connection was found dead
+/// (a new generation starts).
+fn receive<W: Wire>(
+    conn: &mut Option<W>,
+    batch: &Batch,
+    generation: &Generation,
+) -> (Vec<Value>, Option<RedisError>, bool) {
     let (values, failure, dead) = match conn.as_mut() {
         Some(open) => {
             let (values, failure) = open.receive(batch.replies());
@@ -434,11 +534,7 @@ fn read<W: Wire>(
     if failure.is_some() {
         *conn = None;
     }
-    batch
-        .split(values, failure.as_ref())
-        .into_iter()
-        .map(|outcome| outcome.map_err(|error| Failure::Transport { error, dead }))
-        .collect()
+    (values, failure, dead)
 }
 
 fn closed() -> RedisError {

@@ -41,7 +41,7 @@
 //! }
 //! ```
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
