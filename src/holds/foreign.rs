@@ -179,7 +179,8 @@ impl ForeignUnlocks {
                 suspect = slot.heard.is_some_and(|heard| heard >= hold.acquired_at());
             } else {
                 kick = st.young.is_empty() && std::mem::take(&mut st.idle);
-                st.young.push_back((Instant::now(), id));
+                // Its age counts from its acquisition: no clock read.
+                st.young.push_back((hold.acquired_at(), id));
             }
         }
         let watched = Watched { hold: Arc::clone(hold), channel, on_lost, check, suspect };

@@ -66,7 +66,12 @@ pub(crate) struct Conn {
 impl Conn {
     /// Writes `bytes` (packed commands). A failure retires the connection.
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
-        self.last_used = Instant::now();
+        self.send_at(bytes, Instant::now())
+    }
+
+    /// [`send`](Conn::send) at `now`, the caller's clock read.
+    pub(crate) fn send_at(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError> {
+        self.last_used = now;
         write_packed(&mut self.stream, bytes).map_err(|e| self.broken(e.into())).inspect_err(|e| self.fail(e))
     }
 

@@ -122,6 +122,8 @@ struct Queued {
 struct InFlight {
     batch: Batch,
     members: Vec<Queued>,
+    /// When it was written.
+    written: Instant,
 }
 
 /// What follows a batch read by its leader.
@@ -225,8 +227,9 @@ impl<W: Wire> Lane<W> {
         u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn note_written(&self, in_flight: bool) {
-        let at = if in_flight { self.nanos(Instant::now()).saturating_add(1) } else { 0 };
+    /// Notes when the batch in flight was written (`None`: none is).
+    fn note_written(&self, at: Option<Instant>) {
+        let at = at.map_or(0, |at| self.nanos(at).saturating_add(1));
         self.written_at.store(at, Ordering::Relaxed);
     }
 
@@ -307,8 +310,8 @@ impl<W: Wire> Lane<W> {
         let generation = wiring.dial.generation();
         let batch = Batch::new(std::iter::once(&mut request), wiring.wait);
         let outcome = match send(&mut conn, &batch, wiring) {
-            Ok(()) => {
-                self.note_written(true);
+            Ok(written) => {
+                self.note_written(Some(written));
                 read_one(&mut conn, batch, generation)
             }
             Err(failure) => Err(failure),
@@ -332,7 +335,7 @@ impl<W: Wire> Lane<W> {
         };
         if in_flight.is_none() {
             in_flight = write(&mut conn, self.take_queue(), wiring);
-            self.note_written(in_flight.is_some());
+            self.note_written(in_flight.as_ref().map(|f| f.written));
         }
         self.lead_on(conn, in_flight, wiring);
     }
@@ -348,7 +351,7 @@ impl<W: Wire> Lane<W> {
         wiring: Wiring<'_, D>,
     ) {
         let generation = wiring.dial.generation();
-        while let Some(InFlight { batch, members }) = in_flight.take() {
+        while let Some(InFlight { batch, members, .. }) = in_flight.take() {
             let outcomes = read(&mut conn, batch, generation);
             let next = self.write_next(&mut conn, wiring);
             for (member, outcome) in members.into_iter().zip(outcomes) {
@@ -372,7 +375,7 @@ impl<W: Wire> Lane<W> {
     /// its members; when every member gave up, the leader reads it.
     fn write_next<D: Dial<Wire = W>>(&self, conn: &mut Option<W>, wiring: Wiring<'_, D>) -> Next {
         let next = if conn.is_some() { write(conn, self.take_queue(), wiring) } else { None };
-        self.note_written(next.is_some());
+        self.note_written(next.as_ref().map(|f| f.written));
         let Some(next) = next else { return Next::Nothing };
         let mut state = self.state.lock();
         if next.members.iter().any(|m| m.ticket.offer_lead()) {
@@ -398,7 +401,7 @@ impl<W: Wire> Lane<W> {
         let abandoned = {
             let mut state = self.state.lock();
             let abandoned = state.in_flight.take();
-            self.note_written(false);
+            self.note_written(None);
             if abandoned.is_some() {
                 state.conn = None;
                 self.connected.store(false, Ordering::Relaxed);
@@ -457,25 +460,34 @@ fn write<D: Dial>(
         return None;
     }
     let batch = Batch::new(members.iter_mut().map(|m| &mut m.request), wiring.wait);
-    if let Err(failure) = send(conn, &batch, wiring) {
-        for member in members {
-            member.ticket.finish(Err(failure.clone()));
+    match send(conn, &batch, wiring) {
+        Ok(written) => Some(InFlight { batch, members, written }),
+        Err(failure) => {
+            for member in members {
+                member.ticket.finish(Err(failure.clone()));
+            }
+            None
         }
-        return None;
     }
-    Some(InFlight { batch, members })
 }
 
 /// Writes `batch` on `conn`, or on a new connection if it has none fit for
 /// use; a connection that failed is dropped, and a dead one starts a new
 /// generation.
-fn send<D: Dial>(conn: &mut Option<D::Wire>, batch: &Batch, wiring: Wiring<'_, D>) -> Result<(), Failure> {
+fn send<D: Dial>(
+    conn: &mut Option<D::Wire>,
+    batch: &Batch,
+    wiring: Wiring<'_, D>,
+) -> Result<Instant, Failure> {
     let generation = wiring.dial.generation();
+    // One clock read: whether the connection idled too long, and when the
+    // batch was written.
+    let now = Instant::now();
     let mut fit = match conn.take() {
-        Some(open) if open.is_usable(generation) => open,
+        Some(open) if open.is_usable(generation, now) => open,
         _ => wiring.dial.connect().map_err(Failure::Connect)?,
     };
-    if let Err(error) = fit.send(batch.bytes()) {
+    if let Err(error) = fit.send(batch.bytes(), now) {
         let dead = fit.is_dead();
         if dead {
             generation.advance_past(fit.generation());
@@ -483,7 +495,7 @@ fn send<D: Dial>(conn: &mut Option<D::Wire>, batch: &Batch, wiring: Wiring<'_, D
         return Err(Failure::Transport { error, dead });
     }
     *conn = Some(fit);
-    Ok(())
+    Ok(now)
 }
 
 /// Reads the replies of `batch`, written on `conn`, and deals them out; a

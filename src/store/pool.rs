@@ -422,8 +422,15 @@ impl Leased {
     }
 
     /// Writes `bytes` (packed commands). A failure retires the connection.
+    #[cfg(test)]
     pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
         self.conn_mut().send(bytes)
+    }
+
+    /// Writes `bytes` (packed commands) at `now`, the caller's clock read.
+    /// A failure retires the connection.
+    fn send_at(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError> {
+        self.conn_mut().send_at(bytes, now)
     }
 
     /// Reads `replies` replies, stopping at the first failure.
@@ -434,9 +441,17 @@ impl Leased {
     /// True when the connection can take the next command: not failed, of
     /// the current generation, and neither idle past its idle timeout nor
     /// older than its maximum lifetime (one clock read, no I/O).
+    #[cfg(test)]
     pub(crate) fn is_usable(&self, generation: &Generation) -> bool {
+        self.is_usable_at(generation, Instant::now())
+    }
+
+    /// Whether the connection can take the next command at `now`: not
+    /// failed, of the current generation, and neither idle past its idle
+    /// timeout nor older than its maximum lifetime (no I/O).
+    fn is_usable_at(&self, generation: &Generation, now: Instant) -> bool {
         let counted = self.counted();
-        counted.slot.0.unfit(&counted.conn, generation, Instant::now()).is_none()
+        counted.slot.0.unfit(&counted.conn, generation, now).is_none()
     }
 
     /// True once the connection was found dropped or reset.
@@ -466,8 +481,8 @@ impl Dial for NodePool {
 
 impl Wire for Leased {
     #[inline]
-    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
-        Leased::send(self, bytes)
+    fn send(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError> {
+        Leased::send_at(self, bytes, now)
     }
 
     #[inline]
@@ -476,8 +491,8 @@ impl Wire for Leased {
     }
 
     #[inline]
-    fn is_usable(&self, generation: &Generation) -> bool {
-        Leased::is_usable(self, generation)
+    fn is_usable(&self, generation: &Generation, now: Instant) -> bool {
+        Leased::is_usable_at(self, generation, now)
     }
 
     #[inline]

@@ -13,6 +13,8 @@
 #[cfg(all(test, not(loom)))]
 pub(crate) mod fake;
 
+use std::time::Instant;
+
 use redis::{RedisError, Value};
 
 use crate::store::connection::{Conn, Connector, Generation};
@@ -20,16 +22,19 @@ use crate::store::connection::{Conn, Connector, Generation};
 /// What a lane needs of a connection: write a batch, read its replies,
 /// and tell whether the connection can take the next batch.
 pub(crate) trait Wire: Send {
-    /// Writes `bytes` (packed commands). A failure retires the connection.
-    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError>;
+    /// Writes `bytes` (packed commands) at `now` (the caller's clock read,
+    /// shared with [`is_usable`](Wire::is_usable)). A failure retires the
+    /// connection.
+    fn send(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError>;
 
     /// Reads `replies` replies, stopping at the first failure (which
     /// retires the connection). Error replies are replies.
     fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>);
 
-    /// True when no failure left the connection in an unknown state and it
-    /// is of `generation`'s current generation.
-    fn is_usable(&self, generation: &Generation) -> bool;
+    /// True when no failure left the connection in an unknown state, it is
+    /// of `generation`'s current generation, and (pooled connections) it is
+    /// neither idle past its idle timeout nor past its lifetime at `now`.
+    fn is_usable(&self, generation: &Generation, now: Instant) -> bool;
 
     /// True once the connection was found dropped or reset (not merely
     /// slow): its siblings are most likely dead too.
@@ -55,8 +60,8 @@ pub(crate) trait Dial {
 
 impl Wire for Conn {
     #[inline]
-    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
-        Conn::send(self, bytes)
+    fn send(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError> {
+        Conn::send_at(self, bytes, now)
     }
 
     #[inline]
@@ -65,7 +70,7 @@ impl Wire for Conn {
     }
 
     #[inline]
-    fn is_usable(&self, generation: &Generation) -> bool {
+    fn is_usable(&self, generation: &Generation, _now: Instant) -> bool {
         Conn::is_usable(self, generation)
     }
 

@@ -303,8 +303,9 @@ impl Entry {
     /// local hand-offs may follow for a fairness window.
     pub(crate) fn set_held(&self, hold: Arc<Hold>) {
         let mut st = self.state.lock();
+        // The run starts when the acquisition was sent: no clock read.
+        st.run_started = Some(hold.acquired_at());
         st.gate = Gate::Held(hold);
-        st.run_started = Some(Instant::now());
         st.drop_unneeded_subscription();
     }
 

@@ -65,12 +65,14 @@ where
     if last {
         hold.start_release();
     }
-    let sent = Instant::now();
+    // A last release that Redis finds still held ends the hold anyway
+    // (below): the clock is read for nested ones only.
+    let sent = (!last).then(Instant::now);
     let (outcome, retried) = send(last);
     let guards_left = hold.drop_guard();
     let result = match outcome {
         Ok(Release::StillHeld) => {
-            if renews {
+            if renews && let Some(sent) = sent {
                 hold.set_deadline(sent + Duration::from_millis(hold.lease_ms));
             }
             // With no guard left, Redis counts more holds than this client

@@ -81,7 +81,7 @@ impl Dial for EchoDial {
 }
 
 impl Wire for EchoWire {
-    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+    fn send(&mut self, bytes: &[u8], _now: Instant) -> Result<(), RedisError> {
         let text = String::from_utf8_lossy(bytes);
         let tokens: Vec<&str> = text.split("\r\n").collect();
         for (at, token) in tokens.iter().enumerate() {
@@ -108,7 +108,7 @@ impl Wire for EchoWire {
         (values, None)
     }
 
-    fn is_usable(&self, generation: &Generation) -> bool {
+    fn is_usable(&self, generation: &Generation, _now: Instant) -> bool {
         !self.broken && self.generation >= generation.current()
     }
 

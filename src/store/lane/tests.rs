@@ -433,7 +433,7 @@ fn a_reading_given_up_at_the_deadline_fails_its_batch_retires_the_connection_and
         state.leading = true;
         let members = [("reader", &reader), ("member", &member)]
             .map(|(id, ticket)| Queued { request: echo(id), ticket: Arc::clone(ticket) });
-        state.in_flight = Some(InFlight { batch, members: members.into() });
+        state.in_flight = Some(InFlight { batch, members: members.into(), written: Instant::now() });
         state.queue.push_back(Queued { request: echo("next"), ticket: Arc::clone(&next) });
     }
     rig.lane.give_up_lead();

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use parking_lot::Mutex;
@@ -172,7 +172,7 @@ impl Dial for FakeDial {
 }
 
 impl Wire for FakeWire {
-    fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
+    fn send(&mut self, bytes: &[u8], _now: Instant) -> Result<(), RedisError> {
         let fail = self.script.fail_send.lock().take();
         if let Some(dead) = fail {
             return Err(self.fail(dead));
@@ -204,7 +204,7 @@ impl Wire for FakeWire {
         }
     }
 
-    fn is_usable(&self, generation: &Generation) -> bool {
+    fn is_usable(&self, generation: &Generation, _now: Instant) -> bool {
         !self.broken && self.generation >= generation.current()
     }
 
