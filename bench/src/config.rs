@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK,ELECTION] [--w2-clients N] [--w6-clients N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK,ELECTION] [--w2-clients N] [--w6-clients N,N,...] [--w7-threads N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
@@ -15,6 +15,7 @@ usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,R
   --only LIST                run only these workloads (W1..W7, FAIR, RW, SEM, SPIN, REDLOCK, ELECTION; comma-separated)
   --w2-clients N             clients of W2's second configuration (default 4; the 8 threads are spread over them)
   --w6-clients LIST          W6's client counts, one thread each (default 8,32,128; quick 8)
+  --w7-threads LIST          W7's thread counts (default 1,8,32,128,512; quick 1,8)
   --barging-window-ms LIST   keyholder rows of W6 and of W2's clients configuration, one per barging
                              window in ms (ClientBuilder::barging_window; 0 = always hand over);
                              default: one row with the client's default
@@ -193,6 +194,16 @@ impl Cfg {
                         .collect::<Result<_, _>>()?;
                     if cfg.w6_clients.iter().any(|n| !(2..=512).contains(n)) {
                         return Err("--w6-clients takes counts of 2..=512".into());
+                    }
+                }
+                "--w7-threads" => {
+                    let list = value()?;
+                    cfg.w7_threads = list
+                        .split(',')
+                        .map(|n| n.trim().parse::<usize>().map_err(|e| format!("--w7-threads: {e}")))
+                        .collect::<Result<_, _>>()?;
+                    if cfg.w7_threads.iter().any(|n| !(1..=1024).contains(n)) {
+                        return Err("--w7-threads takes counts of 1..=1024".into());
                     }
                 }
                 "--barging-window-ms" => {

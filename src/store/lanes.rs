@@ -188,6 +188,16 @@ impl Lanes {
 /// on; `lanes` is not empty.
 fn claim_among<W: Wire>(lanes: &[Lane<W>], home: usize, clock: impl Fn() -> Instant) -> &Lane<W> {
     let count = lanes.len();
+    // The thread's own lane, idle and connected, when no lane has a batch
+    // forming: taken without reading the other lanes' state (each a cache
+    // line other threads write).
+    if let Some(lane) = lanes.get(home)
+        && lane.queued() == 0
+        && lane.is_connected()
+        && lane.claim_idle()
+    {
+        return lane;
+    }
     let order = || (home..count).chain(0..home).map(|i| &lanes[i]);
     // The clock is read only when some lane is busy.
     let now = std::cell::OnceCell::new();
