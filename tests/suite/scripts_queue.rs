@@ -61,8 +61,8 @@ fn release_latched(
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.key(recent_of(name)).key(latch);
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner));
+    invocation.arg(10_000).arg(owner).arg(0).arg(settings(name, owner, None));
+    invocation.arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
     invocation.invoke(con)
 }
 
@@ -78,9 +78,16 @@ fn release_queued(
     release_last(con, name, owner, listening_ms, None)
 }
 
-/// [`release_queued`], and with `barging_ms` the barging window
-/// (ARGV[13], ms) behind no foreign turns (ARGV[12]) and the 2 ms head
-/// start (ARGV[14]).
+/// release.lua's ARGV[4] as keyholder sends it for `owner`'s client: a claim
+/// window of 1 s, no foreign turns, and with `barging_ms` the barging window
+/// (ms) and a 2 ms head start.
+fn settings(name: &str, owner: &str, barging_ms: Option<u64>) -> String {
+    let window = barging_ms.unwrap_or(0);
+    format!("1000 0 {window} 2 {} {}", client_of(owner), wake_prefix_of(name))
+}
+
+/// [`release_queued`], and with `barging_ms` the barging window (ms; see
+/// [`settings`]).
 fn release_last(
     con: &mut redis::Connection,
     name: &str,
@@ -92,11 +99,7 @@ fn release_last(
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.key(recent_of(name));
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(listening_ms).arg(client_of(owner));
-    if let Some(window_ms) = barging_ms {
-        invocation.arg(0).arg(window_ms).arg(2);
-    }
+    invocation.arg(10_000).arg(owner).arg(listening_ms).arg(settings(name, owner, barging_ms));
     invocation.invoke(con)
 }
 
@@ -652,7 +655,7 @@ fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
 }
 
 /// release.lua as keyholder sends a last release with a barging window
-/// (ARGV[13], ms), no foreign turns.
+/// (ms), no foreign turns.
 fn release_barging(
     con: &mut redis::Connection,
     name: &str,
