@@ -745,3 +745,55 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_C)));
     assert!(queue(&mut con, name).is_empty());
 }
+
+/// Issue 24: the common calls send as little as they can. acquire.lua takes
+/// the client id from the owner id when none is sent (and an explicit one
+/// when the owner id was made by another client); release.lua's common
+/// case never reads ARGV[4], the queue's settings; and a key of another
+/// type at the grants' name, read by the call that writes it, still leaves
+/// the queue and the grants untouched.
+#[test]
+fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "lean";
+    let plain = |con: &mut redis::Connection, owner: &str, client: Option<&str>| -> Value {
+        let script = acquire_script();
+        let mut invocation = script.key(name);
+        invocation.key(marker_of(name)).arg(10_000).arg(owner).arg("1");
+        if let Some(client) = client {
+            invocation.arg(client);
+        }
+        invocation.invoke(con).unwrap()
+    };
+    let mark = |con: &mut redis::Connection, client: &str| {
+        let _: () = redis::cmd("SET").arg(marker_of(name)).arg(client).arg("PX").arg(5_000).query(con).unwrap();
+    };
+    // The marker names B's client: A (no client id sent) is refused, B
+    // (none sent either) takes the lock and clears the marker.
+    mark(&mut con, client_of(OWNER_B));
+    assert!(matches!(plain(&mut con, OWNER_A, None), Value::Int(ms) if ms > 0));
+    assert_eq!(plain(&mut con, OWNER_B, None), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+    // A common release (nobody queued, not listening) with no queue
+    // settings to read.
+    let unlocks = Listener::start(&server, &[&channel_of(name)]);
+    let script = release_script();
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.key(recent_of(name)).arg(10_000).arg(OWNER_B).arg(0).arg("-");
+    assert_eq!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(1));
+    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    // An owner id made by another client (a token's): the client id sent
+    // is the one the marker is compared with.
+    mark(&mut con, "C");
+    assert!(matches!(plain(&mut con, OWNER_A, None), Value::Int(ms) if ms > 0));
+    assert_eq!(plain(&mut con, OWNER_A, Some("C")), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+    // A string at the grants' name: B, refused, queues nothing and the
+    // string stays.
+    let _: () = redis::cmd("SET").arg(grants_of(name)).arg("x").query(&mut con).unwrap();
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(ms) if ms > 0));
+    assert!(!exists(&mut con, &queue_of(name)));
+    assert_eq!(get(&mut con, &grants_of(name)).as_deref(), Some("x"));
+}
