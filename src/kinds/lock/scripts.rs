@@ -468,3 +468,17 @@ fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> E
         _ => Error::from_redis(name, e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::client_of;
+
+    #[test]
+    fn the_client_id_is_the_owner_ids_part_before_its_last_colon() {
+        let client = "8c1f0a4e-1111-4000-8000-000000000001";
+        assert_eq!(client_of(&format!("{client}:7")), Some(client));
+        assert_eq!(client_of(&format!("{client}:{}", 1_u64 << 62)), Some(client));
+        assert_eq!(client_of("a:b:1"), Some("a:b"));
+        assert_eq!(client_of("no-thread"), None);
+    }
+}
