@@ -767,7 +767,8 @@ fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() 
         invocation.invoke(con).unwrap()
     };
     let mark = |con: &mut redis::Connection, client: &str| {
-        let _: () = redis::cmd("SET").arg(marker_of(name)).arg(client).arg("PX").arg(5_000).query(con).unwrap();
+        let _: () =
+            redis::cmd("SET").arg(marker_of(name)).arg(client).arg("PX").arg(5_000).query(con).unwrap();
     };
     // The marker names B's client: A (no client id sent) is refused, B
     // (none sent either) takes the lock and clears the marker.
