@@ -332,6 +332,37 @@ pub(crate) fn channel_of(name: &str) -> String {
     }
 }
 
+/// keyholder's own key `prefix` of the lock `name` (`src/names.rs`'s
+/// `own_key`): `<prefix>:{<name>}`, or `<prefix>:tagged:<name>` when the
+/// name carries its own hash tag.
+pub(crate) fn own_key_of(prefix: &str, name: &str) -> String {
+    if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
+}
+
+/// The keys and channels keyholder's common acquire and release of the lock
+/// `name` declare (`src/names.rs`), and the wake prefix a release passes.
+pub(crate) struct LockKeys {
+    pub(crate) channel: String,
+    pub(crate) marker: String,
+    pub(crate) queue: String,
+    pub(crate) grants: String,
+    pub(crate) recent: String,
+    pub(crate) wake_prefix: String,
+}
+
+impl LockKeys {
+    pub(crate) fn of(name: &str) -> LockKeys {
+        LockKeys {
+            channel: channel_of(name),
+            marker: own_key_of("keyholder_lock_next", name),
+            queue: own_key_of("keyholder_lock_queue", name),
+            grants: own_key_of("keyholder_lock_grants", name),
+            recent: own_key_of("keyholder_lock_recent", name),
+            wake_prefix: own_key_of("keyholder_lock__wake", name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{crc16, key_slot};

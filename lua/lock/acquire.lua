@@ -18,7 +18,7 @@
 --          one millisecond apart; a client queued at the front after losing
 --          a race for its turn is scored 1 below the front's): how long the
 --          front has waited decides whether a release barges (release.lua's
---          ARGV[13]). Scores of an older keyholder (0, 1, 2 ...) read as
+--          barging window). Scores of an older keyholder (0, 1, 2 ...) read as
 --          waiting since long ago
 -- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
 --          HASH from a queued client id to "<owner id> <lease ms> <server
@@ -55,7 +55,9 @@
 --          vanished, and the caller must learn that and take a new hold).
 --          Absent: Redisson's rule, take a free lock or increment the owner's
 --          count
--- ARGV[4]  client id "<client-uuid>" (required with KEYS[2] or KEYS[3])
+-- ARGV[4]  client id "<client-uuid>" (required with ARGV[5]); absent: the
+--          part of ARGV[2] before its last ":", the id of the client that
+--          made the owner id
 -- ARGV[5]  optional "1" when the caller listens on its wake channel (see
 --          release.lua): if it does not get the lock, its client joins the
 --          queue (at the back; at the front when the marker names it, since
@@ -106,7 +108,7 @@
 -- the parts it shares are inline copies, marked "<common:NAME>", of
 -- lua/common/fencing.lua and lua/common/kinds.lua.
 local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local owner, client = ARGV[2], ARGV[4]
+local owner = ARGV[2]
 local lease = tonumber(ARGV[1])
 
 -- The common case first, before any helper below is built: a new hold (or
@@ -156,25 +158,35 @@ local function refuse(ms)
     -- </common:fenced_refusal>
 end
 
+-- Below, a keyholder key's type is read by the call that uses it: a call
+-- made with redis.pcall answers a key of another type with an error reply
+-- (a table with an "err" field), which leaves that key alone, as the
+-- header says; an absent key reads as empty.
+
+-- The caller's client (see ARGV[4]).
+local client = ARGV[4] or string.match(owner, '^(.*):') or owner
+
 -- The client the marker names, the milliseconds left of a foreign turn (0
--- when none), and whether the marker is a foreign turn's; false when there
--- is no marker; nil when a foreign key sits at its name.
+-- when none), whether the marker is a foreign turn's, and its PTTL; false
+-- when there is no marker; nil when a foreign key sits at its name.
 local function read_marker()
-    local kind = redis.call('type', marker).ok
-    if kind == 'none' then
-        return false, 0, false
+    local left = redis.call('pttl', marker)
+    if left == -2 then
+        return false, 0, false, left
     end
-    if kind == 'string' and redis.call('pttl', marker) > 0 then
-        local value = redis.call('get', marker)
-        local ends, named = string.match(value, '^~(%d+):(.*)$')
-        if not ends then
-            return value, 0, false
-        end
-        local now = redis.call('time')
-        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        return named, math.max(0, tonumber(ends) - ms), true
+    -- A marker is a STRING with a TTL: GET answers any other type with an
+    -- error reply.
+    local value = left > 0 and redis.pcall('get', marker)
+    if type(value) ~= 'string' then
+        return nil, 0, false, left
     end
-    return nil, 0, false
+    local ends, named = string.match(value, '^~(%d+):(.*)$')
+    if not ends then
+        return value, 0, false, left
+    end
+    local now = redis.call('time')
+    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    return named, math.max(0, tonumber(ends) - ms), true, left
 end
 
 if counter then
@@ -203,10 +215,19 @@ if ARGV[8] == '1' and redis.call('type', key).ok == 'string' then
     return refuse(math.max(ttl, 1))
 end
 
--- Another kind's lock at the name (the free lock of the fast path above
--- needs no such check): a read-write lock's hash is never taken.
-if redis.call('hexists', key, 'mode') == 1 then
-    return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
+-- Whether the lock is free (one EXISTS, as on the common path: one per
+-- attempt that is no re-entry) and, when it is held, the owner's field and
+-- another kind's lock at the name in one HMGET: a read-write lock's hash
+-- (its "mode" field) is never taken (the free lock needs no such check);
+-- then its PTTL (-2 when free).
+local free, mine, ttl = redis.call('exists', key) == 0, false, -2
+if not free then
+    local held = redis.call('hmget', key, owner, 'mode')
+    if held[2] then
+        return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
+    end
+    mine = held[1] ~= false
+    ttl = redis.call('pttl', key)
 end
 
 -- Mints the next token: exact, as the counter's string.
@@ -225,16 +246,17 @@ local function acquired(token)
 end
 
 if ARGV[3] == '0' then
-    -- Re-entry: only onto the owner's own live field.
-    if redis.call('hexists', key, owner) == 1 then
+    -- Re-entry: only onto the owner's own live field (whose PTTL, `ttl`,
+    -- HINCRBY leaves as it is).
+    if mine then
         local token = mint()
         redis.call('hincrby', key, owner, 1)
-        if redis.call('pttl', key) < lease then
+        if ttl < lease then
             redis.call('pexpire', key, lease)
         end
         return acquired(token)
     end
-    return refuse(redis.call('pttl', key))
+    return refuse(ttl)
 end
 
 -- Joins the queue (see ARGV[5]), records how the caller takes a grant, and
@@ -243,44 +265,50 @@ local function enqueue(wait, front)
     if not queue or ARGV[5] ~= '1' then
         return
     end
-    local kind, grants_kind = redis.call('type', queue).ok, redis.call('type', grants).ok
-    if (kind ~= 'none' and kind ~= 'zset') or (grants_kind ~= 'none' and grants_kind ~= 'hash') then
-        return
-    end
     local now = redis.call('time')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    if not redis.call('zscore', queue, client) then
-        -- The score is when the client joined (server ms; see KEYS[3]).
-        local edge = redis.call('zrange', queue, front and 0 or -1, front and 0 or -1, 'withscores')
-        local score = ms
-        if edge[2] and front then
-            score = tonumber(edge[2]) - 1
-        elseif edge[2] then
-            score = math.max(ms, tonumber(edge[2]) + 0.001)
-        end
-        redis.call('zadd', queue, string.format('%.3f', score), client)
+    -- The queue's front (for a client queued at the front) or back.
+    local edge = redis.pcall('zrange', queue, front and 0 or -1, front and 0 or -1, 'withscores')
+    if edge.err then
+        return
     end
+    -- The grant is written before the queue, so that a key of another type
+    -- at either name leaves both untouched.
+    local written
     if ARGV[7] and ARGV[7] ~= '0' then
-        redis.call('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms .. ' ' .. ARGV[7])
+        written = redis.pcall('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms .. ' ' .. ARGV[7])
     else
-        redis.call('hdel', grants, client)
+        written = redis.pcall('hdel', grants, client)
     end
-    if recent and redis.call('type', recent).ok == 'zset' then
-        redis.call('zrem', recent, client)
+    if type(written) ~= 'number' then
+        return
+    end
+    -- The score is when the client joined (server ms; see KEYS[3]); NX: a
+    -- client already queued keeps its place.
+    local score = ms
+    if edge[2] and front then
+        score = tonumber(edge[2]) - 1
+    elseif edge[2] then
+        score = math.max(ms, tonumber(edge[2]) + 0.001)
+    end
+    redis.call('zadd', queue, 'nx', string.format('%.3f', score), client)
+    if recent then
+        redis.pcall('zrem', recent, client)
     end
     local ttl = math.max(wait, lease) + tonumber(ARGV[6])
-    for _, k in ipairs({queue, grants}) do
-        if redis.call('pttl', k) < ttl then
-            redis.call('pexpire', k, ttl)
-        end
+    -- An empty edge: the ZADD made the queue, without a TTL.
+    if not edge[1] or redis.call('pttl', queue) < ttl then
+        redis.call('pexpire', queue, ttl)
+    end
+    if redis.call('pttl', grants) < ttl then
+        redis.call('pexpire', grants, ttl)
     end
 end
 
-local free = redis.call('exists', key) == 0
 -- The marker matters to a free lock, and to where a refused waiter queues.
-local claimant, turn_left, in_turn = false, 0, false
+local claimant, turn_left, in_turn, marker_ttl = false, 0, false, -2
 if marker and (free or ARGV[5] == '1') then
-    claimant, turn_left, in_turn = read_marker()
+    claimant, turn_left, in_turn, marker_ttl = read_marker()
 end
 -- The grants, when the caller's client is the one a marker names and may
 -- note what it saw of a foreign turn (see KEYS[4]).
@@ -299,11 +327,10 @@ if free and turn_left > 0 then
     return refuse(turn_left)
 end
 if free and claimant and claimant ~= client then
-    local wait = redis.call('pttl', marker)
-    enqueue(wait, false)
-    return refuse(wait)
+    enqueue(marker_ttl, false)
+    return refuse(marker_ttl)
 end
-if free or redis.call('hexists', key, owner) == 1 then
+if free or mine then
     local token = mint()
     if ARGV[3] == '1' then
         redis.call('hset', key, owner, 1)
@@ -327,17 +354,12 @@ if free or redis.call('hexists', key, owner) == 1 then
     end
     -- Only a listening caller can have queued its client.
     if queue and ARGV[5] == '1' then
-        if redis.call('type', queue).ok == 'zset' then
-            redis.call('zrem', queue, client)
-        end
-        if redis.call('type', grants).ok == 'hash' then
-            redis.call('hdel', grants, client)
-        end
+        redis.pcall('zrem', queue, client)
+        redis.pcall('hdel', grants, client)
     end
     return acquired(token)
 end
 
-local ttl = redis.call('pttl', key)
 if noting() then
     -- A client that does not read the marker holds the lock: a foreign
     -- turn was used; and once the turn is over (or with a plain marker),

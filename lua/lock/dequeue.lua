@@ -21,23 +21,21 @@
 --   0  neither; in every case ARGV[1] is no longer queued
 -- A read-write lock's hash at KEYS[4] (it has a "mode" field) is never a
 -- grant: it is left alone.
-if redis.call('type', KEYS[1]).ok == 'zset' then
-    redis.call('zrem', KEYS[1], ARGV[1])
-end
-if redis.call('type', KEYS[2]).ok == 'hash' then
-    redis.call('hdel', KEYS[2], ARGV[1])
-end
+-- Each key's type is read by the call that uses it: redis.pcall answers a
+-- key of another type with an error reply, and that key is left alone.
+redis.pcall('zrem', KEYS[1], ARGV[1])
+redis.pcall('hdel', KEYS[2], ARGV[1])
 -- The waiter has no hold of its own (it was still waiting): a field of its
 -- owner id can only be a grant it will never take.
-local granted = redis.call('type', KEYS[4]).ok == 'hash' and redis.call('hmget', KEYS[4], ARGV[2], 'mode')
-if granted and granted[1] and not granted[2] then
+local granted = redis.pcall('hmget', KEYS[4], ARGV[2], 'mode')
+if not granted.err and granted[1] and not granted[2] then
     redis.call('del', KEYS[4])
     redis.call(ARGV[4], KEYS[5], ARGV[3])
     return 2
 end
 -- A foreign turn's marker "~<ms>:<client>" names its client too.
-local named = redis.call('type', KEYS[3]).ok == 'string' and redis.call('get', KEYS[3])
-if named and (named == ARGV[1] or string.match(named, '^~%d+:(.*)$') == ARGV[1]) then
+local named = redis.pcall('get', KEYS[3])
+if type(named) == 'string' and (named == ARGV[1] or string.match(named, '^~%d+:(.*)$') == ARGV[1]) then
     redis.call('del', KEYS[3])
     if redis.call('exists', KEYS[4]) == 0 then
         redis.call(ARGV[4], KEYS[5], ARGV[3])

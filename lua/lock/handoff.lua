@@ -66,14 +66,19 @@ end
 if not held[1] then
     return nil
 end
--- A last hold, with Redisson waiters listening: release.lua's turn.
+-- A last hold (the count HMGET read), with Redisson waiters listening:
+-- release.lua's turn.
 local queue, recent = KEYS[5], KEYS[6]
-if queue and redis.call('hget', key, from) == '1' then
+local last = held[1] == '1'
+if queue and last then
     local numsub = ARGV[5] == 'spublish' and 'shardnumsub' or 'numsub'
     local others = tonumber(redis.call('pubsub', numsub, KEYS[2])[2])
         - (ARGV[10] ~= '0' and 1 or 0)
-    if others > 0 and redis.call('type', queue).ok == 'zset' then
-        others = others - redis.call('zcard', queue)
+    -- A key of another type at a keyholder key's name (an error reply to
+    -- redis.pcall) counts nobody.
+    local queued = others > 0 and redis.pcall('zcard', queue)
+    if type(queued) == 'number' then
+        others = others - queued
     end
     if others > 0 and redis.call('type', recent).ok == 'zset' then
         local now = redis.call('time')
@@ -85,21 +90,27 @@ if queue and redis.call('hget', key, from) == '1' then
         end
     end
     local grants = KEYS[7]
-    if others > 0 and grants and redis.call('type', grants).ok == 'hash'
-        and tonumber(redis.call('hget', grants, '~idle') or '0') == 6 then
+    local idle = others > 0 and grants and redis.pcall('hget', grants, '~idle')
+    if type(idle) == 'string' and tonumber(idle) == 6 then
         others = 0
     end
     if others > 0 then
         return 3
     end
 end
+-- A count of 1 is the last hold: not counted down first (one call fewer;
+-- the field goes either way).
 local outcome
-if redis.call('hincrby', key, from, -1) > 0 then
+if not last and redis.call('hincrby', key, from, -1) > 0 then
     redis.call('pexpire', key, ARGV[2])
     outcome = 0
 else
-    local next_owner = redis.call('type', KEYS[3]).ok == 'string'
-        and redis.call('pttl', KEYS[3]) > 0 and redis.call('get', KEYS[3])
+    -- A marker is a STRING with a TTL (GET answers another type with an
+    -- error reply).
+    local next_owner = redis.call('pttl', KEYS[3]) > 0 and redis.pcall('get', KEYS[3])
+    if type(next_owner) ~= 'string' then
+        next_owner = false
+    end
     if next_owner and next_owner ~= ARGV[9] then
         redis.call('del', key)
         redis.call(ARGV[5], KEYS[2], ARGV[1])

@@ -13,36 +13,39 @@
 --          releases; a STRING "<request id>:<outcome>". Any other key at its
 --          name is not a latch: it is never read as one nor overwritten, and
 --          the release runs unlatched
--- ARGV[1]  unlock message published on the final release ("0": wake one waiter)
--- ARGV[2]  lease in milliseconds re-applied while holds remain
--- ARGV[3]  owner id "<client-uuid>:<thread-id>"
--- ARGV[4]  optional publish command, "publish" (default) or "spublish"
---          (Redis Cluster shard channels: listeners are then counted with
---          PUBSUB SHARDNUMSUB, on this node)
--- ARGV[5]  latch TTL in milliseconds (required with KEYS[7])
--- ARGV[6]  request id: a decimal number unique to this release (required
---          with KEYS[7]); a retry of the same release sends the same id
--- ARGV[7]  optional "1" on a retry
--- ARGV[8]  wake channel prefix (required with KEYS[3]): client <id>'s waiter
---          listens on "<prefix>:<id>"
--- ARGV[9]  claim window in milliseconds (required with KEYS[3]): the marker's
---          TTL
--- ARGV[10] for how many more milliseconds the releasing client listens on
+-- ARGV[1]  lease in milliseconds re-applied while holds remain
+-- ARGV[2]  owner id "<client-uuid>:<thread-id>"
+-- ARGV[3]  for how many more milliseconds the releasing client listens on
 --          KEYS[2] itself, "0" when it does not (required with KEYS[3])
--- ARGV[11] the releasing client's id (required with KEYS[3])
--- ARGV[12] optional foreign turn in milliseconds (see "Foreign turns"
---          below); absent or "0": no foreign turns
--- ARGV[13] optional barging window in milliseconds (see "Barging" below);
---          absent or "0": a release always passes the lock on as below
--- ARGV[14] the releasing client's head start in milliseconds when it barges
---          (required with ARGV[13] above 0)
+-- ARGV[4]  what only passing the lock on reads, in one argument (required
+--          with KEYS[3]): "<claim> <turn> <window> <head start> <client>
+--          <prefix>", separated by single spaces: <claim> the claim window
+--          in milliseconds, the marker's TTL; <turn> the foreign turn in
+--          milliseconds, "0": no foreign turns (see "Foreign turns" below);
+--          <window> the barging window in milliseconds, "0": a release
+--          always passes the lock on as below (see "Barging" below);
+--          <head start> the releasing client's head start in milliseconds
+--          when it barges; <client> the releasing client's id (no spaces);
+--          <prefix> the wake channel prefix, the rest of the argument:
+--          client <id>'s waiter listens on "<prefix>:<id>"
+-- ARGV[5]  optional publish command, "publish" (default) or "spublish"
+--          (Redis Cluster shard channels: listeners are then counted with
+--          PUBSUB SHARDNUMSUB, on this node); required with KEYS[7]. Without
+--          KEYS[3], ARGV[3] and ARGV[4] are not read (any placeholder)
+-- ARGV[6]  latch TTL in milliseconds (required with KEYS[7])
+-- ARGV[7]  request id: a decimal number unique to this release (required
+--          with KEYS[7]); a retry of the same release sends the same id
+-- ARGV[8]  optional "1" on a retry
+--
+-- The unlock message published on KEYS[2] is always Redisson's "0" (wake
+-- one waiter).
 --
 -- Returns
 --   nil  the owner holds nothing here (never held, expired, or force-unlocked);
 --        nothing was changed
---   0    one hold released, others remain; the key's PTTL was reset to ARGV[2]
+--   0    one hold released, others remain; the key's PTTL was reset to ARGV[1]
 --   1    last hold released, and the lock passed on as below
--- With a latch, "<request id>:<outcome>" is stored in KEYS[7] for ARGV[5] ms,
+-- With a latch, "<request id>:<outcome>" is stored in KEYS[7] for ARGV[6] ms,
 -- and a retry whose request id is stored there returns that outcome without
 -- changing anything: a release whose reply was lost can be retried without
 -- decrementing twice. (Redisson keys its latch by a random id per release and
@@ -50,7 +53,7 @@
 --
 -- Passing the lock on. The key is deleted. The queue's clients are then
 -- taken from the front, each removed from KEYS[4] and KEYS[5], until one
--- whose waiter still listens on its wake channel "<ARGV[8]>:<client>" hears
+-- whose waiter still listens on its wake channel "<prefix>:<client>" hears
 -- the message published there (PUBLISH counts the receivers: a client that
 -- died or stopped listening counts 0). That client is served in one of two
 -- ways:
@@ -68,37 +71,37 @@
 --            an older keyholder, gets "<owner id> <ms ...>"); nothing is
 --            published on KEYS[2];
 --   woken    otherwise: the wake message is empty, the marker names the
---            client for ARGV[9] ms, and "2" then ARGV[1] are published on
+--            client for <claim> ms, and "2" then "0" are published on
 --            KEYS[2]: Redisson waiters take "0" as their wake-up and ignore
 --            "2", keyholder clients take a "0" right after a "2" as already
 --            handled.
--- With no such client, ARGV[1] alone is published on KEYS[2]. A releasing
+-- With no such client, "0" alone is published on KEYS[2]. A releasing
 -- client that still listens is then recorded in KEYS[6] until it stops,
 -- when a client was served (the lock or the turn is still in use); when
 -- none was (the lock is free and nobody queued), KEYS[6] is deleted
 -- instead, so that none of keyholder's keys outlives the lock: a recent
 -- releaser matters only to a later release with a queue.
 --
--- Barging. With ARGV[13] above 0, nobody but keyholder clients listening
+-- Barging. With <window> above 0, nobody but keyholder clients listening
 -- on KEYS[2] (counted as above), no marker at KEYS[3] (nor another key;
 -- a marker in its last millisecond counts as gone), and the queue's front
--- client queued less than ARGV[13] ms ago (its score, see acquire.lua), the
+-- client queued less than <window> ms ago (its score, see acquire.lua), the
 -- lock is not passed on: the key is deleted and the queue's first client
 -- that still listens is woken with an empty message (clients before it that
 -- nobody hears are dropped, as above), but left queued, in its place and
--- with its grant, and the marker names the releasing client (ARGV[11]) for
--- ARGV[14] ms, or what is left of the window if less (at least 1): the
+-- with its grant, and the marker names the releasing client (<client>) for
+-- <head start> ms, or what is left of the window if less (at least 1): the
 -- releasing client, any of its threads, may take the lock back first; after
 -- that, whoever comes first takes it (the woken client retries when the
 -- marker ends, so a lock nobody takes back is idle that long at most).
 -- Nothing is published on KEYS[2]. The releasing client is
 -- recorded in KEYS[6] as when a client was served. Once the front client
--- has waited ARGV[13] ms, releases pass the lock on as above again: a
--- client waits about ARGV[13] ms and a hold more, at most, before the lock
+-- has waited <window> ms, releases pass the lock on as above again: a
+-- client waits about <window> ms and a hold more, at most, before the lock
 -- is handed to it. With nobody left to wake, the release is as above.
 --
 -- Foreign turns. When others than keyholder clients listen on KEYS[2]
--- (Redisson waiters: the count above is above 0) and ARGV[12] is set, the
+-- (Redisson waiters: the count above is above 0) and <turn> is above 0, the
 -- release alternates between the queue and them, so that they are not
 -- starved by grants and woken keyholder clients: after every
 -- max(1, floor(K / F)) * 2^I releases that served the queue (K: the queued
@@ -108,11 +111,11 @@
 -- KEYS[5], which no client id can be), a release
 -- gives a foreign turn instead: the first queued client that still listens
 -- is woken with an empty message as above, but the marker is
--- "~<server ms when the turn ends>:<client>" for ARGV[9] ms: until the turn
--- ends (ARGV[12] ms from now) no keyholder client takes the free lock, then
--- only that client does (see acquire.lua); "2" then ARGV[1] are published
+-- "~<server ms when the turn ends>:<client>" for <claim> ms: until the turn
+-- ends (<turn> ms from now) no keyholder client takes the free lock, then
+-- only that client does (see acquire.lua); "2" then "0" are published
 -- on KEYS[2], which wakes the Redisson waiters alone. With nobody to wake,
--- the marker is "~<ms>:" for ARGV[12] ms, and ARGV[1] alone is published.
+-- the marker is "~<ms>:" for <turn> ms, and "0" alone is published.
 -- A Redisson waiter that takes the lock reserved for a client after its
 -- turn has one more turn: acquire.lua counts "~turns" down then, so the
 -- queue's turns make up for it before the next foreign turn.
@@ -126,8 +129,9 @@
 -- lua/common/latch.lua, lua/common/kinds.lua and lua/common/clock.lua.
 local key, channel, marker, queue, grants, recent, latch =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local publish = ARGV[4] or 'publish'
-local request, retry, latch_ttl = ARGV[6], ARGV[7] == '1', ARGV[5]
+local owner = ARGV[2]
+local publish = ARGV[5] or 'publish'
+local request, retry, latch_ttl = ARGV[7], ARGV[8] == '1', ARGV[6]
 
 if latch then
     -- The latch's value: "" when it is absent; a key that is not a latch
@@ -167,7 +171,7 @@ local function done(outcome)
 end
 
 -- The owner's field and a read-write lock's "mode", in one call.
-local held = redis.call('hmget', key, ARGV[3], 'mode')
+local held = redis.call('hmget', key, owner, 'mode')
 if held[2] then
     -- <common:rwlock_here> lua/common/kinds.lua's, inline (see the header)
     local RWLOCK_HERE = ' holds another kind\'s lock: a read-write lock (a hash with a "mode" field)'
@@ -182,8 +186,8 @@ end
 -- a count that is no integer is an error there, untouched.
 local count = tonumber(held[1])
 if not count or count > 1 then
-    if redis.call('hincrby', key, ARGV[3], -1) > 0 then
-        redis.call('pexpire', key, ARGV[2])
+    if redis.call('hincrby', key, owner, -1) > 0 then
+        redis.call('pexpire', key, ARGV[1])
         return done(0)
     end
 end
@@ -192,10 +196,16 @@ redis.call('del', key)
 -- The common case ends here, before the helpers below are built: nobody
 -- queued (no queue key), no recent releasers to delete (one call counts
 -- both keys) and a releasing client that does not listen.
-if not queue or (ARGV[10] == '0' and redis.call('exists', queue, recent) == 0) then
-    redis.call(publish, channel, ARGV[1])
+if not queue or (ARGV[3] == '0' and redis.call('exists', queue, recent) == 0) then
+    redis.call(publish, channel, '0')
     return done(1)
 end
+
+-- Passing the lock on: KEYS[3..6] are all there. Its settings, one
+-- argument (see ARGV[4]); the numbers stay strings until used.
+local claim_ms, turn_ms, window, head_start, client, wake_prefix =
+    string.match(ARGV[4], '^(%d+) (%d+) (%d+) (%d+) (%S+) (.*)$')
+turn_ms, window = tonumber(turn_ms) or 0, tonumber(window) or 0
 
 -- The server's clock in milliseconds.
 local function now_ms()
@@ -205,51 +215,60 @@ local function now_ms()
     -- </common:now_ms>
 end
 
+-- Below, a keyholder key's type is read by the call that uses it: a call
+-- made with redis.pcall answers a key of another type with an error reply
+-- (a table with an "err" field), which leaves that key alone, as the
+-- header says; an absent key reads as empty.
+
 -- Keyholder clients that listen on the unlock channel without being queued:
--- recent releasers (expired ones dropped), the releasing client aside.
+-- recent releasers (expired ones dropped), the releasing client aside; 0
+-- also when KEYS[6] is absent (or no sorted set).
 local function lingering(now)
-    local kind = recent and redis.call('type', recent).ok
-    if kind ~= 'zset' then
+    local listed = redis.pcall('zcard', recent)
+    if type(listed) ~= 'number' or listed == 0 then
         return 0
     end
-    redis.call('zremrangebyscore', recent, '-inf', now)
-    redis.call('zrem', recent, ARGV[11])
-    return redis.call('zcard', recent)
+    listed = listed - redis.call('zremrangebyscore', recent, '-inf', now)
+    return listed - redis.call('zrem', recent, client)
 end
 
 -- How many listen on the unlock channel besides keyholder clients (the
 -- queued ones, the recent releasers, the releasing client): Redisson
--- waiters; and how many clients are queued.
+-- waiters; how many clients are queued (0 when KEYS[4] is no sorted set);
+-- and how many recent releasers remain listed in KEYS[6] (0: it is absent,
+-- or no sorted set).
 local function count_listeners(now)
-    local queued = 0
-    if queue and redis.call('type', queue).ok == 'zset' then
-        queued = redis.call('zcard', queue)
+    local queued = redis.pcall('zcard', queue)
+    if type(queued) ~= 'number' then
+        queued = 0
     end
     local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
     local listeners = tonumber(redis.call('pubsub', numsub, channel)[2])
-    return listeners - queued - lingering(now) - (ARGV[10] ~= '0' and 1 or 0), queued
+    local lingerers = lingering(now)
+    return listeners - queued - lingerers - (ARGV[3] ~= '0' and 1 or 0), queued, lingerers
 end
 
--- Whether the marker's name is free to be set: nothing there, or a marker.
+-- Whether the marker's name is free to be set: nothing there, or a marker
+-- (a STRING with a TTL; STRLEN answers any other type with an error reply).
 local function markable()
-    local kind = redis.call('type', marker).ok
-    return kind == 'none' or (kind == 'string' and redis.call('pttl', marker) > 0)
+    local left = redis.call('pttl', marker)
+    return left == -2 or (left > 0 and type(redis.pcall('strlen', marker)) == 'number')
 end
 
 -- Whether the foreign waiters take turns with the queue, and whether this
 -- release is their turn (see the header).
 local function foreign_turn(others, queued)
-    local turn_ms = tonumber(ARGV[12] or '0') or 0
     if others <= 0 or turn_ms <= 0 then
         return false, false
     end
-    local kind = redis.call('type', grants).ok
-    if not (kind == 'hash' or kind == 'none') or not markable() then
+    -- "~idle" and "~turns" in one call (a hash, or nothing there).
+    local fields = redis.pcall('hmget', grants, '~idle', '~turns')
+    if fields.err or not markable() then
         return false, false
     end
-    local idle = tonumber(redis.call('hget', grants, '~idle') or '0') or 0
+    local idle = tonumber(fields[1] or '0') or 0
     local due = math.max(1, math.floor((queued + 1) / others)) * 2 ^ math.min(math.max(idle, 0), 6)
-    local served = tonumber(redis.call('hget', grants, '~turns') or '0') or 0
+    local served = tonumber(fields[2] or '0') or 0
     local foreign = served >= due
     if foreign then
         redis.call('hdel', grants, '~turns')
@@ -258,28 +277,28 @@ local function foreign_turn(others, queued)
         redis.call('hincrby', grants, '~turns', 1)
     end
     if redis.call('pttl', grants) < 0 then
-        redis.call('pexpire', grants, ARGV[9])
+        redis.call('pexpire', grants, claim_ms)
     end
     return true, foreign
 end
 
 -- Serves the first queued client that still listens; returns how: 'granted',
 -- 'woken', or nil when nobody was.
-local function pass_on(now, others, foreign)
-    if not queue or redis.call('type', queue).ok ~= 'zset' then
+local function pass_on(now, others, foreign, queued)
+    if queued == 0 then
         return nil
     end
-    local has_grants = redis.call('type', grants).ok == 'hash'
-    local can_mark = markable()
     while true do
-        local head = redis.call('zrange', queue, 0, 0)[1]
+        -- ZPOPMIN: the front, taken off the queue in one call.
+        local head = redis.call('zpopmin', queue)[1]
         if not head then
             return nil
         end
-        redis.call('zrem', queue, head)
-        local entry = has_grants and redis.call('hget', grants, head)
-        if has_grants then
+        local entry = redis.pcall('hget', grants, head)
+        if type(entry) == 'string' then
             redis.call('hdel', grants, head)
+        else
+            entry = false
         end
         local grantee, lease, since, ticket = false, nil, nil, nil
         if entry and others <= 0 and not foreign then
@@ -290,31 +309,31 @@ local function pass_on(now, others, foreign)
             local to = ticket ~= '' and grantee .. '/' .. ticket or grantee
             message = to .. ' ' .. math.max(0, now - tonumber(since))
         end
-        if redis.call(publish, ARGV[8] .. ':' .. head, message) > 0 then
+        if redis.call(publish, wake_prefix .. ':' .. head, message) > 0 then
             if grantee then
                 redis.call('hset', key, grantee, 1)
                 redis.call('pexpire', key, lease)
                 return 'granted'
             end
             if foreign then
-                redis.call('set', marker, '~' .. (now + tonumber(ARGV[12])) .. ':' .. head, 'px', ARGV[9])
-            elseif can_mark then
-                redis.call('set', marker, head, 'px', ARGV[9])
+                redis.call('set', marker, '~' .. (now + turn_ms) .. ':' .. head, 'px', claim_ms)
+            elseif markable() then
+                redis.call('set', marker, head, 'px', claim_ms)
             end
             return 'woken'
         end
     end
 end
 
--- Records the releasing client among the recent releasers while it listens.
-local function remember_releaser(now)
-    local listens = tonumber(ARGV[10])
-    local kind = recent and redis.call('type', recent).ok
-    if not listens or listens <= 0 or (kind ~= 'none' and kind ~= 'zset') then
+-- Records the releasing client among the recent releasers while it listens;
+-- `lingerers`: how many remain listed there (0: KEYS[6] is absent, so the
+-- ZADD creates it, without a TTL).
+local function remember_releaser(now, lingerers)
+    local listens = tonumber(ARGV[3])
+    if not listens or listens <= 0 or type(redis.pcall('zadd', recent, now + listens, client)) ~= 'number' then
         return
     end
-    redis.call('zadd', recent, now + listens, ARGV[11])
-    if redis.call('pttl', recent) < listens then
+    if lingerers == 0 or redis.call('pttl', recent) < listens then
         redis.call('pexpire', recent, listens)
     end
 end
@@ -323,7 +342,6 @@ end
 -- while the front client has waited less than the window; the front
 -- client is woken to race for it, and keeps its place. True when it was.
 local function barge(now, others, queued)
-    local window = tonumber(ARGV[13] or '0') or 0
     if window <= 0 or others > 0 or queued == 0 then
         return false
     end
@@ -338,47 +356,45 @@ local function barge(now, others, queued)
     if not waited or waited >= window then
         return false
     end
-    local has_grants = redis.call('type', grants).ok == 'hash'
     local head = front[1]
     while head do
-        if redis.call(publish, ARGV[8] .. ':' .. head, '') > 0 then
-            local start = math.min(tonumber(ARGV[14]) or 1, math.floor(window - waited))
-            redis.call('set', marker, ARGV[11], 'px', math.max(1, start))
+        if redis.call(publish, wake_prefix .. ':' .. head, '') > 0 then
+            local start = math.min(tonumber(head_start) or 1, math.floor(window - waited))
+            redis.call('set', marker, client, 'px', math.max(1, start))
             return true
         end
         redis.call('zrem', queue, head)
-        if has_grants then
-            redis.call('hdel', grants, head)
-        end
+        redis.pcall('hdel', grants, head)
         head = redis.call('zrange', queue, 0, 0)[1]
     end
     return false
 end
 
 local now = now_ms()
-local others, queued = count_listeners(now)
+local others, queued, lingerers = count_listeners(now)
 if barge(now, others, queued) then
-    remember_releaser(now)
+    remember_releaser(now, lingerers)
     return done(1)
 end
 local rotating, foreign = foreign_turn(others, queued)
 -- Taking turns, the queue's turn is its own: a grant, as with no foreign
 -- waiter.
-local served = pass_on(now, rotating and 0 or others, foreign)
+local served = pass_on(now, rotating and 0 or others, foreign, queued)
 if foreign and not served then
     -- Nobody queued: the turn still keeps keyholder clients off the free
     -- lock while it lasts.
-    redis.call('set', marker, '~' .. (now + tonumber(ARGV[12])) .. ':', 'px', ARGV[12])
+    redis.call('set', marker, '~' .. (now + turn_ms) .. ':', 'px', turn_ms)
 end
 if served then
-    remember_releaser(now)
-elseif redis.call('type', recent).ok == 'zset' then
+    remember_releaser(now, lingerers)
+elseif lingerers > 0 then
+    -- None of keyholder's keys outlives the lock (see the header).
     redis.call('del', recent)
 end
 if served == 'woken' then
     redis.call(publish, channel, '2')
 end
 if served ~= 'granted' then
-    redis.call(publish, channel, ARGV[1])
+    redis.call(publish, channel, '0')
 end
 return done(1)

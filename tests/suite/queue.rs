@@ -112,7 +112,7 @@ fn redisson_waiter(url: &str, name: &str, rounds: usize, stop: &AtomicBool) -> D
         worst = worst.max(asked.elapsed());
         std::thread::sleep(Duration::from_millis(1));
         let released: Option<i64> =
-            release.key(name).key(channel_of(name)).arg("0").arg(30_000).arg(owner).invoke(&mut con).unwrap();
+            release.key(name).key(channel_of(name)).arg(30_000).arg(owner).invoke(&mut con).unwrap();
         assert_eq!(released, Some(1));
         // Other work before asking again, so the keyholder clients run too.
         std::thread::sleep(Duration::from_millis(20));

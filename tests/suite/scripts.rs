@@ -43,7 +43,7 @@ pub(crate) fn release(
     lease_ms: u64,
     owner: &str,
 ) -> redis::RedisResult<Value> {
-    release_script().key(name).key(channel_of(name)).arg("0").arg(lease_ms).arg(owner).invoke(con)
+    release_script().key(name).key(channel_of(name)).arg(lease_ms).arg(owner).invoke(con)
 }
 
 pub(crate) fn force_unlock(con: &mut redis::Connection, name: &str) -> redis::RedisResult<Value> {

@@ -61,8 +61,8 @@ fn release_latched(
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.key(recent_of(name)).key(latch);
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(0).arg(client_of(owner));
+    invocation.arg(10_000).arg(owner).arg(0).arg(settings(name, owner, None));
+    invocation.arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
     invocation.invoke(con)
 }
 
@@ -78,9 +78,16 @@ fn release_queued(
     release_last(con, name, owner, listening_ms, None)
 }
 
-/// [`release_queued`], and with `barging_ms` the barging window
-/// (ARGV[13], ms) behind no foreign turns (ARGV[12]) and the 2 ms head
-/// start (ARGV[14]).
+/// release.lua's ARGV[4] as keyholder sends it for `owner`'s client: a claim
+/// window of 1 s, no foreign turns, and with `barging_ms` the barging window
+/// (ms) and a 2 ms head start.
+fn settings(name: &str, owner: &str, barging_ms: Option<u64>) -> String {
+    let window = barging_ms.unwrap_or(0);
+    format!("1000 0 {window} 2 {} {}", client_of(owner), wake_prefix_of(name))
+}
+
+/// [`release_queued`], and with `barging_ms` the barging window (ms; see
+/// [`settings`]).
 fn release_last(
     con: &mut redis::Connection,
     name: &str,
@@ -92,11 +99,7 @@ fn release_last(
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.key(recent_of(name));
-    invocation.arg("0").arg(10_000).arg(owner).arg("publish").arg(0).arg(0).arg(0);
-    invocation.arg(wake_prefix_of(name)).arg(1_000).arg(listening_ms).arg(client_of(owner));
-    if let Some(window_ms) = barging_ms {
-        invocation.arg(0).arg(window_ms).arg(2);
-    }
+    invocation.arg(10_000).arg(owner).arg(listening_ms).arg(settings(name, owner, barging_ms));
     invocation.invoke(con)
 }
 
@@ -652,7 +655,7 @@ fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
 }
 
 /// release.lua as keyholder sends a last release with a barging window
-/// (ARGV[13], ms), no foreign turns.
+/// (ms), no foreign turns.
 fn release_barging(
     con: &mut redis::Connection,
     name: &str,
@@ -741,4 +744,57 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
     assert_eq!(release_barging(&mut con, name, OWNER_A, 60_000).unwrap(), Value::Int(1));
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_C)));
     assert!(queue(&mut con, name).is_empty());
+}
+
+/// Issue 24: the common calls send as little as they can. acquire.lua takes
+/// the client id from the owner id when none is sent (and an explicit one
+/// when the owner id was made by another client); release.lua's common
+/// case never reads ARGV[4], the queue's settings; and a key of another
+/// type at the grants' name, read by the call that writes it, still leaves
+/// the queue and the grants untouched.
+#[test]
+fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "lean";
+    let plain = |con: &mut redis::Connection, owner: &str, client: Option<&str>| -> Value {
+        let script = acquire_script();
+        let mut invocation = script.key(name);
+        invocation.key(marker_of(name)).arg(10_000).arg(owner).arg("1");
+        if let Some(client) = client {
+            invocation.arg(client);
+        }
+        invocation.invoke(con).unwrap()
+    };
+    let mark = |con: &mut redis::Connection, client: &str| {
+        let _: () =
+            redis::cmd("SET").arg(marker_of(name)).arg(client).arg("PX").arg(5_000).query(con).unwrap();
+    };
+    // The marker names B's client: A (no client id sent) is refused, B
+    // (none sent either) takes the lock and clears the marker.
+    mark(&mut con, client_of(OWNER_B));
+    assert!(matches!(plain(&mut con, OWNER_A, None), Value::Int(ms) if ms > 0));
+    assert_eq!(plain(&mut con, OWNER_B, None), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+    // A common release (nobody queued, not listening) with no queue
+    // settings to read.
+    let unlocks = Listener::start(&server, &[&channel_of(name)]);
+    let script = release_script();
+    let mut invocation = script.key(name);
+    invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
+    invocation.key(recent_of(name)).arg(10_000).arg(OWNER_B).arg(0).arg("-");
+    assert_eq!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(1));
+    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+    // An owner id made by another client (a token's): the client id sent
+    // is the one the marker is compared with.
+    mark(&mut con, "C");
+    assert!(matches!(plain(&mut con, OWNER_A, None), Value::Int(ms) if ms > 0));
+    assert_eq!(plain(&mut con, OWNER_A, Some("C")), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+    // A string at the grants' name: B, refused, queues nothing and the
+    // string stays.
+    let _: () = redis::cmd("SET").arg(grants_of(name)).arg("x").query(&mut con).unwrap();
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(ms) if ms > 0));
+    assert!(!exists(&mut con, &queue_of(name)));
+    assert_eq!(get(&mut con, &grants_of(name)).as_deref(), Some("x"));
 }

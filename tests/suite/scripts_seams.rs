@@ -150,17 +150,10 @@ fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis
             .key(&queue)
             .key(&grants)
             .key(&recent)
-            .arg("0")
             .arg(30_000)
             .arg(OWNER)
-            .arg("publish")
-            .arg(0)
-            .arg(0)
-            .arg(0)
-            .arg(&wake)
-            .arg(1_000)
             .arg(300)
-            .arg(CLIENT)
+            .arg(format!("1000 5 0 2 {CLIENT} {wake}"))
             .invoke(con),
     ));
     calls.push((

@@ -1,8 +1,11 @@
 //! The `keyholder scripts` floor: keyholder's own acquire and release
 //! scripts, raw, on a plain connection per session: two round trips per
 //! pair and no library logic, but the scripts' own weight (queue,
-//! reservations, unlock latch, fencing, migration mode: 6 to 17 keys and
-//! arguments). Shown beside the minimal floor ([`super::MinimalFloor`]):
+//! reservations, unlock latch, fencing, migration mode), called with the
+//! keys and arguments keyholder's common case sends (acquire: the lock and
+//! its claim marker, lease, owner, mode; release: the lock, its channel and
+//! keyholder's four keys, lease, owner, listening, the queue's settings).
+//! Shown beside the minimal floor ([`super::MinimalFloor`]):
 //! the gap between the two is the cost of that extra work. W3's raw holder
 //! and W4's raw renewals use it too.
 //! On a Redis Cluster, a connection per session to each primary, the one
@@ -14,7 +17,7 @@ use std::collections::HashMap;
 use redis::Value;
 
 use super::{LEASE_MS, LIBRARY_SCRIPT_COMMANDS, LockImpl, Session};
-use crate::env::{Conns, Env, channel_of};
+use crate::env::{Conns, Env, LockKeys};
 use crate::error::{Res, err};
 
 /// keyholder's scripts run raw.
@@ -63,6 +66,7 @@ impl<'e> LockImpl for ScriptFloor<'e> {
             con: self.env.conns()?,
             owner: ScriptFloor::owner(index),
             depth: HashMap::new(),
+            keys: HashMap::new(),
         })
     }
 
@@ -76,12 +80,22 @@ impl<'e> LockImpl for ScriptFloor<'e> {
 }
 
 /// A floor connection and owner id, with the hold count of each key it
-/// holds (release.lua replies 0 until the last release, then 1).
+/// holds (release.lua replies 0 until the last release, then 1), and the
+/// keyholder keys of each lock it took (made once, as keyholder's are).
 pub(crate) struct ScriptFloorSession<'e> {
     env: &'e Env,
     con: Conns<'e>,
     owner: String,
     depth: HashMap<String, u32>,
+    keys: HashMap<String, LockKeys>,
+}
+
+/// The queue's settings a release passes as one argument (see
+/// `lua/lock/release.lua`, ARGV[4]), as keyholder sends them without a
+/// barging window: claim window, foreign turn, no window, head start,
+/// client id (the floor's owner ids' client part), wake prefix.
+fn queue_settings(keys: &LockKeys) -> String {
+    format!("1000 5 0 2 bench-floor {}", keys.wake_prefix)
 }
 
 impl Session for ScriptFloorSession<'_> {
@@ -89,13 +103,18 @@ impl Session for ScriptFloorSession<'_> {
     type Held = String;
 
     fn acquire(&mut self, name: &str) -> Res<String> {
+        let keys = self.keys.entry(name.to_owned()).or_insert_with(|| LockKeys::of(name));
+        // A new hold's mode is "1", a re-entry's "0", as keyholder sends.
+        let mode = if self.depth.contains_key(name) { "0" } else { "1" };
         let reply: Value = self
             .env
             .scripts
             .acquire
             .key(name)
+            .key(&keys.marker)
             .arg(LEASE_MS)
             .arg(&self.owner)
+            .arg(mode)
             .invoke(self.con.for_key(name)?)?;
         match reply {
             Value::Nil => {}
@@ -124,8 +143,11 @@ impl Session for ScriptFloorSession<'_> {
         } else {
             0
         };
+        let keys =
+            self.keys.get(&key).ok_or_else(|| err(format!("keyholder scripts floor: no keys of {key}")))?;
         let mut release = self.env.scripts.release.key(&key);
-        release.key(channel_of(&key)).arg("0").arg(LEASE_MS).arg(&self.owner);
+        release.key(&keys.channel).key(&keys.marker).key(&keys.queue).key(&keys.grants).key(&keys.recent);
+        release.arg(LEASE_MS).arg(&self.owner).arg(0).arg(queue_settings(keys));
         if self.env.shards.is_some() {
             release.arg("spublish");
         }

@@ -211,13 +211,18 @@ pub(crate) fn acquire(
     let AcquireArgs { name, turns, token_key, lease_ms, owner, fresh, enqueue, grant_ticket, legacy } = *args;
     let mut invocation = ACQUIRE.call();
     invocation.key(name).key(turns.marker);
-    invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh)).arg(turns.client);
+    invocation.arg(lease_ms).arg(owner).arg(u8::from(fresh));
     // A caller that does not listen never queues: the queue's keys and
     // arguments are left off (the script's optional tail), which saves
-    // Redis six arguments on the most common call of all.
+    // Redis seven arguments on the most common call of all; so is the
+    // client id when the script derives it from the owner id (a token's
+    // owner id may have been made by another client).
     if enqueue || legacy || token_key.is_some() {
+        invocation.arg(turns.client);
         invocation.key(turns.queue).key(turns.grants).key(turns.recent);
         invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(grant_ticket.unwrap_or(0));
+    } else if client_of(owner) != Some(turns.client) {
+        invocation.arg(turns.client);
     }
     if legacy {
         invocation.arg(1);
@@ -259,17 +264,21 @@ pub(crate) fn release(
     let mut invocation = RELEASE.call();
     invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
     invocation.key(turns.recent);
-    invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(owner).arg(scripts.publish());
-    match latch {
-        Some(latch) => {
-            invocation.key(latch.key).arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry))
-        }
-        None => invocation.arg(0).arg(0).arg(0),
-    };
-    let listening_ms = crate::lease::millis_ceil(listening);
-    invocation.arg(turns.wake_prefix).arg(CLAIM_MS).arg(listening_ms).arg(turns.client).arg(FOREIGN_TURN_MS);
-    if !barging.is_zero() {
-        invocation.arg(crate::lease::millis_ceil(barging)).arg(BARGE_HEAD_START_MS);
+    invocation.arg(lease_ms).arg(owner).arg(crate::lease::millis_ceil(listening));
+    // What only passing the lock on reads goes out as one argument, which
+    // the common release never parses: Redis's cost of a call grows with
+    // its argument count.
+    let (window_ms, wake_prefix) = (crate::lease::millis_ceil(barging), turns.wake_prefix);
+    invocation.arg(format!(
+        "{CLAIM_MS} {FOREIGN_TURN_MS} {window_ms} {BARGE_HEAD_START_MS} {} {wake_prefix}",
+        turns.client
+    ));
+    // The publish command and the latch are the optional tail.
+    if let Some(latch) = latch {
+        invocation.key(latch.key).arg(scripts.publish());
+        invocation.arg(latch.ttl_ms).arg(latch.request).arg(u8::from(latch.retry));
+    } else if scripts.sharded() {
+        invocation.arg(scripts.publish());
     }
     let (reply, acked) = invocation.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
@@ -429,6 +438,12 @@ pub(crate) fn job_finish(
     }
 }
 
+/// The client id part of an owner id `<client-uuid>:<n>`, as `acquire.lua`
+/// derives it when the caller sends none.
+fn client_of(owner: &str) -> Option<&str> {
+    owner.rsplit_once(':').map(|(client, _)| client)
+}
+
 /// A fencing token as `acquire.lua` returns it: the counter's decimal string,
 /// exact over the whole range (a Lua number would round past 2^53).
 fn parse_token(value: &Value) -> Option<u64> {
@@ -451,5 +466,19 @@ fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> E
             Error::wrong_type(name, key)
         }
         _ => Error::from_redis(name, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::client_of;
+
+    #[test]
+    fn the_client_id_is_the_owner_ids_part_before_its_last_colon() {
+        let client = "8c1f0a4e-1111-4000-8000-000000000001";
+        assert_eq!(client_of(&format!("{client}:7")), Some(client));
+        assert_eq!(client_of(&format!("{client}:{}", 1_u64 << 62)), Some(client));
+        assert_eq!(client_of("a:b:1"), Some("a:b"));
+        assert_eq!(client_of("no-thread"), None);
     }
 }
