@@ -160,6 +160,24 @@ impl Bulks {
     }
 }
 
+impl Bulks {
+    /// Packs `parts`, joined by single spaces, as one bulk string.
+    pub(crate) fn write_joined(&mut self, parts: &[&str]) {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().saturating_sub(1);
+        self.bytes.push(b'$');
+        push_decimal(&mut self.bytes, len);
+        self.bytes.extend_from_slice(b"\r\n");
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                self.bytes.push(b' ');
+            }
+            self.bytes.extend_from_slice(part.as_bytes());
+        }
+        self.bytes.extend_from_slice(b"\r\n");
+        self.count += 1;
+    }
+}
+
 impl redis::RedisWrite for Bulks {
     fn write_arg(&mut self, arg: &[u8]) {
         push_bulk(&mut self.bytes, arg);
@@ -383,6 +401,15 @@ mod tests {
         cmd.arg("abc").arg(2).arg("k1").arg("").arg(42_u64).arg(&[0u8; 300][..]);
         let mut packed = Request::script("EVALSHA", "abc", &keys, &args);
         assert_eq!(Batch::new([&mut packed], None).bytes(), cmd.get_packed_command().as_slice());
+    }
+
+    #[test]
+    fn parts_joined_are_one_bulk() {
+        let mut bulks = Bulks::default();
+        bulks.write_joined(&["1000", "5", "0", "client", "wake:{a b}"]);
+        bulks.write_joined(&[]);
+        assert_eq!(bulks.count, 2);
+        assert_eq!(bulks.bytes, b"$26\r\n1000 5 0 client wake:{a b}\r\n$0\r\n\r\n");
     }
 
     #[test]

@@ -61,6 +61,12 @@ impl Call<'_> {
         self
     }
 
+    /// Appends `parts`, joined by single spaces, to `ARGV` as one argument.
+    pub(crate) fn arg_joined(&mut self, parts: &[&str]) -> &mut Self {
+        self.args.write_joined(parts);
+        self
+    }
+
     /// Runs the script by its digest, or by its source when the server does
     /// not have it cached; with `acked`, asks for the replicas'
     /// acknowledgement (a `WAIT` in the same round trip, see

@@ -92,20 +92,20 @@ static JOB_FINISH: LuaScript = LuaScript::new(include_str!("../../../lua/lock/jo
 /// How long a client woken by a release has to claim the lock before other
 /// waiters may take it: its wake-up and one round trip, with room for a
 /// loaded machine.
-const CLAIM_MS: u64 = 1000;
+const CLAIM_MS: &str = "1000";
 
 /// How long a foreign turn keeps keyholder clients off a free lock, so that
 /// a Redisson waiter woken by its `0` gets there first (see
 /// `lua/lock/release.lua`): its wake-up and one round trip, with room for a
 /// loaded machine; and the most a free lock can sit idle when the Redisson
 /// waiter does not come, or comes and goes sooner.
-const FOREIGN_TURN_MS: u64 = 5;
+const FOREIGN_TURN_MS: &str = "5";
 
 /// How long a barging release keeps the free lock for the releasing client
 /// (see `lua/lock/release.lua`, "Barging"): its own thread's turnaround, a
 /// round trip, with room for a loaded machine; and the most a free lock can
 /// sit idle when that client does not take it back.
-const BARGE_HEAD_START_MS: u64 = 2;
+const BARGE_HEAD_START_MS: &str = "2";
 
 /// Added to the waiter queue's TTL beyond the longest wait of its waiters.
 const QUEUE_SLACK_MS: u64 = 1000;
@@ -268,11 +268,17 @@ pub(crate) fn release(
     // What only passing the lock on reads goes out as one argument, which
     // the common release never parses: Redis's cost of a call grows with
     // its argument count.
-    let (window_ms, wake_prefix) = (crate::lease::millis_ceil(barging), turns.wake_prefix);
-    invocation.arg(format!(
-        "{CLAIM_MS} {FOREIGN_TURN_MS} {window_ms} {BARGE_HEAD_START_MS} {} {wake_prefix}",
-        turns.client
-    ));
+    // Packed as it is written, without `format!` (on every release).
+    let mut window_ms = itoa::Buffer::new();
+    let window_ms = window_ms.format(crate::lease::millis_ceil(barging));
+    invocation.arg_joined(&[
+        CLAIM_MS,
+        FOREIGN_TURN_MS,
+        window_ms,
+        BARGE_HEAD_START_MS,
+        turns.client,
+        turns.wake_prefix,
+    ]);
     // The publish command and the latch are the optional tail.
     if let Some(latch) = latch {
         invocation.key(latch.key).arg(scripts.publish());
