@@ -186,26 +186,8 @@ impl Cfg {
                         return Err(format!("--w2-clients must be 2..={}", cfg.w2_threads));
                     }
                 }
-                "--w6-clients" => {
-                    let list = value()?;
-                    cfg.w6_clients = list
-                        .split(',')
-                        .map(|n| n.trim().parse::<usize>().map_err(|e| format!("--w6-clients: {e}")))
-                        .collect::<Result<_, _>>()?;
-                    if cfg.w6_clients.iter().any(|n| !(2..=512).contains(n)) {
-                        return Err("--w6-clients takes counts of 2..=512".into());
-                    }
-                }
-                "--w7-threads" => {
-                    let list = value()?;
-                    cfg.w7_threads = list
-                        .split(',')
-                        .map(|n| n.trim().parse::<usize>().map_err(|e| format!("--w7-threads: {e}")))
-                        .collect::<Result<_, _>>()?;
-                    if cfg.w7_threads.iter().any(|n| !(1..=1024).contains(n)) {
-                        return Err("--w7-threads takes counts of 1..=1024".into());
-                    }
-                }
+                "--w6-clients" => cfg.w6_clients = counts("--w6-clients", &value()?, 2..=512)?,
+                "--w7-threads" => cfg.w7_threads = counts("--w7-threads", &value()?, 1..=1024)?,
                 "--barging-window-ms" => {
                     let list = value()?;
                     cfg.barging_windows_ms = list
@@ -238,6 +220,18 @@ impl Cfg {
         }
         Ok(Some(cfg))
     }
+}
+
+/// A comma-separated list of counts given to `flag`, each in `range`.
+fn counts(flag: &str, list: &str, range: std::ops::RangeInclusive<usize>) -> Result<Vec<usize>, String> {
+    let counts = list
+        .split(',')
+        .map(|n| n.trim().parse::<usize>().map_err(|e| format!("{flag}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    if counts.iter().any(|n| !range.contains(n)) {
+        return Err(format!("{flag} takes counts of {}..={}", range.start(), range.end()));
+    }
+    Ok(counts)
 }
 
 #[cfg(test)]
