@@ -481,11 +481,16 @@ fn send<D: Dial>(
 ) -> Result<Instant, Failure> {
     let generation = wiring.dial.generation();
     // One clock read: whether the connection idled too long, and when the
-    // batch was written.
-    let now = Instant::now();
+    // batch was written (read again after opening a connection, which may
+    // take up to the connect timeout).
+    let mut now = Instant::now();
     let mut fit = match conn.take() {
         Some(open) if open.is_usable(generation, now) => open,
-        _ => wiring.dial.connect().map_err(Failure::Connect)?,
+        _ => {
+            let opened = wiring.dial.connect().map_err(Failure::Connect)?;
+            now = Instant::now();
+            opened
+        }
     };
     if let Err(error) = fit.send(batch.bytes(), now) {
         let dead = fit.is_dead();
