@@ -421,12 +421,6 @@ impl Leased {
         }
     }
 
-    /// Writes `bytes` (packed commands). A failure retires the connection.
-    #[cfg(test)]
-    pub(crate) fn send(&mut self, bytes: &[u8]) -> Result<(), RedisError> {
-        self.conn_mut().send(bytes)
-    }
-
     /// Writes `bytes` (packed commands) at `now`, the caller's clock read.
     /// A failure retires the connection.
     fn send_at(&mut self, bytes: &[u8], now: Instant) -> Result<(), RedisError> {
@@ -436,14 +430,6 @@ impl Leased {
     /// Reads `replies` replies, stopping at the first failure.
     pub(crate) fn receive(&mut self, replies: usize) -> (Vec<Value>, Option<RedisError>) {
         self.conn_mut().receive(replies)
-    }
-
-    /// True when the connection can take the next command: not failed, of
-    /// the current generation, and neither idle past its idle timeout nor
-    /// older than its maximum lifetime (one clock read, no I/O).
-    #[cfg(test)]
-    pub(crate) fn is_usable(&self, generation: &Generation) -> bool {
-        self.is_usable_at(generation, Instant::now())
     }
 
     /// Whether the connection can take the next command at `now`: not
@@ -581,7 +567,7 @@ mod tests {
         }
 
         fn ping(conn: &mut Leased) -> Value {
-            conn.send(&redis::cmd("PING").get_packed_command()).unwrap();
+            conn.send_at(&redis::cmd("PING").get_packed_command(), Instant::now()).unwrap();
             let (mut replies, failure) = conn.receive(1);
             assert!(failure.is_none(), "{failure:?}");
             replies.pop().unwrap()
@@ -621,15 +607,15 @@ mod tests {
             let pool = pool(&server.url(), settings(4, 0, Some(idle), Some(Duration::from_secs(60))));
             let mut conn = pool.take().unwrap();
             assert!(matches!(conn, Leased::Own(_)), "no reserve with min_idle 0");
-            assert!(conn.is_usable(pool.generation()));
+            assert!(conn.is_usable_at(pool.generation(), Instant::now()));
             ping(&mut conn);
             std::thread::sleep(idle);
-            assert!(!conn.is_usable(pool.generation()), "idle past its idle timeout");
+            assert!(!conn.is_usable_at(pool.generation(), Instant::now()), "idle past its idle timeout");
 
             let pool = pool_with_lifetime(&server.url(), Duration::from_millis(200));
             let fresh = pool.take().unwrap();
             std::thread::sleep(Duration::from_millis(200));
-            assert!(!fresh.is_usable(pool.generation()), "past its maximum lifetime");
+            assert!(!fresh.is_usable_at(pool.generation(), Instant::now()), "past its maximum lifetime");
         }
 
         fn pool_with_lifetime(url: &str, life: Duration) -> NodePool {
@@ -649,7 +635,7 @@ mod tests {
             assert!(pool.open() <= 2, "{pool:?}");
             let conn = pool.take().unwrap();
             assert!(matches!(conn, Leased::Reserve(_)));
-            assert!(conn.is_usable(pool.generation()));
+            assert!(conn.is_usable_at(pool.generation(), Instant::now()));
         }
 
         #[test]
