@@ -42,6 +42,7 @@ use crate::store::slots::Addr;
 use crate::wait::channel::ChannelWaits;
 use crate::wait::entry::Entry;
 use crate::wait::outage::{self, Outage, OutageClock};
+use crate::wait::owed::{self, Owed, OwedWakes, PayWakes};
 
 /// A keyholder client: the entry point for locks.
 ///
@@ -122,6 +123,8 @@ pub(crate) struct Inner {
     /// When the outage its waiters are riding out began (see
     /// `wait/outage.rs`).
     outages: OutageClock,
+    /// The wakes its barging releases owe (see `wait/owed.rs`).
+    pub(crate) owed: OwedWakes,
     /// Clients with these settings but another watchdog timeout, by that
     /// timeout (the elections' campaigning clients, `election.rs`); shut
     /// down with this one.
@@ -297,6 +300,7 @@ impl Client {
         let BackgroundSignals { stop_tx, stop_rx, kick_tx, kick_rx, verify_tx, verify_rx } = signals;
         let watchdog = Registry::new(kick_tx, config.watchdog_timeout);
         let (foreign_kick, foreign_kicked) = crossbeam_channel::bounded::<()>(1);
+        let (owed_kick, owed_kicked) = crossbeam_channel::bounded::<()>(1);
         let foreign = Arc::new(ForeignUnlocks::new(foreign_kick));
         subscribers.set_holders(Arc::clone(&foreign) as _);
         let inner = Arc::new_cyclic(|this| Inner {
@@ -321,6 +325,7 @@ impl Client {
             threads: Mutex::new(Vec::new()),
             verify: verify_tx,
             outages: OutageClock::default(),
+            owed: OwedWakes::new(owed_kick),
         });
         let wired: Arc<dyn Wired> = Arc::clone(&inner) as Arc<Inner>;
         if let Err(e) = on_start(&wired, &stop_rx, &short_id) {
@@ -337,6 +342,20 @@ impl Client {
             Err(e) => {
                 inner.shut_down();
                 return Err(Error::spawn("held locks' listener", e));
+            }
+        }
+        if !inner.config.barging_window.is_zero() {
+            let payer: Weak<dyn PayWakes> = Arc::downgrade(&inner) as Weak<Inner>;
+            let owed_stop = stop_rx.clone();
+            let paying = Background::spawn(format!("keyholder-owed-{short_id}"), move || {
+                owed::run(payer, owed_stop, owed_kicked);
+            });
+            match paying {
+                Ok(thread) => inner.threads.lock().push(thread),
+                Err(e) => {
+                    inner.shut_down();
+                    return Err(Error::spawn("barging releases' wakes", e));
+                }
             }
         }
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
@@ -455,6 +474,35 @@ impl Wired for Inner {
 
     fn keep_thread(&self, thread: Background) {
         self.threads.lock().push(thread);
+    }
+}
+
+impl PayWakes for Inner {
+    fn owed(&self) -> &OwedWakes {
+        &self.owed
+    }
+
+    fn pay(&self, owed: &Owed) {
+        if owed.entry.is_held_here() {
+            return;
+        }
+        let keys = &owed.entry.keys;
+        let publish = self.scripts.publish();
+        let wake = |channel: &str, message: &str| {
+            let mut command = redis::cmd(publish);
+            command.arg(channel).arg(message);
+            self.context().calls().with_live_conn(&keys.name, |conn| {
+                conn.query::<i64>(&command)?.map_err(|e| Error::from_redis(&keys.name, e))
+            })
+        };
+        // Nobody hears the front client's channel (it stopped waiting, or
+        // died): every keyholder waiter listens on the unlock channel.
+        let heard = wake(&format!("{}:{}", keys.wake_prefix, owed.front), "").and_then(|heard| {
+            if heard > 0 { Ok(heard) } else { wake(&keys.channel, crate::store::scripts::UNLOCK_MESSAGE) }
+        });
+        if let Err(e) = heard {
+            log::debug!("keyholder: could not wake the client queued for lock '{}': {e}", keys.name);
+        }
     }
 }
 
@@ -610,6 +658,8 @@ impl Inner {
         if self.shutdown.swap(true, Ordering::AcqRel) {
             return;
         }
+        // Before the connections close: nobody here takes these locks back.
+        owed::pay_all(self);
         self.stop.lock().take();
         for companion in std::mem::take(&mut *self.companions.lock()).into_values() {
             companion.shutdown();

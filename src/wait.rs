@@ -10,6 +10,8 @@
 //!   threads, hand-off between them, and the wake-up slot for turns granted
 //!   by another client's release. It reaches Redis only through the
 //!   `GateRedis` seam, so it is tested without it.
+//! - [`owed`]: the wakes a barging release owes the queue's front client
+//!   once its own client's head start ends, and the thread that pays them.
 //! - [`outage`]: what every waiting loop does when Redis is unreachable:
 //!   keep waiting, on its own wake-up with a bounded back-off, until its
 //!   deadline or the client's outage budget, then return the error.
@@ -17,3 +19,4 @@
 pub(crate) mod channel;
 pub(crate) mod entry;
 pub(crate) mod outage;
+pub(crate) mod owed;

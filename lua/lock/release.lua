@@ -45,6 +45,8 @@
 --        nothing was changed
 --   0    one hold released, others remain; the key's PTTL was reset to ARGV[1]
 --   1    last hold released, and the lock passed on as below
+--   a bulk string: last hold released, barging (see "Barging" below): the
+--        queue's front client, owed a wake by the releasing client
 -- With a latch, "<request id>:<outcome>" is stored in KEYS[7] for ARGV[6] ms,
 -- and a retry whose request id is stored there returns that outcome without
 -- changing anything: a release whose reply was lost can be retried without
@@ -86,19 +88,23 @@
 -- on KEYS[2] (counted as above), no marker at KEYS[3] (nor another key;
 -- a marker in its last millisecond counts as gone), and the queue's front
 -- client queued less than <window> ms ago (its score, see acquire.lua), the
--- lock is not passed on: the key is deleted and the queue's first client
--- that still listens is woken with an empty message (clients before it that
--- nobody hears are dropped, as above), but left queued, in its place and
--- with its grant, and the marker names the releasing client (<client>) for
--- <head start> ms, or what is left of the window if less (at least 1): the
--- releasing client, any of its threads, may take the lock back first; after
--- that, whoever comes first takes it (the woken client retries when the
--- marker ends, so a lock nobody takes back is idle that long at most).
--- Nothing is published on KEYS[2]. The releasing client is
--- recorded in KEYS[6] as when a client was served. Once the front client
--- has waited <window> ms, releases pass the lock on as above again: a
--- client waits about <window> ms and a hold more, at most, before the lock
--- is handed to it. With nobody left to wake, the release is as above.
+-- lock is not passed on: the key is deleted, the front client is left
+-- queued, in its place and with its grant, and the marker names the
+-- releasing client (<client>) for <head start> ms, or what is left of the
+-- window if less (at least 1): the releasing client, any of its threads,
+-- may take the lock back first. Nobody is woken: the front client's id is
+-- returned instead (a bulk string; a latch records 1), and the releasing
+-- client owes it a wake, an empty message on its wake channel
+-- "<prefix>:<front>", once the marker ends, unless one of its threads took
+-- the lock back meanwhile (should nobody hear that message, "0" on KEYS[2]
+-- wakes every keyholder waiter); a client that dies meanwhile leaves the
+-- queue to the lease of the hold it gave back, as if it had died holding
+-- it. Nothing is published on KEYS[2]. The releasing client is recorded in
+-- KEYS[6] as when a client was served. When the front client is the
+-- releasing client itself, the release does not barge: passing the lock on
+-- serves it. Once the front client has waited <window> ms, releases pass
+-- the lock on as above again: a client waits about <window> ms and a hold
+-- more, at most, before the lock is handed to it.
 --
 -- Foreign turns. When others than keyholder clients listen on KEYS[2]
 -- (Redisson waiters: the count above is above 0) and <turn> is above 0, the
@@ -340,7 +346,9 @@ end
 
 -- Barging (see the header): the releasing client may take the lock back
 -- while the front client has waited less than the window; the front
--- client is woken to race for it, and keeps its place. True when it was.
+-- client keeps its place, unwoken. Returns the front client's id, owed a
+-- wake by the releasing client; true when the front client is the
+-- releasing client (woken now); false when the release does not barge.
 local function barge(now, others, queued)
     if window <= 0 or others > 0 or queued == 0 then
         return false
@@ -356,25 +364,23 @@ local function barge(now, others, queued)
     if not waited or waited >= window then
         return false
     end
+    -- The releasing client at the front: passing the lock on serves it.
     local head = front[1]
-    while head do
-        if redis.call(publish, wake_prefix .. ':' .. head, '') > 0 then
-            local start = math.min(tonumber(head_start) or 1, math.floor(window - waited))
-            redis.call('set', marker, client, 'px', math.max(1, start))
-            return true
-        end
-        redis.call('zrem', queue, head)
-        redis.pcall('hdel', grants, head)
-        head = redis.call('zrange', queue, 0, 0)[1]
+    if head == client then
+        return false
     end
-    return false
+    local start = math.min(tonumber(head_start) or 1, math.floor(window - waited))
+    redis.call('set', marker, client, 'px', math.max(1, start))
+    return head
 end
 
 local now = now_ms()
 local others, queued, lingerers = count_listeners(now)
-if barge(now, others, queued) then
+local front = barge(now, others, queued)
+if front then
     remember_releaser(now, lingerers)
-    return done(1)
+    done(1)
+    return front
 end
 local rotating, foreign = foreign_turn(others, queued)
 -- Taking turns, the queue's turn is its own: a grant, as with no foreign

@@ -30,6 +30,7 @@ use crate::store::scripts::Scripts;
 use crate::wait::channel::{ChannelWait, Wakes};
 use crate::wait::entry::Entry;
 use crate::wait::outage::Outage;
+use crate::wait::owed::OwedWakes;
 
 /// A kind's view of its client (see the module docs).
 #[derive(Clone, Copy)]
@@ -258,6 +259,11 @@ impl<'a> Waits<'a> {
     /// object `name`, whose messages say what `wakes` says.
     pub(crate) fn join(&self, name: &Arc<str>, channel: &str, wakes: Wakes) -> ChannelWait {
         self.inner.waits.join(name, channel, wakes)
+    }
+
+    /// The wakes this client's barging releases owe (`wait/owed.rs`).
+    pub(crate) fn owed(&self) -> &'a OwedWakes {
+        &self.inner.owed
     }
 
     /// The client's pub/sub connections, to subscribe a channel wait.

@@ -361,6 +361,12 @@ impl Entry {
         st.drop_unneeded_subscription();
     }
 
+    /// True while a thread of this client holds the lock, or is being
+    /// handed it.
+    pub(crate) fn is_held_here(&self) -> bool {
+        matches!(self.state.lock().gate, Gate::Held(_) | Gate::Handed(_) | Gate::Handing(_))
+    }
+
     /// True when no thread is at or queued for the gate.
     pub(crate) fn is_idle(&self) -> bool {
         let st = self.state.lock();

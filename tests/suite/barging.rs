@@ -132,3 +132,63 @@ fn within_the_window_the_releasing_client_takes_the_lock_back() {
     guard.unlock().unwrap();
     recv_within(&waiting, 30 * SECOND, "waiter");
 }
+
+/// A barging release wakes nobody: the releasing client owes the queue's
+/// front client a wake once its head start ends (`wait/owed.rs`). A
+/// releasing client that does not take the lock back pays it, so the queued
+/// client gets the lock within about the head start, not at the end of the
+/// released hold's lease (30 s here, past the bound).
+#[test]
+fn a_releasing_client_that_does_not_take_the_lock_back_wakes_the_queued_client() {
+    let server = RedisServer::start();
+    let builder = || server.builder().barging_window(Duration::from_secs(60));
+    let (holder, waiter) = (builder().build().unwrap(), builder().build().unwrap());
+    for round in 0..3 {
+        let guard = holder.lock("owed").unwrap().lock().unwrap();
+        let waiting = {
+            let lock = waiter.lock("owed").unwrap();
+            spawn(move || {
+                let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
+                let got = Instant::now();
+                guard.unlock().unwrap();
+                got
+            })
+        };
+        assert!(eventually(5 * SECOND, || queued(&server, "owed") == 1), "round {round}: never queued");
+        let released = Instant::now();
+        guard.unlock().unwrap();
+        let got = recv_within(&waiting, 30 * SECOND, "waiter");
+        let waited = got.saturating_duration_since(released);
+        assert!(
+            waited < 5 * SECOND,
+            "round {round}: the queued client got the lock {waited:?} after the release"
+        );
+    }
+}
+
+/// A client shut down right after a barging release pays the wake it owes
+/// before its connections close: the queued client is not left to the
+/// released hold's lease.
+#[test]
+fn a_client_shut_down_after_a_barging_release_wakes_the_queued_client() {
+    let server = RedisServer::start();
+    let builder = || server.builder().barging_window(Duration::from_secs(60));
+    let (holder, waiter) = (builder().build().unwrap(), builder().build().unwrap());
+    let guard = holder.lock("owed-shutdown").unwrap().lock().unwrap();
+    let waiting = {
+        let lock = waiter.lock("owed-shutdown").unwrap();
+        spawn(move || {
+            let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
+            let got = Instant::now();
+            guard.unlock().unwrap();
+            got
+        })
+    };
+    assert!(eventually(5 * SECOND, || queued(&server, "owed-shutdown") == 1), "never queued");
+    let released = Instant::now();
+    guard.unlock().unwrap();
+    holder.shutdown();
+    let got = recv_within(&waiting, 30 * SECOND, "waiter");
+    let waited = got.saturating_duration_since(released);
+    assert!(waited < 5 * SECOND, "the queued client got the lock {waited:?} after the release");
+}

@@ -18,6 +18,8 @@ use redis::Value;
 const OWNER_C: &str = "8c1f0a4e-3333-4000-8000-000000000003:9";
 const OWNER_D: &str = "8c1f0a4e-4444-4000-8000-000000000004:2";
 const OWNER_E: &str = "8c1f0a4e-5555-4000-8000-000000000005:3";
+/// Another thread of OWNER_B's client.
+const OWNER_B2: &str = "8c1f0a4e-2222-4000-8000-000000000002:8";
 
 fn marker_of(name: &str) -> String {
     format!("keyholder_lock_next:{{{name}}}")
@@ -671,10 +673,12 @@ fn queue_scores(con: &mut redis::Connection, name: &str) -> Vec<(String, f64)> {
 }
 
 /// Issue 24, item 3: within the barging window, a release leaves the lock
-/// free and only wakes the front client, which keeps its place, so the
-/// releasing client takes the lock back; once the front client has waited
-/// the window, the release hands it the lock as without a window; and a
-/// Redisson waiter listening turns barging off.
+/// free, wakes nobody and returns the front client, which keeps its place
+/// (the releasing client owes it a wake should it not take the lock back,
+/// see `wait/owed.rs`), so the releasing client takes the lock back; once
+/// the front client has waited the window, the release hands it the lock as
+/// without a window; the releasing client at the front is handed the lock,
+/// not barged for; and a Redisson waiter listening turns barging off.
 #[test]
 fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client_queued() {
     let server = RedisServer::start();
@@ -695,11 +699,15 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
     assert!(joined[0].1 >= before_ms && joined[0].1 < before_ms + 60_000.0, "{joined:?}");
     let grant = hgetall(&mut con, &grants_of(name));
 
-    // B releases and takes the lock back, 20 times: each release wakes A
-    // alone (an empty message), publishes nothing on the unlock channel, and
+    // B releases and takes the lock back, 20 times: each release names A,
+    // publishes nothing (neither to A nor on the unlock channel), and
     // leaves A queued where it was, with its grant.
     for round in 0..20 {
-        assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1), "round {round}");
+        assert_eq!(
+            release_barging(&mut con, name, OWNER_B, 60_000).unwrap(),
+            Value::BulkString(client_a.as_bytes().to_vec()),
+            "round {round}"
+        );
         assert!(!exists(&mut con, name), "round {round}: the lock was handed over");
         // B's head start: the marker names B's client for 2 ms.
         let ttl = pttl(&mut con, &marker_of(name));
@@ -709,17 +717,35 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
         );
         assert_eq!(queue_scores(&mut con, name), joined, "round {round}");
         assert_eq!(hgetall(&mut con, &grants_of(name)), grant, "round {round}");
-        assert_eq!(
-            listener.drain_until_marker(&mut con, &channel_of(name)),
-            [(wake_a.clone(), String::new())],
-            "round {round}"
-        );
+        assert_eq!(listener.drain_until_marker(&mut con, &channel_of(name)), [], "round {round}");
         assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil, "round {round}");
     }
-    // B takes its lock back (the marker names B); A, woken, finds it taken
-    // and keeps its place.
+    // B takes its lock back (the marker names B); A, should it try (woken
+    // by B's client, late), finds it taken and keeps its place.
     assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
     assert_eq!(queue_scores(&mut con, name), joined);
+
+    // B's client queued at the front itself (a thread of B's waits there):
+    // B's release does not barge but hands the lock to that thread.
+    let _: () = redis::cmd("ZADD")
+        .arg(queue_of(name))
+        .arg(joined[0].1 - 1.0)
+        .arg(client_of(OWNER_B))
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(grants_of(name))
+        .arg(client_of(OWNER_B))
+        .arg(format!("{OWNER_B2} 10000 0 7"))
+        .query(&mut con)
+        .unwrap();
+    let wake_b = format!("{}:{}", wake_prefix_of(name), client_of(OWNER_B));
+    let _b = Listener::start(&server, &[&wake_b]);
+    assert_eq!(release_barging(&mut con, name, OWNER_B, 60_000).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B2, "1"));
+    assert_eq!(queue_scores(&mut con, name), joined);
+    let _: () = redis::cmd("DEL").arg(name).query(&mut con).unwrap();
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil));
 
     // Once A has waited the window (here: a score from long ago, as an older
     // keyholder's 0 reads), the next release hands A the lock.

@@ -33,7 +33,7 @@ fn release_nested(ctx: Context<'_>, entry: &Entry, hold: &Hold) -> Result<Releas
     let name = &entry.keys.name;
     let args = release_args(ctx, entry, &hold.owner, hold.lease_ms, None, true);
     let release = |conn: &mut Session<'_>| {
-        let outcome = scripts::release(ctx.calls().scripts(), conn, &args)?;
+        let (outcome, _) = scripts::release(ctx.calls().scripts(), conn, &args)?;
         check_replicated(ctx, name, conn.replicated()).map(|()| outcome)
     };
     let first = ctx.calls().with_conn(name, release);
@@ -58,10 +58,20 @@ fn release_nested(ctx: Context<'_>, entry: &Entry, hold: &Hold) -> Result<Releas
 /// is retried once, unlatched, if the first reply was lost. Returns the
 /// outcome and whether it is the retry's (whose `NotOwner` most likely
 /// means the first attempt released the lock).
-fn release_last(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
+///
+/// A barging release (see `ClientBuilder::barging_window`) leaves the lock
+/// to this client for a head start and owes the queue's front client a
+/// wake when it ends (`wait/owed.rs`); any other release settles what an
+/// earlier one owed.
+fn release_last(ctx: Context<'_>, entry: &Arc<Entry>, owner: &str, lease_ms: u64) -> (Result<Release>, bool) {
     let args = release_args(ctx, entry, owner, lease_ms, None, true);
     let release = |conn: &mut Session<'_>| {
-        let outcome = scripts::release(ctx.calls().scripts(), conn, &args)?;
+        let sent = Instant::now();
+        let (outcome, front) = scripts::release(ctx.calls().scripts(), conn, &args)?;
+        match front {
+            Some(front) => ctx.waits().owed().owe(entry, front, sent + scripts::BARGE_HEAD_START),
+            None => ctx.waits().owed().settle(&entry.keys.name),
+        }
         check_replicated(ctx, &entry.keys.name, conn.replicated()).map(|()| outcome)
     };
     match ctx.calls().with_conn(&entry.keys.name, release) {
@@ -75,7 +85,9 @@ fn release_last(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> 
 /// lock back, so it goes to the next queued client at once.
 pub(crate) fn release_orphan(ctx: Context<'_>, entry: &Entry, owner: &str, lease_ms: u64) -> Result<Release> {
     let args = release_args(ctx, entry, owner, lease_ms, None, false);
-    ctx.calls().with_live_conn(&entry.keys.name, |conn| scripts::release(ctx.calls().scripts(), conn, &args))
+    ctx.calls()
+        .with_live_conn(&entry.keys.name, |conn| scripts::release(ctx.calls().scripts(), conn, &args))
+        .map(|(outcome, _)| outcome)
 }
 
 /// What `release.lua` needs to release one hold of `owner` on `entry`'s

@@ -254,12 +254,15 @@ pub(crate) fn acquire(
 }
 
 /// Releases one hold; with a latch, a retry with the same latch key
-/// returns the first outcome instead of releasing twice.
+/// returns the first outcome instead of releasing twice. A barging release
+/// (see `ReleaseArgs::barging`) also returns the client id of the queue's
+/// front client, owed a wake once the head start ends (see
+/// `wait/owed.rs`).
 pub(crate) fn release(
     scripts: &Scripts,
     session: &mut Session<'_>,
     args: &ReleaseArgs<'_>,
-) -> Result<Release> {
+) -> Result<(Release, Option<String>)> {
     let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening, barging } = *args;
     let mut invocation = RELEASE.call();
     invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
@@ -290,12 +293,20 @@ pub(crate) fn release(
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     session.note_replicated(acked);
     match reply {
-        Value::Nil => Ok(Release::NotOwner),
-        Value::Int(0) => Ok(Release::StillHeld),
-        Value::Int(1) => Ok(Release::Released),
+        Value::Nil => Ok((Release::NotOwner, None)),
+        Value::Int(0) => Ok((Release::StillHeld, None)),
+        Value::Int(1) => Ok((Release::Released, None)),
+        Value::BulkString(front) => match String::from_utf8(front) {
+            Ok(front) => Ok((Release::Released, Some(front))),
+            Err(e) => Err(unexpected("release", &Value::BulkString(e.into_bytes()))),
+        },
         other => Err(unexpected("release", &other)),
     }
 }
+
+/// How long a barging release keeps the lock for its own client (see
+/// [`BARGE_HEAD_START_MS`]).
+pub(crate) const BARGE_HEAD_START: Duration = Duration::from_millis(2);
 
 /// Releases the last hold and hands the lock to another owner of this
 /// client in one call, unless another client was woken for its turn.
