@@ -451,6 +451,9 @@ impl Wired for Inner {
     /// every hold verified on the new primary.
     fn primary_moved(&self, target: Result<Target>) {
         self.routes.primary_moved();
+        // After the connections moved: what was sent before may have been
+        // taken on the old primary.
+        self.watchdog.primary_moved();
         match (target, &self.subscribers) {
             (Ok(target), Subscribers::One(subscriber)) => subscriber.retarget(target),
             (Ok(_), Subscribers::PerNode(_)) => {}
@@ -465,6 +468,7 @@ impl Wired for Inner {
         if let Subscribers::PerNode(nodes) = &self.subscribers {
             nodes.slots_moved();
         }
+        self.watchdog.primary_moved();
         let _ = self.verify.try_send(());
     }
 

@@ -21,7 +21,10 @@
 //! too late for it: such a hold, sent before the last pass began and
 //! registered after, is verified at its registration, in the acquiring
 //! thread, before its guard is returned, so its holder is told at once if it
-//! did not survive (issue 21, item 8).
+//! did not survive (issue 21, item 8). So is a hold sent before the client
+//! learned that the primary moved and registered after, even when the pass
+//! that follows the move has not begun yet: it may have been taken on the
+//! old primary, which is still a primary until Sentinel demotes it.
 //!
 //! A hold is registered before its guard is returned and deregistered by the
 //! release of its last guard, before that release returns. A renewal already
@@ -99,6 +102,16 @@ impl Registry {
     /// holds).
     fn verification_started(&self) {
         *self.verified_from.lock() = Some(Instant::now());
+    }
+
+    /// The primary moved (a Sentinel switch, a cluster slot's failover):
+    /// from now on acquisitions go to the new one, but one sent before may
+    /// have been taken on the old one, which loses it, and may register
+    /// before the verification pass that follows the move begins (its
+    /// reply held back by a `WAIT` that timed out). Such a hold is verified
+    /// at its registration, as one a pass missed.
+    pub(crate) fn primary_moved(&self) {
+        self.verification_started();
     }
 
     /// Verifies one hold that the last verification pass may have missed,
@@ -410,5 +423,23 @@ mod tests {
         registry.register(Arc::clone(&after), None, Arc::clone(&gone) as _);
         assert_eq!(gone.calls.load(Ordering::SeqCst), 1);
         assert!(!after.is_lost());
+    }
+
+    #[test]
+    fn a_hold_sent_before_the_primary_moved_and_registered_after_is_verified_at_registration() {
+        let (kick, _kicked) = crossbeam_channel::bounded(1);
+        let registry = Registry::new(kick, Duration::from_secs(30));
+        let gone = Arc::new(Gone::default());
+        let in_flight = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        // The move is known before any verification pass has begun.
+        registry.primary_moved();
+        let missed = hold(1, in_flight);
+        registry.register(Arc::clone(&missed), None, Arc::clone(&gone) as _);
+        assert_eq!(gone.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(missed.lost_reason(), Some(LostReason::RenewalRefused));
+        let after = hold(2, Instant::now());
+        registry.register(Arc::clone(&after), None, Arc::clone(&gone) as _);
+        assert_eq!(gone.calls.load(Ordering::SeqCst), 1, "sent to the new primary: nothing to verify");
     }
 }
