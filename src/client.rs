@@ -334,42 +334,25 @@ impl Client {
         }
         let held: Weak<dyn HeldLocks> = Arc::downgrade(&inner) as Weak<Inner>;
         let foreign_stop = stop_rx.clone();
-        let listener = Background::spawn(format!("keyholder-held-{short_id}"), move || {
+        inner.start_thread(format!("keyholder-held-{short_id}"), "held locks' listener", move || {
             foreign::run(held, foreign_stop, foreign_kicked);
-        });
-        match listener {
-            Ok(thread) => inner.threads.lock().push(thread),
-            Err(e) => {
-                inner.shut_down();
-                return Err(Error::spawn("held locks' listener", e));
-            }
-        }
+        })?;
         if !inner.config.barging_window.is_zero() {
             let payer: Weak<dyn PayWakes> = Arc::downgrade(&inner) as Weak<Inner>;
             let owed_stop = stop_rx.clone();
-            let paying = Background::spawn(format!("keyholder-owed-{short_id}"), move || {
-                owed::run(payer, owed_stop, owed_kicked);
-            });
-            match paying {
-                Ok(thread) => inner.threads.lock().push(thread),
-                Err(e) => {
-                    inner.shut_down();
-                    return Err(Error::spawn("barging releases' wakes", e));
-                }
-            }
+            inner.start_thread(
+                format!("keyholder-owed-{short_id}"),
+                "barging releases' wakes",
+                move || {
+                    owed::run(payer, owed_stop, owed_kicked);
+                },
+            )?;
         }
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
-        let renewer = Background::spawn(format!("keyholder-watchdog-{short_id}"), move || {
+        inner.start_thread(format!("keyholder-watchdog-{short_id}"), "watchdog", move || {
             watchdog::run(weak, period, Signals { stop: stop_rx, kick: kick_rx, verify: verify_rx });
-        });
-        match renewer {
-            Ok(thread) => inner.threads.lock().push(thread),
-            Err(e) => {
-                inner.shut_down();
-                return Err(Error::spawn("watchdog", e));
-            }
-        }
+        })?;
         Ok(Client { handle: Arc::new(Handle { inner }) })
     }
 
@@ -525,6 +508,22 @@ impl HeldLocks for Inner {
 }
 
 impl Inner {
+    /// Starts one of the client's background threads (`what` names it in
+    /// an error), stopped with the client; shuts the client down when the
+    /// thread cannot be started.
+    fn start_thread(&self, name: String, what: &str, body: impl FnOnce() + Send + 'static) -> Result<()> {
+        match Background::spawn(name, body) {
+            Ok(thread) => {
+                self.threads.lock().push(thread);
+                Ok(())
+            }
+            Err(e) => {
+                self.shut_down();
+                Err(Error::spawn(what, e))
+            }
+        }
+    }
+
     /// A weak handle on this client, for what it owns that must not keep
     /// it alive (a hold's renewer).
     pub(crate) fn weak(&self) -> Weak<Inner> {

@@ -133,6 +133,17 @@ fn within_the_window_the_releasing_client_takes_the_lock_back() {
     recv_within(&waiting, 30 * SECOND, "waiter");
 }
 
+/// A thread that takes `lock` (waiting up to 30 s), releases it, and
+/// answers when it got it.
+fn taker(lock: keyholder::Lock) -> std::sync::mpsc::Receiver<Instant> {
+    spawn(move || {
+        let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
+        let got = Instant::now();
+        guard.unlock().unwrap();
+        got
+    })
+}
+
 /// A barging release wakes nobody: the releasing client owes the queue's
 /// front client a wake once its head start ends (`wait/owed.rs`). A
 /// releasing client that does not take the lock back pays it, so the queued
@@ -145,15 +156,7 @@ fn a_releasing_client_that_does_not_take_the_lock_back_wakes_the_queued_client()
     let (holder, waiter) = (builder().build().unwrap(), builder().build().unwrap());
     for round in 0..3 {
         let guard = holder.lock("owed").unwrap().lock().unwrap();
-        let waiting = {
-            let lock = waiter.lock("owed").unwrap();
-            spawn(move || {
-                let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
-                let got = Instant::now();
-                guard.unlock().unwrap();
-                got
-            })
-        };
+        let waiting = taker(waiter.lock("owed").unwrap());
         assert!(eventually(5 * SECOND, || queued(&server, "owed") == 1), "round {round}: never queued");
         let released = Instant::now();
         guard.unlock().unwrap();
@@ -175,15 +178,7 @@ fn a_client_shut_down_after_a_barging_release_wakes_the_queued_client() {
     let builder = || server.builder().barging_window(Duration::from_secs(60));
     let (holder, waiter) = (builder().build().unwrap(), builder().build().unwrap());
     let guard = holder.lock("owed-shutdown").unwrap().lock().unwrap();
-    let waiting = {
-        let lock = waiter.lock("owed-shutdown").unwrap();
-        spawn(move || {
-            let guard = lock.try_lock_for(30 * SECOND).unwrap().expect("never got the lock");
-            let got = Instant::now();
-            guard.unlock().unwrap();
-            got
-        })
-    };
+    let waiting = taker(waiter.lock("owed-shutdown").unwrap());
     assert!(eventually(5 * SECOND, || queued(&server, "owed-shutdown") == 1), "never queued");
     let released = Instant::now();
     guard.unlock().unwrap();
