@@ -484,7 +484,7 @@ impl PayWakes for Inner {
         };
         // Nobody hears the front client's channel (it stopped waiting, or
         // died): every keyholder waiter listens on the unlock channel.
-        let heard = wake(&format!("{}:{}", keys.wake_prefix, owed.front), "").and_then(|heard| {
+        let heard = wake(&crate::names::wake_channel(&keys.name, &owed.front), "").and_then(|heard| {
             if heard > 0 { Ok(heard) } else { wake(&keys.channel, crate::store::scripts::UNLOCK_MESSAGE) }
         });
         if let Err(e) = heard {

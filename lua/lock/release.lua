@@ -347,8 +347,8 @@ end
 -- Barging (see the header): the releasing client may take the lock back
 -- while the front client has waited less than the window; the front
 -- client keeps its place, unwoken. Returns the front client's id, owed a
--- wake by the releasing client; true when the front client is the
--- releasing client (woken now); false when the release does not barge.
+-- wake by the releasing client; false when the release does not barge
+-- (the releasing client at the front among the reasons).
 local function barge(now, others, queued)
     if window <= 0 or others > 0 or queued == 0 then
         return false

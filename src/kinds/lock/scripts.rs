@@ -304,8 +304,8 @@ pub(crate) fn release(
     }
 }
 
-/// How long a barging release keeps the lock for its own client (see
-/// [`BARGE_HEAD_START_MS`]).
+/// How long a barging release keeps the lock for its own client:
+/// [`BARGE_HEAD_START_MS`] as a duration (a unit test keeps them equal).
 pub(crate) const BARGE_HEAD_START: Duration = Duration::from_millis(2);
 
 /// Releases the last hold and hands the lock to another owner of this
@@ -488,7 +488,12 @@ fn acquire_error(name: &str, token_key: Option<&str>, e: redis::RedisError) -> E
 
 #[cfg(test)]
 mod tests {
-    use super::client_of;
+    use super::{BARGE_HEAD_START, BARGE_HEAD_START_MS, client_of};
+
+    #[test]
+    fn the_head_start_the_script_is_sent_is_the_one_the_client_waits() {
+        assert_eq!(BARGE_HEAD_START.as_millis().to_string(), BARGE_HEAD_START_MS);
+    }
 
     #[test]
     fn the_client_id_is_the_owner_ids_part_before_its_last_colon() {
