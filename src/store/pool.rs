@@ -29,7 +29,8 @@
 //! most 15 command connections per node (16 with its pub/sub one). A
 //! caller that finds no connection ready opens one even at the limit (it
 //! must not wait), and then closes one of the reserve, if any, to get back
-//! under it.
+//! under it (looking again on the maintenance thread, after the reserve
+//! connect that may be in flight there).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -337,10 +338,8 @@ impl NodePool {
         match self.connector.connect() {
             Ok(conn) => {
                 observe::connection_opened(Opener::Caller);
-                if self.limits.is_over()
-                    && let Some(mut spare) = self.pool.try_get()
-                {
-                    spare.conn.retire();
+                if self.limits.is_over() {
+                    self.retire_surplus();
                 }
                 Ok(Leased::Own(Counted { conn, slot }))
             }
@@ -349,6 +348,36 @@ impl NodePool {
                 Err(e)
             }
         }
+    }
+
+    /// Closes a reserve connection: a caller opened one over the limit.
+    ///
+    /// When the reserve looks empty, one may still be on its way in: the
+    /// maintenance thread checks the limit after its connect but puts the
+    /// connection in the reserve a moment later, so a caller that opened
+    /// its own in between sees neither the connection nor, the manager
+    /// having checked before it, anyone to close it (it would stay over the
+    /// limit until its idle timeout). The look is then repeated on the
+    /// maintenance thread itself, after the job in flight there.
+    fn retire_surplus(&self) {
+        if let Some(mut spare) = self.pool.try_get() {
+            spare.conn.retire();
+            return;
+        }
+        self.retire_surplus_later();
+    }
+
+    /// Closes a reserve connection, if the node is still over its limit,
+    /// on the maintenance thread (see [`NodePool::retire_surplus`]).
+    fn retire_surplus_later(&self) {
+        let (pool, limits) = (self.pool.clone(), Arc::clone(&self.limits));
+        maintenance().execute(move || {
+            if limits.is_over()
+                && let Some(mut spare) = pool.try_get()
+            {
+                spare.conn.retire();
+            }
+        });
     }
 
     /// Counts `conn`, opened beforehand (by the access check), as one of
@@ -598,6 +627,31 @@ mod tests {
             wait_for_reserve(&pool, 1);
             assert_eq!(pool.open(), 2);
             drop(second);
+        }
+
+        #[test]
+        fn a_reserve_connection_that_lands_over_the_limit_is_closed() {
+            let server = RedisServer::start();
+            let pool = pool(&server.url(), settings(1, 1, None, None));
+            wait_for_reserve(&pool, 1);
+            // The maintenance thread busy with a job (as with a reserve
+            // connect whose connection is not in the reserve yet); a caller
+            // over the limit meanwhile.
+            let (release, gate) = crossbeam_channel::bounded::<()>(0);
+            maintenance().execute(move || {
+                let _ = gate.recv_timeout(Duration::from_secs(5));
+            });
+            let caller = pool.limits.reserve();
+            pool.retire_surplus_later();
+            assert_eq!(pool.open(), 2, "nothing closed while the maintenance thread is busy");
+            release.send(()).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while pool.open() > 1 {
+                assert!(Instant::now() < deadline, "the surplus stayed: {pool:?}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(pool.pool.state().idle_connections, 0, "the reserve connection was the one closed");
+            drop(caller);
         }
 
         #[test]
