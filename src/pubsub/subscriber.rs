@@ -177,6 +177,11 @@ struct State {
     /// (thousands, when the client holds thousands of locks). An entry
     /// whose channel was taken back meanwhile is dropped when reached.
     lingering: VecDeque<(Instant, String)>,
+    /// The reader's read timeout is [`LINGER`] (a channel lingers), not
+    /// the command timeout: a channel that starts lingering then needs no
+    /// system call to shorten it. Set and read under this state's lock, as
+    /// the timeout itself is.
+    short_read_timeout: bool,
     /// Shard channels (Redis Cluster, Redis 7+): `SSUBSCRIBE`.
     sharded: bool,
     /// The reader has tried to connect at least once (see
@@ -502,9 +507,13 @@ impl Subscriber {
     /// would need a round trip, so the reader's read timeout is shortened
     /// instead, through the socket it reads from.
     fn linger_started(&self) {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        if st.short_read_timeout {
+            return;
+        }
         if let Some(writer) = &st.writer {
             let _ = writer.set_read_timeout(Some(LINGER.min(self.command_timeout)));
+            st.short_read_timeout = true;
         }
     }
 
@@ -659,6 +668,8 @@ impl Subscriber {
             return true;
         }
         st.writer = Some(writer);
+        // A fresh connection reads with the command timeout.
+        st.short_read_timeout = false;
         st.acks_pending.clear();
         st.unsubscribes_pending.clear();
         // Lingering channels are not worth resubscribing.
@@ -719,10 +730,14 @@ impl Subscriber {
                             last_heard = now;
                         }
                     }
-                    drop(st);
+                    // Set under the lock, as linger_started sets it.
                     let timeout =
                         if lingering { LINGER.min(self.command_timeout) } else { self.command_timeout };
-                    let _ = incoming.set_read_timeout(timeout);
+                    if lingering != st.short_read_timeout {
+                        let _ = incoming.set_read_timeout(timeout);
+                        st.short_read_timeout = lingering;
+                    }
+                    drop(st);
                 }
                 Err(_) => return,
             }
