@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The help text.
 pub(crate) const USAGE: &str = "\
-usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK,ELECTION] [--w2-clients N] [--w6-clients N,N,...] [--w7-threads N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit]
+usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,REDLOCK,ELECTION] [--w2-clients N] [--w6-clients N,N,...] [--w7-threads N,N,...] [--barging-window-ms N,N,...] [--w3-baseline-threads N] [--no-audit] [--aa]
 
   --quick                    a tiny configuration that finishes in a few seconds
   --cluster                  W1 and W2 on a private Redis Cluster (3 primaries, 3 replicas, all on
@@ -22,6 +22,9 @@ usage: keyholder-bench [--quick] [--cluster] [--runs N] [--only W1,W2,...,SPIN,R
   --w3-baseline-threads N    polling threads for the W3 baseline (default: as many as keyholder's)
   --no-audit                 do not count top-level commands with the slow log in W2 and W3
                              (then keyholder's top-level HEXISTS calls go uncounted)
+  --aa                       W1 and W7 measure the minimal floor a second time, as a row of its own
+                             (A/A): its ratio to the minimal floor, identical code, is the noise of
+                             one run on this machine
 
 REDIS_URL selects a Redis server; without it a private redis-server is started
 (REDIS_SERVER_BIN overrides the binary; with --cluster, REDIS_CLI_BIN overrides redis-cli).";
@@ -68,6 +71,9 @@ pub(crate) struct Cfg {
     pub(crate) w3_baseline_threads: usize,
     /// Count top-level commands with the slow log in W2 and W3.
     pub(crate) audit: bool,
+    /// W1 and W7: the minimal floor measured twice, the second as a row
+    /// of its own (an A/A comparison: the noise of one run).
+    pub(crate) aa: bool,
     pub(crate) w3_idle: Duration,
     /// Stack size of W3's and W7's many threads.
     pub(crate) w3_stack: usize,
@@ -104,6 +110,7 @@ impl Cfg {
             w7_pairs: 32000,
             w3_baseline_threads: 1000,
             audit: true,
+            aa: false,
             w3_idle: Duration::from_secs(1),
             w3_stack: 64 * 1024,
             w4_locks: 10_000,
@@ -166,6 +173,7 @@ impl Cfg {
                 "--quick" => {}
                 "--cluster" => cfg.cluster = true,
                 "--no-audit" => cfg.audit = false,
+                "--aa" => cfg.aa = true,
                 "--runs" => {
                     cfg.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?;
                     if cfg.runs == 0 || cfg.runs > 100 {

@@ -13,7 +13,7 @@ pub(crate) fn w1(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let n = env.cfg.w1_pairs;
     let key = env.key("w1");
     let all = w1_runs(env, stats, "W1", 0, |_| key.as_str())?;
-    let [minimal, scripts, _, keyholder] = &all;
+    let (minimal, scripts, keyholder) = (&all[0], &all[1], &all[3]);
     print_table(
         &format!(
             "W1: uncontended acquire+release, 1 thread, {n} pairs (target: keyholder >= 0.95x the minimal \
@@ -30,7 +30,8 @@ pub(crate) fn w1(env: &Env, stats: &mut redis::Connection) -> Res<()> {
 const W1_NOTE: &str = "vs floor = median over runs of (pairs/s ÷ the same run's minimal floor \
      pairs/s), in brackets the worst run's. minimal floor: the minimal Redisson-semantics scripts of SPEC section 2, raw; keyholder \
      scripts: keyholder's own acquire.lua and release.lua, raw, the same way; the four take turns, each run \
-     starting with another. Round trips counted by the server (INFO commandstats). Client CPU is the whole \
+     starting with another (with --aa, the minimal floor again takes a turn too: its ratio is one run's \
+     noise). Round trips counted by the server (INFO commandstats). Client CPU is the whole \
      process's, read with 10 ms tick resolution; Redis CPU is the server's own (INFO cpu).";
 
 /// One implementation's W1 runs.
@@ -43,58 +44,67 @@ pub(crate) struct Runs<P> {
 
 /// W1's runs: in each, `w1_pairs` acquire+release pairs (pair `i` on
 /// `name(i)`, after a warm-up of at least `at_least`) by the minimal floor,
-/// the keyholder scripts floor, the baseline and keyholder, each on one
-/// session, in turn (each run starting with the next of them, so that none
-/// is always measured right after the same one), and each rate ÷ the run's
-/// minimal-floor rate. `progress` names the runs on stderr. In that order.
+/// the keyholder scripts floor, the baseline and keyholder, and with `--aa`
+/// the minimal floor again, each on one session, in turn (each run starting
+/// with the next of them, so that none is always measured right after the
+/// same one), and each rate ÷ the run's minimal-floor rate. `progress`
+/// names the runs on stderr. In that order.
 pub(crate) fn w1_runs<'a, S: Counters>(
     env: &Env,
     stats: &mut S,
     progress: &str,
     at_least: usize,
     name: impl Fn(usize) -> &'a str,
-) -> Res<[Runs<S::Parts>; 4]> {
+) -> Res<Vec<Runs<S::Parts>>> {
     let n = env.cfg.w1_pairs;
     let (minimal, scripts, baseline, keyholder) =
         (MinimalFloor::new(env), ScriptFloor::new(env), Baseline::new(env), Keyholder::new(env, 1, None)?);
     let mut sessions =
         (minimal.session(1)?, scripts.session(1)?, baseline.session(1)?, keyholder.session(0)?);
+    let mut again = if env.cfg.aa { Some(minimal.session(2)?) } else { None };
     let nested = [
         minimal.script_commands(),
         scripts.script_commands(),
         baseline.script_commands(),
         keyholder.script_commands(),
+        minimal.script_commands(),
     ];
-    let mut runs: [Vec<Loop<S::Parts>>; 4] = Default::default();
+    let count = if again.is_some() { 5 } else { 4 };
+    let mut runs: [Vec<Loop<S::Parts>>; 5] = Default::default();
     for run in 1..=env.cfg.runs {
         eprintln!("{progress} run {run}/{}", env.cfg.runs);
-        let mut this: [Option<Loop<S::Parts>>; 4] = Default::default();
-        for turn in 0..4 {
-            let which = (run + turn) % 4;
+        let mut this: [Option<Loop<S::Parts>>; 5] = Default::default();
+        for turn in 0..count {
+            let which = (run + turn) % count;
             let nested = nested[which];
-            this[which] = Some(match which {
-                0 => measure_loop(stats, n, at_least, nested, |i| sessions.0.pair(name(i)))?,
-                1 => measure_loop(stats, n, at_least, nested, |i| sessions.1.pair(name(i)))?,
-                2 => measure_loop(stats, n, at_least, nested, |i| sessions.2.pair(name(i)))?,
-                _ => measure_loop(stats, n, at_least, nested, |i| sessions.3.pair(name(i)))?,
+            this[which] = Some(match (which, again.as_mut()) {
+                (0, _) => measure_loop(stats, n, at_least, nested, |i| sessions.0.pair(name(i)))?,
+                (1, _) => measure_loop(stats, n, at_least, nested, |i| sessions.1.pair(name(i)))?,
+                (2, _) => measure_loop(stats, n, at_least, nested, |i| sessions.2.pair(name(i)))?,
+                (3, _) => measure_loop(stats, n, at_least, nested, |i| sessions.3.pair(name(i)))?,
+                (_, Some(again)) => measure_loop(stats, n, at_least, nested, |i| again.pair(name(i)))?,
+                (_, None) => return Err(err("W1: a fifth turn without --aa")),
             });
         }
-        let [Some(m), Some(s), Some(b), Some(k)] = this else {
-            return Err(err("W1: an implementation's turn was skipped"));
+        let Some(floor) = this[0].as_ref().map(|m| m.rate) else {
+            return Err(err("W1: the minimal floor's turn was skipped"));
         };
-        let floor = m.rate;
-        for (all, mut one) in runs.iter_mut().zip([m, s, b, k]) {
+        for (all, one) in runs.iter_mut().zip(this).take(count) {
+            let Some(mut one) = one else {
+                return Err(err("W1: an implementation's turn was skipped"));
+            };
             one.vs_floor = one.rate / floor;
             all.push(one);
         }
     }
     drop(sessions);
+    drop(again);
     drop(keyholder);
-    let [m, s, b, k] = runs;
-    Ok([
-        Runs { label: "minimal floor", nested: nested[0], runs: m },
-        Runs { label: "keyholder scripts", nested: nested[1], runs: s },
-        Runs { label: "baseline", nested: nested[2], runs: b },
-        Runs { label: "keyholder", nested: nested[3], runs: k },
-    ])
+    let labels = ["minimal floor", "keyholder scripts", "baseline", "keyholder", "minimal floor again (A/A)"];
+    Ok(runs
+        .into_iter()
+        .zip(labels.into_iter().zip(nested))
+        .take(count)
+        .map(|(runs, (label, nested))| Runs { label, nested, runs })
+        .collect())
 }

@@ -35,17 +35,19 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let idle = settle(stats, f64::INFINITY)?;
     let mut rows = Vec::new();
     for &threads in &c.w7_threads {
-        // minimal floor, keyholder scripts, baseline, keyholder.
-        let mut runs: [Vec<PerRequest>; 4] = Default::default();
+        // minimal floor, keyholder scripts, baseline, keyholder; with
+        // --aa the minimal floor again.
+        let mut runs: [Vec<PerRequest>; 5] = Default::default();
+        let count = if c.aa { 5 } else { 4 };
         for run in 1..=c.runs {
             eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
-            // Each run starts with another of the four, so that none is
-            // always measured right after the same one.
-            for turn in 0..4 {
-                let which = (run + turn) % 4;
+            // Each run starts with another of them, so that none is always
+            // measured right after the same one.
+            for turn in 0..count {
+                let which = (run + turn) % count;
                 settle(stats, idle)?;
                 let window = match which {
-                    0 => per_request(env, stats, &minimal, threads, None)?,
+                    0 | 4 => per_request(env, stats, &minimal, threads, None)?,
                     1 => per_request(env, stats, &scripts, threads, None)?,
                     2 => per_request(env, stats, &baseline, threads, None)?,
                     _ => {
@@ -59,10 +61,11 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 runs[which].push(window);
             }
         }
-        let [minimal_runs, script_runs, base_runs, kh_runs] = &runs;
+        let [minimal_runs, script_runs, base_runs, kh_runs, again_runs] = &runs;
         let rate = |runs: &[PerRequest]| fmt(median(runs.iter().map(|r| r.rate).collect()), 0);
         let each = |f: fn(&PerRequest) -> f64, decimals: usize| {
-            runs.iter()
+            runs[..4]
+                .iter()
                 .map(|r| fmt(median(r.iter().map(f).collect()), decimals))
                 .collect::<Vec<_>>()
                 .join(" / ")
@@ -80,6 +83,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             ratio(kh_runs, minimal_runs),
             ratio(script_runs, minimal_runs),
             ratio(kh_runs, base_runs),
+            if c.aa { ratio(again_runs, minimal_runs) } else { "-".to_owned() },
             each(|r| r.connections, 0),
             each(|r| r.server_us, 1),
             each(|r| r.command_us, 1),
@@ -103,6 +107,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "keyholder vs minimal floor",
             "keyholder scripts vs minimal floor",
             "keyholder vs baseline",
+            "minimal floor again vs minimal floor (A/A, --aa)",
             "Redis connections minimal / scripts / baseline / keyholder",
             "Redis CPU µs/pair minimal / scripts / baseline / keyholder",
             "Redis command µs/pair minimal / scripts / baseline / keyholder",
@@ -114,7 +119,8 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
            floor is the cost of their extra work), and the baseline SET NX PX and its compare-and-delete, \
            each thread on a connection of its own; keyholder is one client with default settings (at most \
            16 command connections, shared by its threads). The four take turns, each run starting with \
-           another. Connections: connected_clients added while every thread still holds what it opened, \
+           another (with --aa, the minimal floor again takes a turn too: identical code, so its ratio to the \
+           minimal floor is the noise of one run). Connections: connected_clients added while every thread still holds what it opened, \
            counting keyholder's pub/sub connection; each window starts once the connections before it \
            have closed. Rates are medians over runs, ratios medians of per-run \
            ratios, in brackets the worst run's; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
