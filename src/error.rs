@@ -354,9 +354,17 @@ impl Error {
 
     /// A call's time ran out while it waited for a shared connection: it
     /// was never sent.
-    pub(crate) fn unsent() -> Error {
-        Error::new(ErrorKind::Connection)
-            .with_detail("no shared connection could send the command within its timeout; it was not sent")
+    pub(crate) fn unsent(address: Option<String>) -> Error {
+        let Some(address) = address else {
+            return Error::new(ErrorKind::Connection).with_detail(
+                "no shared connection could send the command within its timeout; it was not sent",
+            );
+        };
+        let mut error = Error::new(ErrorKind::Connection).with_detail(format!(
+            "no shared connection to {address} could send the command within its timeout; it was not sent"
+        ));
+        error.inner.address = Some(address);
+        error
     }
 
     /// Redis is taken to be unreachable because a connect just before
@@ -632,7 +640,11 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(Error::unreachable().is_outage());
-        assert!(Error::unsent().is_outage());
+        assert!(Error::unsent(None).is_outage());
+        let unsent = Error::unsent(Some("127.0.0.1:6379".to_owned()));
+        assert!(unsent.is_outage() && unsent.is_connection_error());
+        assert_eq!(unsent.address(), Some("127.0.0.1:6379"));
+        assert!(unsent.to_string().contains("127.0.0.1:6379"), "{unsent}");
         for code in OUTAGE_CODES {
             assert!(reply(format!("-{code} not now\r\n").as_bytes()).is_outage(), "{code}");
         }

@@ -263,6 +263,11 @@ impl Connector {
 }
 
 impl Connector {
+    /// The address connections go to now, if known (no I/O).
+    pub(crate) fn known_address(&self) -> Option<String> {
+        self.primary.known_address()
+    }
+
     /// The generation of the connections this connector opens.
     pub(crate) fn generation(&self) -> &Generation {
         &self.generation

@@ -350,7 +350,7 @@ impl Session<'_> {
                 }
                 Err(Error::connect(error))
             }
-            Err(Failure::Unsent) => Err(Error::unsent()),
+            Err(Failure::Unsent) => Err(Error::unsent(lanes.pool.connector().known_address())),
         }
     }
 

@@ -145,6 +145,12 @@ impl Primary {
         let _ = self.on_move.set(Box::new(hook));
     }
 
+    /// The address of the server connected to now, if one is known (no
+    /// I/O: a Sentinel primary not located yet, or lost, has none).
+    pub(crate) fn known_address(&self) -> Option<String> {
+        self.current.read().node.as_ref().map(|node| node.address().shown())
+    }
+
     /// True when the primary is found through Sentinel.
     pub(crate) fn is_discovered(&self) -> bool {
         matches!(self.source, Source::Sentinel(_))
