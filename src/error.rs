@@ -229,7 +229,9 @@ impl Error {
     /// For a failure to reach a server ([`ErrorKind::Connection`],
     /// [`ErrorKind::Tls`], [`ErrorKind::NotRedis`]): the address tried, as
     /// `host:port` (`[v6]:port`) or a Unix socket's path: the server's, a
-    /// sentinel's or a cluster node's, as `Display` says.
+    /// sentinel's or a cluster node's, as `Display` says; also the server
+    /// a call was for when no shared connection to it could send the call
+    /// in time.
     pub fn address(&self) -> Option<&str> {
         self.inner.address.as_deref()
     }
