@@ -408,8 +408,7 @@ mod tests {
         registry.register(Arc::clone(&before_any), None, Arc::clone(&gone) as _);
         assert_eq!(gone.calls.load(Ordering::SeqCst), 0);
 
-        let in_flight = Instant::now();
-        std::thread::sleep(Duration::from_millis(2));
+        let in_flight = Instant::now() - Duration::from_millis(2);
         registry.verification_started();
         // Sent before the pass began, registered after: verified now, and
         // found gone, so it is lost before its guard is returned.
@@ -430,8 +429,7 @@ mod tests {
         let (kick, _kicked) = crossbeam_channel::bounded(1);
         let registry = Registry::new(kick, Duration::from_secs(30));
         let gone = Arc::new(Gone::default());
-        let in_flight = Instant::now();
-        std::thread::sleep(Duration::from_millis(2));
+        let in_flight = Instant::now() - Duration::from_millis(2);
         // The move is known before any verification pass has begun.
         registry.primary_moved();
         let missed = hold(1, in_flight);

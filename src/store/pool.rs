@@ -360,11 +360,9 @@ impl NodePool {
     /// limit until its idle timeout). The look is then repeated on the
     /// maintenance thread itself, after the job in flight there.
     fn retire_surplus(&self) {
-        if let Some(mut spare) = self.pool.try_get() {
-            spare.conn.retire();
-            return;
+        if !retire_spare(&self.pool) {
+            self.retire_surplus_later();
         }
-        self.retire_surplus_later();
     }
 
     /// Closes a reserve connection, if the node is still over its limit,
@@ -372,10 +370,8 @@ impl NodePool {
     fn retire_surplus_later(&self) {
         let (pool, limits) = (self.pool.clone(), Arc::clone(&self.limits));
         maintenance().execute(move || {
-            if limits.is_over()
-                && let Some(mut spare) = pool.try_get()
-            {
-                spare.conn.retire();
+            if limits.is_over() {
+                retire_spare(&pool);
             }
         });
     }
@@ -397,15 +393,26 @@ impl NodePool {
     /// lanes close their own connections).
     pub(crate) fn close(&self) {
         self.limits.max.store(0, Ordering::Release);
-        while let Some(mut spare) = self.pool.try_get() {
-            spare.conn.retire();
-        }
+        while retire_spare(&self.pool) {}
     }
 
     /// The node's open connections, in reserve or held by a lane.
     #[cfg(test)]
     fn open(&self) -> u32 {
         self.limits.open.load(Ordering::Acquire)
+    }
+}
+
+/// Closes one reserve connection of `pool`, if it has one: taken out and
+/// retired, so that r2d2 closes rather than keeps it. False when the
+/// reserve is empty.
+fn retire_spare(pool: &r2d2::Pool<Manager>) -> bool {
+    match pool.try_get() {
+        Some(mut spare) => {
+            spare.conn.retire();
+            true
+        }
+        None => false,
     }
 }
 
