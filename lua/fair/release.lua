@@ -30,7 +30,8 @@
 --             "<ARGV[9]>:<head>": the head is given the lock as its own
 --             acquire would take it (it leaves the queue and KEYS[5], every
 --             other deadline is lowered by its slot, its count is set to 1
---             and the PTTL to its lease);
+--             and it expires its lease after the clock reading that
+--             <server ms since <ms>> is measured to: PEXPIREAT);
 --   waking    otherwise: publishing ARGV[1] on "<KEYS[4]>:<head>".
 -- No other waiter is woken.
 --
@@ -91,7 +92,9 @@ local function grant(head)
         redis.call('zincrby', timeouts, -tonumber(slot), member)
     end
     redis.call('hset', key, head, 1)
-    redis.call('pexpire', key, lease)
+    -- From `ms`, the reading the message's milliseconds are measured to
+    -- (see lock/release.lua): the grantee's lease never starts later.
+    redis.call('pexpireat', key, string.format('%d', ms + tonumber(lease)))
     return true
 end
 

@@ -65,7 +65,9 @@
 --            and the releasing client, is 0: no Redisson waiter to be fair
 --            to; or, they listening, on the queue's turn when foreign turns
 --            rotate, see below): the lock is given to the entry's owner id
---            with count 1 and the entry's lease, and the wake message is
+--            with count 1 and the entry's lease, counted from the same
+--            reading of the server's clock as <ms since ...> below
+--            (PEXPIREAT), and the wake message is
 --            "<owner id>/<ticket> <ms since the entry was written>" (the
 --            entry's ticket: the grantee's client tells this grant from one
 --            made during an earlier wait of the same thread, whose message
@@ -318,7 +320,12 @@ local function pass_on(now, others, foreign, queued)
         if redis.call(publish, wake_prefix .. ':' .. head, message) > 0 then
             if grantee then
                 redis.call('hset', key, grantee, 1)
-                redis.call('pexpire', key, lease)
+                -- The lease runs from `now`, the clock reading the message's
+                -- milliseconds are measured to, not from the script's start
+                -- (PEXPIRE's base, which may be earlier by however long the
+                -- server was descheduled meanwhile): the grantee counts its
+                -- lease from no later than this.
+                redis.call('pexpireat', key, string.format('%d', now + tonumber(lease)))
                 return 'granted'
             end
             if foreign then

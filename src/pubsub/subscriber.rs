@@ -93,14 +93,26 @@ pub(crate) struct Grant {
     pub(crate) received: Instant,
 }
 
+/// How much `elapsed` may overstate the time from the grantee's last
+/// refused attempt to the grant: it is the difference of two readings of the
+/// server's clock cut to whole milliseconds (`TIME`), each up to a
+/// millisecond short. The granted lease itself runs from the later reading
+/// (`PEXPIREAT`, see `lua/lock/release.lua`), and the key is gone only once
+/// the server's clock, in whole milliseconds, is past that reading plus the
+/// lease.
+pub(crate) const GRANT_CLOCK_SLACK: Duration = Duration::from_millis(1);
+
 impl Grant {
     /// Where the granted hold's lease runs from, on this client's clock:
     /// the grant came `elapsed` (server time) after the grantee's last
     /// refused attempt reached Redis, which was after `queued_at`, that
-    /// attempt's send time; and before the grant was heard. So this instant
-    /// is never later than the grant.
+    /// attempt's send time; and before the grant was heard. `elapsed` is
+    /// taken [`GRANT_CLOCK_SLACK`] short, since whole milliseconds can
+    /// overstate it. So this instant is never later than the moment the
+    /// server started the lease, however late the message arrived.
     pub(crate) fn granted_at(&self, queued_at: Instant) -> Instant {
-        queued_at + self.elapsed.min(self.received.saturating_duration_since(queued_at))
+        let elapsed = self.elapsed.saturating_sub(GRANT_CLOCK_SLACK);
+        queued_at + elapsed.min(self.received.saturating_duration_since(queued_at))
     }
 }
 
@@ -873,8 +885,10 @@ mod tests {
         let queued_at = Instant::now();
         let received = queued_at + Duration::from_millis(40);
         let grant = |ms| Grant { owner: "c:1/1".into(), elapsed: Duration::from_millis(ms), received };
-        assert_eq!(grant(30).granted_at(queued_at), queued_at + Duration::from_millis(30));
+        // Whole milliseconds overstate `elapsed` by up to one: taken off.
+        assert_eq!(grant(30).granted_at(queued_at), queued_at + Duration::from_millis(29));
         assert_eq!(grant(5_000).granted_at(queued_at), received);
+        assert_eq!(grant(1).granted_at(queued_at), queued_at);
         assert_eq!(grant(0).granted_at(queued_at), queued_at);
     }
 }
