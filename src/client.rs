@@ -28,6 +28,7 @@ use crate::endpoints::{
     Background, BackgroundSignals, Connections, Wired, cluster_connections, primary_connections,
 };
 use crate::error::{Error, Result};
+use crate::holds::deadlines;
 use crate::holds::foreign::{self, ForeignUnlocks, HeldLocks};
 use crate::holds::renew::Renewers;
 use crate::holds::watchdog::{self, Registry, Renewals, Signals};
@@ -349,9 +350,14 @@ impl Client {
             )?;
         }
         let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
+        let deadlines_stop = stop_rx.clone();
+        inner.start_thread(format!("keyholder-deadlines-{short_id}"), "lease deadlines", move || {
+            deadlines::run(weak, deadlines_stop, kick_rx);
+        })?;
+        let weak: Weak<dyn Renewals> = Arc::downgrade(&inner) as Weak<Inner>;
         let period = inner.config.renewal_period();
         inner.start_thread(format!("keyholder-watchdog-{short_id}"), "watchdog", move || {
-            watchdog::run(weak, period, Signals { stop: stop_rx, kick: kick_rx, verify: verify_rx });
+            watchdog::run(weak, period, Signals { stop: stop_rx, verify: verify_rx });
         })?;
         Ok(Client { handle: Arc::new(Handle { inner }) })
     }

@@ -10,8 +10,10 @@
 //!   in Redis) holds a name for the calling thread, so that one owner never
 //!   takes a name as two kinds.
 //! - [`watchdog`]: the registry and the thread: renews every third of the
-//!   watchdog timeout, verifies every hold after a reconnect, and marks a
-//!   hold lost when its lease runs out unrenewed.
+//!   watchdog timeout and verifies every hold after a reconnect.
+//! - [`deadlines`]: the thread that marks a hold lost the moment its lease
+//!   runs out unrenewed, with no I/O, so a renewal stuck on a hung server
+//!   never delays the news.
 //! - [`foreign`]: listens on the unlock channels of held locks, and checks
 //!   a hold as soon as its lock's channel has a message: a holder hears of
 //!   a force unlock elsewhere within about a round trip, not at its next
@@ -20,6 +22,7 @@
 //! Apart from `hash_kinds`, nothing here knows which kind of lock a hold
 //! belongs to.
 
+pub(crate) mod deadlines;
 pub(crate) mod foreign;
 pub(crate) mod hash_kinds;
 pub(crate) mod hold;

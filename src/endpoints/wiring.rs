@@ -35,7 +35,8 @@ pub(crate) struct BackgroundSignals {
     /// Dropped on shutdown.
     pub(crate) stop_tx: Sender<()>,
     pub(crate) stop_rx: Receiver<()>,
-    /// A hold to watch was registered.
+    /// A hold with an earlier deadline than the deadline thread waits for
+    /// was registered.
     pub(crate) kick_tx: Sender<()>,
     pub(crate) kick_rx: Receiver<()>,
     /// Every hold is worth verifying now.

@@ -5,10 +5,12 @@
 //! [`BATCH`] keys per script call (Redisson's `lockWatchdogBatchSize`). A reply
 //! of 0 means the owner no longer holds the key: the hold is marked lost and
 //! dropped from renewal. A failed call (Redis unreachable) is retried next
-//! period; if no renewal succeeds before the local lease deadline, the thread
-//! wakes at that deadline and marks the hold lost, which tells the holder's
-//! lost-signal listeners. Fixed-lease holds with a listener are watched the
-//! same way, without renewal.
+//! period. If no renewal succeeds before the local lease deadline, the hold
+//! is marked lost at that deadline, which tells the holder's lost-signal
+//! listeners: not by this thread, which may be inside a renewal call that
+//! waits out a hung server or a connect, but by the client's deadline thread
+//! (`holds/deadlines.rs`), which does no I/O. Fixed-lease holds with a
+//! listener are watched the same way, without renewal.
 //!
 //! When the pub/sub connection is replaced (Redis restarted or failed over)
 //! every hold is renewed at once, which verifies it; a verification that
@@ -31,7 +33,7 @@
 //! in flight at that moment is harmless: the script renews only keys whose
 //! owner field still exists.
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -64,11 +66,22 @@ impl std::fmt::Debug for Watched {
     }
 }
 
+/// The holds to renew or watch, by hold id, and when the deadline thread
+/// wakes next.
+#[derive(Debug, Default)]
+struct Watchlist {
+    holds: HashMap<u64, Watched>,
+    /// When the deadline thread is asleep until (`None`: until kicked).
+    /// Set under the same lock as the holds it was computed from, so a
+    /// hold registered afterwards with an earlier deadline always kicks.
+    timer_at: Option<Instant>,
+}
+
 /// The holds to renew or watch, by hold id.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    holds: Mutex<HashMap<u64, Watched>>,
-    /// Wakes the thread to reconsider its next deadline.
+    holds: Mutex<Watchlist>,
+    /// Wakes the deadline thread to reconsider its next deadline.
     kick: Sender<()>,
     /// When the last verification pass began, before it looked at the
     /// holds: a hold whose acquisition was sent earlier and that registers
@@ -80,7 +93,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub(crate) fn new(kick: Sender<()>, lease: Duration) -> Self {
-        Registry { holds: Mutex::new(HashMap::new()), kick, verified_from: Mutex::new(None), lease }
+        Registry { holds: Mutex::new(Watchlist::default()), kick, verified_from: Mutex::new(None), lease }
     }
 
     /// Renews `hold` with `renew` until deregistered; tells `on_lost` if it
@@ -90,7 +103,7 @@ impl Registry {
     /// returned already lost if the lock did not survive a failover.
     pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>, renew: Arc<dyn Renew>) {
         let watched = Watched { hold: Arc::clone(&hold), on_lost, renew: Some(renew) };
-        self.holds.lock().insert(hold.id, watched.clone());
+        self.insert(watched.clone());
         // After the insertion: a pass that began later sees the hold.
         let missed = self.verified_from.lock().is_some_and(|from| hold.acquired_at() < from);
         if missed {
@@ -146,34 +159,56 @@ impl Registry {
 
     /// Watches the deadline of a hold that is not renewed.
     pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>) {
-        self.holds.lock().entry(hold.id).or_insert(Watched { hold, on_lost, renew: None });
-        let _ = self.kick.try_send(());
+        if !self.holds.lock().holds.contains_key(&hold.id) {
+            self.insert(Watched { hold, on_lost, renew: None });
+        }
+    }
+
+    /// Adds `watched`, and wakes the deadline thread if it sleeps past the
+    /// hold's deadline (rarely: a watchdog lease's deadline is a whole
+    /// lease away, later than the one the thread already waits for while
+    /// any hold is registered).
+    fn insert(&self, watched: Watched) {
+        let deadline = watched.hold.deadline();
+        let mut list = self.holds.lock();
+        list.holds.insert(watched.hold.id, watched);
+        if list.timer_at.is_none_or(|at| deadline < at) {
+            list.timer_at = Some(deadline);
+            drop(list);
+            let _ = self.kick.try_send(());
+        }
     }
 
     pub(crate) fn deregister(&self, hold_id: u64) {
-        self.holds.lock().remove(&hold_id);
+        self.holds.lock().holds.remove(&hold_id);
     }
 
     /// The number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
-        self.holds.lock().values().filter(|w| w.renew.is_some()).count()
+        self.holds.lock().holds.values().filter(|w| w.renew.is_some()).count()
     }
 
     fn to_renew(&self) -> Vec<Watched> {
-        self.holds.lock().values().filter(|w| w.renew.is_some()).cloned().collect()
+        self.holds.lock().holds.values().filter(|w| w.renew.is_some()).cloned().collect()
     }
 
-    fn earliest_deadline(&self) -> Option<Instant> {
-        self.holds.lock().values().map(|w| w.hold.deadline()).min()
+    /// The deadline thread's next wake: the earliest deadline of a
+    /// registered hold (`None`: none, sleep until kicked), recorded as
+    /// the time the thread sleeps until.
+    pub(crate) fn plan_wake(&self) -> Option<Instant> {
+        let mut list = self.holds.lock();
+        let earliest = list.holds.values().map(|w| w.hold.deadline()).min();
+        list.timer_at = earliest;
+        earliest
     }
 
     /// Marks lost, and drops, every hold whose deadline has passed.
-    fn expire_overdue(&self, now: Instant) {
+    pub(crate) fn expire_overdue(&self, now: Instant) {
         let overdue: Vec<Watched> = {
-            let mut holds = self.holds.lock();
+            let mut list = self.holds.lock();
             let ids: Vec<u64> =
-                holds.iter().filter(|(_, w)| w.hold.deadline() <= now).map(|(id, _)| *id).collect();
-            ids.iter().filter_map(|id| holds.remove(id)).collect()
+                list.holds.iter().filter(|(_, w)| w.hold.deadline() <= now).map(|(id, _)| *id).collect();
+            ids.iter().filter_map(|id| list.holds.remove(id)).collect()
         };
         for Watched { hold, on_lost, .. } in overdue {
             if !hold.is_releasing() {
@@ -208,8 +243,6 @@ pub(crate) trait Renewals: Send + Sync {
 pub(crate) struct Signals {
     /// Disconnects on shutdown.
     pub(crate) stop: Receiver<()>,
-    /// A hold's deadline changed: reconsider when to wake.
-    pub(crate) kick: Receiver<()>,
     /// The pub/sub connection was replaced (Redis may have restarted or
     /// failed over): renew, which verifies, every hold at once.
     pub(crate) verify: Receiver<()>,
@@ -218,22 +251,20 @@ pub(crate) struct Signals {
 /// The watchdog thread's body. Runs until `stop` disconnects or the client
 /// is gone.
 pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals) {
-    let Signals { stop, kick, verify } = signals;
+    let Signals { stop, verify } = signals;
     let mut next_renewal = Instant::now() + period;
     // A verification that could not reach Redis (no command connection yet
     // reaches the restarted or new primary) is tried again soon, not a period
     // later: when, and the delay after that.
     let mut reverify: Option<(Instant, Duration)> = None;
     loop {
-        let wake_at = match client.upgrade() {
-            Some(inner) => inner.registry().earliest_deadline().map_or(next_renewal, |d| d.min(next_renewal)),
-            None => return,
-        };
-        let wake_at = reverify.map_or(wake_at, |(at, _)| at.min(wake_at));
+        if client.strong_count() == 0 {
+            return;
+        }
+        let wake_at = reverify.map_or(next_renewal, |(at, _)| at.min(next_renewal));
         let timeout = wake_at.saturating_duration_since(Instant::now());
         select! {
             recv(stop) -> _ => return,
-            recv(kick) -> _ => continue,
             recv(verify) -> _ => {
                 // Each hold is renewed if it still exists and reported lost
                 // if not, one round trip after Redis is reachable again,
@@ -247,7 +278,6 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
         }
         let Some(inner) = client.upgrade() else { return };
         let now = Instant::now();
-        inner.registry().expire_overdue(now);
         if let Some((at, delay)) = reverify
             && now >= at
             && now < next_renewal
@@ -314,9 +344,6 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
             start = end;
         }
     }
-    // Deadlines only move later while a round runs, so one look at the
-    // earliest tells when a slow round must stop to mark holds lost.
-    let mut earliest = registry.earliest_deadline();
     let lease_ms = crate::lease::millis_ceil(timeout);
     for batch in batches {
         let Some(renewer) = batch.first().and_then(|w| w.renew.as_ref()) else { continue };
@@ -360,11 +387,6 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                 );
                 return (holds.len(), false);
             }
-        }
-        let now = Instant::now();
-        if earliest.is_some_and(|deadline| deadline <= now) {
-            registry.expire_overdue(now);
-            earliest = registry.earliest_deadline();
         }
     }
     (holds.len(), true)
@@ -422,6 +444,29 @@ mod tests {
         registry.register(Arc::clone(&after), None, Arc::clone(&gone) as _);
         assert_eq!(gone.calls.load(Ordering::SeqCst), 1);
         assert!(!after.is_lost());
+    }
+
+    #[test]
+    fn the_deadline_thread_is_woken_only_by_a_hold_due_before_its_planned_wake() {
+        let (kick, kicked) = crossbeam_channel::bounded(1);
+        let registry = Registry::new(kick, Duration::from_secs(30));
+        let gone = Arc::new(Gone::default());
+        let now = Instant::now();
+        // Asleep until kicked (no holds): the first hold wakes it.
+        registry.register(hold(1, now), None, Arc::clone(&gone) as _);
+        assert!(kicked.try_recv().is_ok());
+        assert_eq!(registry.plan_wake(), Some(now + Duration::from_secs(30)));
+        // Due later than the planned wake: no kick.
+        registry.register(hold(2, now + Duration::from_millis(5)), None, Arc::clone(&gone) as _);
+        assert!(kicked.try_recv().is_err());
+        // Due earlier (a hold acquired before, registered after): kicked.
+        registry.register(hold(3, now - Duration::from_millis(5)), None, Arc::clone(&gone) as _);
+        assert!(kicked.try_recv().is_ok());
+        assert_eq!(registry.plan_wake(), Some(now - Duration::from_millis(5) + Duration::from_secs(30)));
+        // Overdue holds are marked lost and dropped; the others stay.
+        registry.expire_overdue(now + Duration::from_secs(30));
+        assert_eq!(registry.len(), 1);
+        assert_eq!(registry.plan_wake(), Some(now + Duration::from_millis(5) + Duration::from_secs(30)));
     }
 
     #[test]

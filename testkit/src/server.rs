@@ -413,6 +413,23 @@ impl RedisServer {
         self.try_conn().unwrap()
     }
 
+    /// Hangs the server (SIGSTOP): connections stay open and nothing is
+    /// answered, as a server stuck in a slow command or a paused VM.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`freeze`](Self::freeze)d server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the server is not running").id();
+        let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
     /// Kills the server (SIGKILL) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -285,6 +285,38 @@ fn a_hold_whose_renewals_fail_reports_itself_lost_by_its_deadline() {
     assert!(took < 2 * SECOND, "unlock took {took:?} with Redis down");
 }
 
+/// A hung server (SIGSTOP: connections open, nothing answered) holds the
+/// watchdog's renewal call for the command timeout or longer (a reconnect,
+/// the outage budget); the hold's lost signal must still fire at its local
+/// deadline, which is no later than the lease the server last granted ran
+/// out (its PTTL read just before the hang), not when the renewal gives up.
+#[test]
+fn a_hung_server_does_not_delay_the_lost_signal_past_the_lease() {
+    const WATCHDOG: Duration = Duration::from_secs(2);
+    /// The deadline thread's wake-up on a loaded machine.
+    const SCHEDULING: Duration = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    // The defaults: 3 s command timeout, 4.5 s outage budget.
+    let client = server.builder().watchdog_timeout(WATCHDOG).build().unwrap();
+    let guard = client.lock("hung").unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    // A renewal or two go by first.
+    std::thread::sleep(Duration::from_millis(1500));
+    let left = Duration::from_millis(u64::try_from(pttl(&mut con, "hung")).unwrap());
+    let frozen_at = Instant::now();
+    server.freeze();
+    let reason = lost.recv_timeout(15 * SECOND);
+    let after = frozen_at.elapsed();
+    server.thaw();
+    assert_eq!(reason, Ok(LostReason::LeaseExpired), "after {after:?}");
+    assert!(
+        after <= left + SCHEDULING,
+        "told {after:?} after the hang began, the server's lease had {left:?} left"
+    );
+    assert!(guard.is_lost());
+}
+
 #[test]
 fn the_watchdog_keeps_renewing_after_a_transient_failure() {
     let server = RedisServer::start();
