@@ -311,6 +311,18 @@ impl Holds<'_> {
         self.inner.watchdog.register(hold, on_lost, renew);
     }
 
+    /// Watches the deadline of `hold`, a fixed lease, and has it checked
+    /// with `check` when the client verifies its holds (a reconnect, a
+    /// primary move), since no renewal would find it gone.
+    pub(crate) fn register_fixed(
+        &self,
+        hold: Arc<Hold>,
+        on_lost: Option<Arc<dyn OnLost>>,
+        check: Arc<dyn Renew>,
+    ) {
+        self.inner.watchdog.register_fixed(hold, on_lost, check);
+    }
+
     /// Watches the deadline of `hold`, which is not renewed (a fixed lease).
     pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>) {
         self.inner.watchdog.watch(hold, on_lost);

@@ -202,6 +202,12 @@ impl Hold {
         (Instant::now() >= self.deadline()).then_some(LostReason::LeaseExpired)
     }
 
+    /// The loss recorded so far, if any (not the deadline's: see
+    /// [`Hold::lost_reason`]).
+    pub(crate) fn recorded_loss(&self) -> Option<LostReason> {
+        decode(self.lost.load(Ordering::Acquire))
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
         self.lost_reason().is_some()
     }

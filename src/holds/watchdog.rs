@@ -58,6 +58,10 @@ struct Watched {
     /// How to renew it (watchdog lease), or `None` to only watch its
     /// deadline (fixed lease).
     renew: Option<Arc<dyn Renew>>,
+    /// How to check that a fixed-lease hold still exists, changing nothing:
+    /// no renewal looks at it, so a verification pass (a reconnect, a
+    /// primary move) checks it instead. `None` for a renewed hold.
+    check: Option<Arc<dyn Renew>>,
 }
 
 impl std::fmt::Debug for Watched {
@@ -102,10 +106,27 @@ impl Registry {
     /// verified now (one renewal, in the calling thread): its guard is then
     /// returned already lost if the lock did not survive a failover.
     pub(crate) fn register(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>, renew: Arc<dyn Renew>) {
-        let watched = Watched { hold: Arc::clone(&hold), on_lost, renew: Some(renew) };
+        self.add_verified(Watched { hold, on_lost, renew: Some(renew), check: None });
+    }
+
+    /// Watches the deadline of `hold`, a fixed lease, and has verification
+    /// passes check it with `check` (its lock may not have survived a
+    /// failover, and nothing else would look before its lease ends); the
+    /// same as [`Registry::register`] otherwise.
+    pub(crate) fn register_fixed(
+        &self,
+        hold: Arc<Hold>,
+        on_lost: Option<Arc<dyn OnLost>>,
+        check: Arc<dyn Renew>,
+    ) {
+        self.add_verified(Watched { hold, on_lost, renew: None, check: Some(check) });
+    }
+
+    fn add_verified(&self, watched: Watched) {
+        let acquired_at = watched.hold.acquired_at();
         self.insert(watched.clone());
         // After the insertion: a pass that began later sees the hold.
-        let missed = self.verified_from.lock().is_some_and(|from| hold.acquired_at() < from);
+        let missed = self.verified_from.lock().is_some_and(|from| acquired_at < from);
         if missed {
             self.verify_missed(&watched);
         }
@@ -132,9 +153,21 @@ impl Registry {
     /// not. A call that fails leaves it to the next renewal (or the pass's
     /// retry, while Redis is unreachable).
     fn verify_missed(&self, watched: &Watched) {
-        let Watched { hold, on_lost, renew } = watched;
-        let Some(renew) = renew else { return };
+        let Watched { hold, renew, check, .. } = watched;
         log::debug!("keyholder: verifying lock '{}', acquired across a verification pass", hold.name);
+        let Some(renew) = renew else {
+            if let Some(check) = check {
+                match check.check(&[&**hold]) {
+                    Ok(held) if held.first() == Some(&false) => self.lost(watched, LostReason::Gone),
+                    Ok(_) => {}
+                    Err(e) => log::debug!(
+                        "keyholder: could not check lock '{}' acquired across a move: {e}",
+                        hold.name
+                    ),
+                }
+            }
+            return;
+        };
         let sent = Instant::now();
         match renew.renew(&[&**hold], crate::lease::millis_ceil(self.lease)) {
             Ok((held, replicated)) => {
@@ -143,12 +176,8 @@ impl Registry {
                 }
                 if held.first() == Some(&true) {
                     hold.extend_deadline(sent + self.lease);
-                } else if !hold.is_releasing() {
-                    hold.mark_lost(LostReason::RenewalRefused);
-                    self.deregister(hold.id);
-                    if let Some(on_lost) = on_lost {
-                        on_lost.hold_lost(hold);
-                    }
+                } else {
+                    self.lost(watched, LostReason::RenewalRefused);
                 }
             }
             Err(e) => {
@@ -157,10 +186,25 @@ impl Registry {
         }
     }
 
+    /// Records that `watched`'s hold turned out gone (unless its release
+    /// was sent: the lock may vanish then), stops looking after it, and
+    /// tells its local waiters.
+    fn lost(&self, watched: &Watched, reason: LostReason) {
+        let Watched { hold, on_lost, .. } = watched;
+        if hold.is_releasing() {
+            return;
+        }
+        hold.mark_lost(reason);
+        self.deregister(hold.id);
+        if let Some(on_lost) = on_lost {
+            on_lost.hold_lost(hold);
+        }
+    }
+
     /// Watches the deadline of a hold that is not renewed.
     pub(crate) fn watch(&self, hold: Arc<Hold>, on_lost: Option<Arc<dyn OnLost>>) {
         if !self.holds.lock().holds.contains_key(&hold.id) {
-            self.insert(Watched { hold, on_lost, renew: None });
+            self.insert(Watched { hold, on_lost, renew: None, check: None });
         }
     }
 
@@ -190,6 +234,10 @@ impl Registry {
 
     fn to_renew(&self) -> Vec<Watched> {
         self.holds.lock().holds.values().filter(|w| w.renew.is_some()).cloned().collect()
+    }
+
+    fn to_check(&self) -> Vec<Watched> {
+        self.holds.lock().holds.values().filter(|w| w.check.is_some()).cloned().collect()
     }
 
     /// The deadline thread's next wake: the earliest deadline of a
@@ -307,7 +355,65 @@ const MAX_REVERIFY: Duration = Duration::from_secs(1);
 /// before it and registered after it are verified at their registration.
 fn verify_all(inner: &dyn Renewals) -> bool {
     inner.registry().verification_started();
-    renew_all(inner)
+    renew_all(inner) && check_fixed(inner)
+}
+
+/// Checks every registered fixed-lease hold once, in batches, changing
+/// nothing (a verification pass: a renewal would lengthen a fixed lease);
+/// one found gone is lost ([`LostReason::Gone`]). False when a batch could
+/// not be checked (Redis failing), which ends the round.
+fn check_fixed(inner: &dyn Renewals) -> bool {
+    let registry = inner.registry();
+    for batch in batches(inner, registry.to_check(), |w| w.check.as_ref()) {
+        let Some(checker) = batch.first().and_then(|w| w.check.as_ref()) else { continue };
+        let batch_holds: Vec<&Hold> = batch.iter().map(|w| &*w.hold).collect();
+        match checker.check(&batch_holds) {
+            Ok(held) => {
+                for (watched, held) in batch.iter().zip(held) {
+                    if !held {
+                        registry.lost(watched, LostReason::Gone);
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("keyholder watchdog could not check {} fixed-lease locks: {e}", batch.len());
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `holds` in batches of at most [`BATCH`] that one call of the renewer
+/// `upkeep` picks can serve: the same batch key (layout) and, on a
+/// cluster, the same node.
+fn batches(
+    inner: &dyn Renewals,
+    holds: Vec<Watched>,
+    upkeep: impl Fn(&Watched) -> Option<&Arc<dyn Renew>>,
+) -> Vec<Vec<Watched>> {
+    let mut keyed: Vec<((&'static str, Option<Addr>), Watched)> = holds
+        .into_iter()
+        .filter_map(|w| {
+            let key = upkeep(&w)?.batch_key();
+            Some(((key, inner.renewal_group(&w.hold.name)), w))
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut batches: Vec<Vec<Watched>> = Vec::new();
+    let mut group_of_last = None;
+    for (group, watched) in keyed {
+        match batches.last_mut() {
+            Some(batch) if group_of_last.as_ref() == Some(&group) && batch.len() < BATCH => {
+                batch.push(watched)
+            }
+            _ => {
+                batches.push(vec![watched]);
+                group_of_last = Some(group);
+            }
+        }
+    }
+    batches
 }
 
 /// Renews every registered watchdog hold once, in batches; false when a
@@ -324,26 +430,9 @@ pub(crate) fn renew_all(inner: &dyn Renewals) -> bool {
 fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
     let registry = inner.registry();
     let timeout = inner.watchdog_timeout();
-    // Holds renewed by one call sit next to each other: the same batch key
-    // (layout) and, on a cluster, the same node.
-    let mut keyed: Vec<((&'static str, Option<Addr>), Watched)> = registry
-        .to_renew()
-        .into_iter()
-        .filter_map(|w| {
-            let key = w.renew.as_ref()?.batch_key();
-            Some(((key, inner.renewal_group(&w.hold.name)), w))
-        })
-        .collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    let (groups, holds): (Vec<_>, Vec<Watched>) = keyed.into_iter().unzip();
-    let mut batches: Vec<&[Watched]> = Vec::new();
-    let mut start = 0;
-    for end in 1..=holds.len() {
-        if end == holds.len() || groups[end] != groups[start] {
-            batches.extend(holds[start..end].chunks(BATCH));
-            start = end;
-        }
-    }
+    let holds = registry.to_renew();
+    let count = holds.len();
+    let batches = batches(inner, holds, |w| w.renew.as_ref());
     let lease_ms = crate::lease::millis_ceil(timeout);
     for batch in batches {
         let Some(renewer) = batch.first().and_then(|w| w.renew.as_ref()) else { continue };
@@ -359,20 +448,16 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                         batch.len()
                     );
                 }
-                for (Watched { hold, on_lost, .. }, held) in batch.iter().zip(replies) {
+                for (watched, held) in batch.iter().zip(replies) {
                     if !replicated {
-                        hold.mark_unreplicated();
+                        watched.hold.mark_unreplicated();
                     }
                     if held {
-                        hold.extend_deadline(sent + timeout);
-                    } else if !hold.is_releasing() {
-                        hold.mark_lost(LostReason::RenewalRefused);
-                        registry.deregister(hold.id);
+                        watched.hold.extend_deadline(sent + timeout);
+                    } else {
                         // Threads of this client queued behind the lost
                         // hold may take the lock now.
-                        if let Some(on_lost) = on_lost {
-                            on_lost.hold_lost(hold);
-                        }
+                        registry.lost(watched, LostReason::RenewalRefused);
                     }
                 }
             }
@@ -380,16 +465,12 @@ fn renew_round(inner: &dyn Renewals) -> (usize, bool) {
                 // Redis is failing: the other batches would each wait out a
                 // timeout too, delaying the lease deadlines this thread must
                 // notice. Try again next period.
-                log::warn!(
-                    "keyholder watchdog could not renew {} of {} locks: {e}",
-                    batch.len(),
-                    holds.len()
-                );
-                return (holds.len(), false);
+                log::warn!("keyholder watchdog could not renew {} of {} locks: {e}", batch.len(), count);
+                return (count, false);
             }
         }
     }
-    (holds.len(), true)
+    (count, true)
 }
 
 #[cfg(test)]

@@ -321,20 +321,37 @@ impl<K: Kind> Handle<K> {
                     (token.local_id(), token.as_str().to_owned(), acquirer)
                 }
             };
-            let call = Call {
-                ctx,
-                deadline,
-                block,
-                obs: &obs,
-                lease: self.lease,
-                lease_ms: self.lease.ttl_ms(ctx.config().watchdog_timeout),
-                thread,
-                owner,
-                acquirer,
-            };
-            let acquired = self.kind.acquire(call)?;
-            let client = Arc::clone(self.kind.client().inner());
-            Ok(acquired.map(|(hold, keep)| Guard::new(client, hold, keep)))
+            loop {
+                let call = Call {
+                    ctx,
+                    deadline,
+                    block,
+                    obs: &obs,
+                    lease: self.lease,
+                    lease_ms: self.lease.ttl_ms(ctx.config().watchdog_timeout),
+                    thread,
+                    owner: owner.clone(),
+                    acquirer,
+                };
+                let Some((hold, keep)) = self.kind.acquire(call)? else { return Ok(None) };
+                let client = Arc::clone(self.kind.client().inner());
+                let guard = Guard::new(client, hold, keep);
+                if !guard.lost_at_birth() {
+                    return Ok(Some(guard));
+                }
+                // Acquired across a failover and found gone by the check at
+                // its registration: the caller never sees a lost guard.
+                // Dropping it ends the hold without I/O (it is known lost).
+                log::debug!(
+                    "keyholder: {} '{}' lost as it was acquired; trying again",
+                    K::NOUN,
+                    guard.name()
+                );
+                drop(guard);
+                if !block || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+            }
         });
         obs.finish(|| match &acquired {
             // A re-entry adds a guard to the thread's hold.

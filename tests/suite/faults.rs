@@ -863,3 +863,95 @@ fn building_a_client_behind_a_black_hole_fails_in_time() {
     assert!(err.is_connection_error(), "{err:?}");
     assert!(took <= DARK_CONNECT + SLACK, "build took {took:?}");
 }
+
+// ---------------------------------------------------------------------------
+// Acquisitions whose reply crosses a verification pass
+
+/// The server's pub/sub connections, as `CLIENT LIST` lists them.
+fn pubsub_connections(con: &mut redis::Connection) -> String {
+    redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub").query(con).unwrap()
+}
+
+/// Holds a lock of `client` until its channel is listened on, so that the
+/// client's pub/sub connection counts as one (`CLIENT LIST TYPE pubsub`).
+fn anchor(client: &Client, con: &mut redis::Connection) -> LockGuard {
+    let guard = client.lock("anchor").unwrap().lock().unwrap();
+    assert!(eventually(5 * SECOND, || !pubsub_connections(con).is_empty()), "never subscribed");
+    guard
+}
+
+/// Kills the client's pub/sub connection, which reconnects at once and has
+/// every hold verified (a verification pass); returns when a new one is up.
+fn start_verification_pass(con: &mut redis::Connection) {
+    let pubsub_ids = pubsub_connections;
+    let before = pubsub_ids(con);
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(con).unwrap();
+    assert_eq!(killed, 1, "one pub/sub connection to kill");
+    assert!(
+        eventually(5 * SECOND, || {
+            let now = pubsub_ids(con);
+            !now.is_empty() && now != before
+        }),
+        "the pub/sub connection never came back"
+    );
+}
+
+/// An acquisition sent before a verification pass began whose reply comes
+/// back after it, its lock gone meanwhile (the failover case: taken on the
+/// old primary, which the new one never heard of), is found gone at its
+/// registration. The call then contends again within its deadline and
+/// returns a live guard, never one already lost (a watchdog lease) or one
+/// whose key is gone unnoticed (a fixed lease, which no renewal checks).
+#[test]
+fn an_acquisition_found_gone_as_it_returns_contends_again() {
+    for lease in [Lease::Watchdog, Lease::Fixed(10 * SECOND)] {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(server.port());
+        let mut con = server.conn();
+        let client = Client::open(proxy.url()).unwrap();
+        let lock = client.lock_with_lease("born", lease).unwrap();
+        // The pool and the pub/sub connection are up.
+        lock.lock().unwrap().unlock().unwrap();
+        let _anchor = anchor(&client, &mut con);
+        // The acquire runs; its reply is held back for 800 ms.
+        proxy.set(Fault::DelayReplies(Duration::from_millis(800)));
+        let mut check = server.conn();
+        let acquiring = spawn(move || {
+            let guard = lock.try_lock_for(10 * SECOND).unwrap().expect("never acquired");
+            let returned = (guard.is_lost(), guard.lost_reason());
+            let count: Option<String> =
+                redis::cmd("HGET").arg("born").arg(guard.owner_id()).query(&mut check).unwrap();
+            (returned, count, guard.unlock().map_err(|e| e.kind()))
+        });
+        assert!(eventually(5 * SECOND, || exists(&mut con, "born")), "the acquire never ran");
+        proxy.set(Fault::None);
+        // The lock vanishes, and a verification pass begins, before the
+        // acquire's reply is back.
+        let _: i64 = redis::cmd("DEL").arg("born").query(&mut con).unwrap();
+        start_verification_pass(&mut con);
+        let ((lost, reason), count, unlocked) = recv_within(&acquiring, 20 * SECOND, "acquiring thread");
+        assert!(!lost, "{lease:?}: the guard was returned already lost ({reason:?})");
+        assert_eq!(count.as_deref(), Some("1"), "{lease:?}: the guard's key is gone");
+        assert_eq!(unlocked, Ok(()), "{lease:?}");
+    }
+}
+
+/// A fixed-lease hold is checked by a verification pass (no renewal looks
+/// at it): a lock gone across a reconnect is reported at once, not when the
+/// lease runs out.
+#[test]
+fn a_verification_pass_tells_a_fixed_lease_holder_its_lock_is_gone() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.client();
+    // A fair lock: no unlock channel of its own is listened on for it.
+    let guard =
+        client.fair_lock("fixed").unwrap().with_lease(Lease::Fixed(30 * SECOND)).unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    let _anchor = anchor(&client, &mut con);
+    // Gone without a message (as a failover to a replica that lacked it).
+    let _: i64 = redis::cmd("DEL").arg("fixed").query(&mut con).unwrap();
+    start_verification_pass(&mut con);
+    let reason = lost.recv_timeout(5 * SECOND);
+    assert_eq!(reason, Ok(LostReason::Gone), "a fixed-lease hold was not verified");
+}

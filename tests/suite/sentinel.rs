@@ -382,6 +382,10 @@ fn a_failover_with_the_old_primary_alive_moves_the_client_off_it() {
     );
     assert!(not_owner.is_empty(), "releases met locks gone unannounced: {not_owner:?}");
     assert!(acked_then_lost.is_empty(), "acknowledged holds were lost: {acked_then_lost:?}");
+    // A hold found gone by its check at registration is never handed out:
+    // the call contends again within its deadline.
+    let born_lost: Vec<&Cycle> = cycles.iter().filter(|c| c.lost_at_return).collect();
+    assert!(born_lost.is_empty(), "guards were returned already lost: {born_lost:?}");
 }
 
 /// One acquisition of a [`Churn`] thread.

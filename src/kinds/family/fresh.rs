@@ -79,13 +79,17 @@ pub(crate) struct Keeping {
 }
 
 /// Registers a new hold: renewed by the watchdog under a watchdog lease,
-/// listened for on its lock's channel (and found by this client's force
-/// unlock).
+/// checked when the client verifies its holds under a fixed one (both
+/// verified at once when acquired across a failover), watched to its
+/// deadline, listened for on its lock's channel (and found by this
+/// client's force unlock).
 pub(crate) fn keep(ctx: Context<'_>, hold: &Arc<Hold>, keeping: Keeping) {
     let Keeping { renew, renew_watchdog, channel, on_lost } = keeping;
     if hold.lease == Lease::Watchdog {
         let renewer = renew_watchdog.unwrap_or_else(|| Arc::clone(&renew));
         ctx.holds().register(Arc::clone(hold), on_lost.clone(), renewer);
+    } else {
+        ctx.holds().register_fixed(Arc::clone(hold), on_lost.clone(), Arc::clone(&renew));
     }
     ctx.holds().listen(hold, channel, on_lost, renew);
 }

@@ -201,6 +201,15 @@ impl<K: Kind, O: Ownership> Guard<K, O> {
         self.hold.guards()
     }
 
+    /// The guard of a fresh hold that was found gone before it was handed
+    /// out (the check of a hold acquired across a failover, at its
+    /// registration). A re-entry shares a hold that its first guard
+    /// already knows of; a lease that merely ran out is not a reason to
+    /// try again.
+    pub(crate) fn lost_at_birth(&self) -> bool {
+        self.hold.guards() == 1 && self.hold.recorded_loss().is_some_and(|r| r != LostReason::LeaseExpired)
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.hold.name
