@@ -913,8 +913,11 @@ fn an_acquisition_found_gone_as_it_returns_contends_again() {
         // The pool and the pub/sub connection are up.
         lock.lock().unwrap().unlock().unwrap();
         let _anchor = anchor(&client, &mut con);
-        // The acquire runs; its reply is held back for 800 ms.
-        proxy.set(Fault::DelayReplies(Duration::from_millis(800)));
+        // The acquire runs; its reply is held back for 2 s, long enough for
+        // the pass below to begin first even on a loaded machine (a pass
+        // that began after the hold registered would check it too, but
+        // after the guard was returned).
+        proxy.set(Fault::DelayReplies(2 * SECOND));
         let mut check = server.conn();
         let acquiring = spawn(move || {
             let guard = lock.try_lock_for(10 * SECOND).unwrap().expect("never acquired");
