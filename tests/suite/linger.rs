@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{RedisServer, ServerExt, channel_of, numsub, wait_numsub};
 
+const SECOND: Duration = Duration::from_secs(1);
 const MILLI: Duration = Duration::from_millis(1);
 /// The documented linger (README, ADR 10).
 const LINGER: Duration = Duration::from_millis(100);
@@ -99,8 +100,8 @@ fn own_keys(con: &mut redis::Connection, name: &str) -> Vec<String> {
 /// waiter (`PUBSUB NUMSUB` less the queue, the recent releasers and the
 /// releasing client), took turns with it and left `~turns` in
 /// `keyholder_lock_grants:{x}` for a second after the last release (for
-/// each of 25 names a waiter gave up on, 25 keys). A keyholder waiter
-/// queued behind is still handed the lock directly.
+/// each of 25 names a waiter gave up on, 25 keys). The same with another
+/// keyholder client queued behind, which gets the lock and releases last.
 #[test]
 fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
     const NAMES: [&str; 3] = ["gave-up-a", "gave-up-b", "gave-up-c"];
@@ -138,5 +139,3 @@ fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
         );
     }
 }
-
-const SECOND: Duration = Duration::from_secs(1);
