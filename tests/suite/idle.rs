@@ -138,6 +138,33 @@ fn after_a_long_idle_behind_a_nat_a_waiter_is_woken_at_once() {
     assert!(latency < 50 * MILLI, "woken {latency:?} after the release");
 }
 
+/// The probe itself: with nothing subscribed, the pub/sub connection sends
+/// PING after half the idle timeout of silence, and the server's answers
+/// keep it: still the same connection after several probes.
+#[test]
+fn an_idle_pubsub_connection_is_pinged_and_kept() {
+    const IDLE: Duration = Duration::from_millis(200);
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.builder().connection_idle_timeout(Some(IDLE)).build().unwrap();
+    let name = format!("name=keyholder:{}:pubsub ", client.id());
+    // The client's pub/sub connection, once it has sent a PING.
+    let pubsub = |con: &mut redis::Connection| -> Vec<String> {
+        connections(con)
+            .into_iter()
+            .filter(|line| line.contains(&name) && line.contains("cmd=ping"))
+            .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned))
+            .collect()
+    };
+    assert!(eventually(5 * SECOND, || pubsub(&mut con).len() == 1), "no PING: {:#?}", connections(&mut con));
+    let first = pubsub(&mut con);
+    std::thread::sleep(4 * IDLE);
+    let pings = common::calls_of(&mut con, "ping");
+    std::thread::sleep(4 * IDLE);
+    assert!(common::calls_of(&mut con, "ping") > pings, "no PING while idle");
+    assert_eq!(pubsub(&mut con), first, "the pub/sub connection was replaced");
+}
+
 /// The same, for a flow that died without being idle (here black-holed at
 /// once, as a NAT or load balancer that lost its state): a waiter about to
 /// subscribe on a pub/sub connection that has heard nothing for longer than
