@@ -300,6 +300,14 @@ impl ClientBuilder {
     /// keeps most such mappings alive; this bound holds where keepalive
     /// probes do not count as traffic or do not get through.
     ///
+    /// The pub/sub connection is kept as trustworthy: it is probed with
+    /// PING after half this much silence, whether or not a thread waits
+    /// (so a healthy one is never silent this long, and no NAT forgets
+    /// it), replaced when a PING goes unanswered for the command timeout,
+    /// and replaced before a waiter subscribes on it if it heard nothing
+    /// for longer than this (its probes could not run). `None`: it is
+    /// probed only while threads wait.
+    ///
     /// Defaults to 3 min: below the shortest of the cloud defaults (Azure's
     /// load balancer forgets an idle flow after 4 min, AWS's NAT gateway
     /// after 350 s, GCP's Cloud NAT after 10 min or more), reaper included.
@@ -349,9 +357,11 @@ impl ClientBuilder {
     }
 
     /// The read and write timeout of every command, and the time a waiter
-    /// waits for Redis to confirm a subscription. The pub/sub connection is
-    /// probed with PING after this much silence and replaced if the probe gets
-    /// no answer within it.
+    /// waits for Redis to confirm a subscription. While threads wait, the
+    /// pub/sub connection is probed with PING after this much silence (or
+    /// half the [idle timeout](ClientBuilder::connection_idle_timeout), if
+    /// shorter, which also applies while none waits), and it is replaced if
+    /// the probe gets no answer within it.
     ///
     /// Defaults to 3 s (Redisson's `timeout`).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {

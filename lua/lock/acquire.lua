@@ -37,9 +37,10 @@
 --          went unused (to 6 at most; a used one resets it), counted when
 --          that client takes the lock
 -- KEYS[5]  recent releasers (keyholder's own key; required with KEYS[3]): a
---          ZSET of the client ids that released the lock and may still
---          listen on its unlock channel, scored by when they stop (server
---          ms); see release.lua. A client that joins the queue leaves it
+--          ZSET of the client ids that released the lock, or gave up
+--          waiting for it (dequeue.lua), and may still listen on its unlock
+--          channel, scored by when they stop (server ms); see release.lua.
+--          A client that joins the queue leaves it
 -- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
 --          RFencedLock; incremented on every acquisition made with KEYS[6]

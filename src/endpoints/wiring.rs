@@ -125,6 +125,7 @@ pub(crate) fn primary_connections(
         target,
         config.connect_timeout,
         config.command_timeout,
+        config.idle_timeout,
         signals.verify_tx.clone(),
         false,
     ));
@@ -277,6 +278,7 @@ pub(crate) fn cluster_connections(
             sharded,
             connect_timeout: config.connect_timeout,
             command_timeout: config.command_timeout,
+            idle_timeout: config.idle_timeout,
             reconnected: signals.verify_tx.clone(),
             unreachable: Arc::new(move || refreshed.refresh_soon()),
             stop: signals.stop_rx.clone(),

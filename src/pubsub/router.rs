@@ -59,6 +59,8 @@ pub(crate) struct NodeSubscriberSettings {
     pub(crate) sharded: bool,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    /// The command connections' idle timeout (see [`Subscriber::new`]).
+    pub(crate) idle_timeout: Option<Duration>,
     /// Told when a subscriber reconnected (holds are worth verifying).
     pub(crate) reconnected: Sender<()>,
     /// Called when a subscriber cannot reach its node (the slot map is
@@ -113,6 +115,7 @@ impl NodeSubscribers {
             target,
             settings.connect_timeout,
             settings.command_timeout,
+            settings.idle_timeout,
             settings.reconnected.clone(),
             settings.sharded,
         ));

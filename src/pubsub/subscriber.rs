@@ -15,6 +15,22 @@
 //! every waiter, since messages published meanwhile were lost. Waiters never
 //! depend on a message alone: every wait is bounded by the holder's lease.
 //!
+//! The connection is probed with PING after silence whether or not anything
+//! is subscribed ([`Subscriber::new`] says after how long): a NAT or a load
+//! balancer that forgets idle flows must never be given one to forget, or
+//! the first waiter after an idle period would subscribe on a dead flow and
+//! hear nothing for a command timeout (issue 35). A waiter about to
+//! subscribe on a connection silent for longer than the idle timeout (the
+//! probes could not run: a suspended process) has it replaced first, as the
+//! command connections are.
+//!
+//! The lingering channels are timed out by a thread of their own, the
+//! linger timer, started and stopped with the reader: it sleeps until the
+//! oldest lingering channel is due and writes the UNSUBSCRIBE itself. (The
+//! reader, blocked in `recv`, cannot be hurried: Linux reads a socket's
+//! read timeout when `recv` starts, so shortening it meanwhile did nothing,
+//! and channels lingered for up to a command timeout.)
+//!
 //! When the primary moves (a Sentinel failover), [`Subscriber::retarget`]
 //! points the subscriber at the new one and drops the old connection: the
 //! reader reconnects there at once, with the same consequences.
@@ -153,8 +169,25 @@ pub(crate) struct Subscriber {
     retargeted: (Sender<()>, Receiver<()>),
     connect_timeout: Duration,
     command_timeout: Duration,
+    /// The command connections' idle timeout: a connection silent for
+    /// longer is not subscribed on (see [`Subscriber::subscribe`]).
+    idle_timeout: Option<Duration>,
+    /// After how much silence the reader PINGs: with channels subscribed
+    /// and without (see [`Subscriber::new`]).
+    probe_subscribed: Duration,
+    probe_idle: Option<Duration>,
+    /// The reader's read timeout: how often, at most, it looks at the
+    /// silence (a fixed one, set before its first read of a connection).
+    read_timeout: Duration,
+    /// When the reader last heard from the server, in milliseconds since
+    /// `epoch`: what a subscribing waiter reads to tell a connection silent
+    /// for too long.
+    heard_ms: AtomicU64,
+    epoch: Instant,
     state: Mutex<State>,
     confirmed: Condvar,
+    /// Wakes the linger timer: a first channel lingers, or the reader stopped.
+    linger_due: Condvar,
     /// Told when the connection was replaced (see [`Subscriber::new`]).
     reconnected: Sender<()>,
     /// Called when connecting failed, before the back-off (see
@@ -185,15 +218,15 @@ struct State {
     /// is told apart from a sharded channel the server dropped.
     unsubscribes_pending: HashMap<String, u32>,
     /// Channels that started to linger, oldest first, with when: expired
-    /// from the front, so that a message costs no walk over every channel
+    /// from the front, so that the linger timer walks no other channel
     /// (thousands, when the client holds thousands of locks). An entry
     /// whose channel was taken back meanwhile is dropped when reached.
     lingering: VecDeque<(Instant, String)>,
-    /// The reader's read timeout is [`LINGER`] (a channel lingers), not
-    /// the command timeout: a channel that starts lingering then needs no
-    /// system call to shorten it. Set and read under this state's lock, as
-    /// the timeout itself is.
-    short_read_timeout: bool,
+    /// The linger timer sleeps with no deadline (nothing lingered): a
+    /// channel that starts lingering must wake it.
+    timer_idle: bool,
+    /// The reader returned: the linger timer stops too.
+    reader_gone: bool,
     /// Shard channels (Redis Cluster, Redis 7+): `SSUBSCRIBE`.
     sharded: bool,
     /// The reader has tried to connect at least once (see
@@ -269,9 +302,8 @@ impl State {
         self.channels.values().flat_map(Channel::waiters).collect()
     }
 
-    /// Unsubscribes channels that have lingered unused for [`LINGER`];
-    /// returns whether any channel still lingers.
-    fn expire_lingering(&mut self, now: Instant) -> bool {
+    /// Unsubscribes channels that have lingered unused for [`LINGER`].
+    fn expire_lingering(&mut self, now: Instant) {
         let mut expired: Vec<String> = Vec::new();
         while let Some((since, _)) = self.lingering.front() {
             if now.saturating_duration_since(*since) < LINGER {
@@ -288,15 +320,16 @@ impl State {
             }
         }
         self.send_unsubscribe(&expired);
-        !self.lingering.is_empty()
     }
 
-    /// Marks `name` (no longer in use) as lingering from `now`.
-    fn start_lingering(&mut self, name: &str, now: Instant) {
-        if let Some(channel) = self.channels.get_mut(name) {
-            channel.idle_since = Some(now);
-            self.lingering.push_back((now, name.to_owned()));
-        }
+    /// Marks `name` (no longer in use) as lingering from `now`; true when
+    /// the linger timer must be woken to time it (it sleeps with no
+    /// deadline: nothing lingered).
+    fn start_lingering(&mut self, name: &str, now: Instant) -> bool {
+        let Some(channel) = self.channels.get_mut(name) else { return false };
+        channel.idle_since = Some(now);
+        self.lingering.push_back((now, name.to_owned()));
+        std::mem::take(&mut self.timer_idle)
     }
 }
 
@@ -311,6 +344,43 @@ struct Evicted {
 /// How long an unused channel stays subscribed.
 pub(crate) const LINGER: Duration = Duration::from_millis(100);
 
+/// What the linger timer may add to [`LINGER`] before the UNSUBSCRIBE
+/// reaches the server: its own wake-up on a loaded machine, the write, the
+/// server's turn. A client tells the scripts it listens this much longer
+/// than its linger (see [`Subscriber::listening_for`]), so that it is never
+/// taken for a Redisson waiter while its UNSUBSCRIBE is on its way.
+pub(crate) const LINGER_SLACK: Duration = Duration::from_millis(20);
+
+/// The linger timer wakes at most once per this while channels keep
+/// starting to linger (a busy lock's each contended acquisition): the
+/// channels due meanwhile go in one UNSUBSCRIBE.
+const LINGER_TICK: Duration = Duration::from_millis(10);
+
+/// The shortest probe interval and read timeout, whatever the settings.
+const MIN_PROBE: Duration = Duration::from_millis(10);
+
+/// When the reader PINGs a silent connection (see [`Subscriber::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Probes {
+    /// After this much silence while channels are subscribed.
+    subscribed: Duration,
+    /// After this much silence while none is; `None`: never.
+    idle: Option<Duration>,
+    /// How often, at most, the reader looks at the silence.
+    read_timeout: Duration,
+}
+
+impl Probes {
+    /// From the command timeout and the command connections' idle timeout.
+    fn of(command_timeout: Duration, idle_timeout: Option<Duration>) -> Probes {
+        let idle = idle_timeout.map(|idle| (idle / 2).max(MIN_PROBE));
+        let subscribed = idle.map_or(command_timeout, |p| p.min(command_timeout)).max(MIN_PROBE);
+        let read_timeout =
+            idle_timeout.map_or(command_timeout, |idle| (idle / 4).min(command_timeout)).max(MIN_PROBE);
+        Probes { subscribed, idle, read_timeout }
+    }
+}
+
 /// Channels per SUBSCRIBE sent for held locks.
 pub(crate) const HOLD_SUBSCRIBE_BATCH: usize = 500;
 
@@ -324,21 +394,41 @@ impl Subscriber {
     ///
     /// `sharded`: subscribe with `SSUBSCRIBE` (shard channels, on the Redis
     /// Cluster node that serves their slot; Redis 7 and newer).
+    ///
+    /// `idle_timeout` (the command connections'): the connection is probed
+    /// with PING after half of it of silence, subscribed or not (the reader
+    /// looks every quarter of it, or every command timeout if sooner), so
+    /// that a healthy connection is never silent for longer than the
+    /// command connections may be idle (below the cloud NATs' cut-offs
+    /// with the default 3 min); while channels are subscribed, after a
+    /// command timeout of silence if that comes first. A PING unanswered
+    /// for a command timeout replaces the connection. `None`: probed only
+    /// while channels are subscribed, after a command timeout of silence.
     pub(crate) fn new(
         target: Target,
         connect_timeout: Duration,
         command_timeout: Duration,
+        idle_timeout: Option<Duration>,
         reconnected: Sender<()>,
         sharded: bool,
     ) -> Self {
+        let Probes { subscribed: probe_subscribed, idle: probe_idle, read_timeout } =
+            Probes::of(command_timeout, idle_timeout);
         Subscriber {
             target: Mutex::new(target),
             target_epoch: AtomicU64::new(0),
             retargeted: crossbeam_channel::bounded(1),
             connect_timeout,
             command_timeout,
+            idle_timeout,
+            probe_subscribed,
+            probe_idle,
+            read_timeout,
+            heard_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
             state: Mutex::new(State { sharded, ..State::default() }),
             confirmed: Condvar::new(),
+            linger_due: Condvar::new(),
             reconnected,
             unreachable: OnceLock::new(),
             holders: OnceLock::new(),
@@ -396,20 +486,19 @@ impl Subscriber {
     /// per UNSUBSCRIBE.
     pub(crate) fn unhold_channels(&self, channels: &[Arc<str>]) {
         let mut st = self.state.lock();
-        let mut lingering = false;
+        let mut wake_timer = false;
         let now = Instant::now();
         for name in channels {
             if let Some(channel) = st.channels.get_mut(&**name) {
                 channel.held = false;
                 if !channel.in_use() {
-                    st.start_lingering(name, now);
-                    lingering = true;
+                    wake_timer |= st.start_lingering(name, now);
                 }
             }
         }
         drop(st);
-        if lingering {
-            self.linger_started();
+        if wake_timer {
+            self.linger_due.notify_one();
         }
     }
 
@@ -435,6 +524,17 @@ impl Subscriber {
             return Err(Error::shutdown());
         }
         let (subscription, created) = self.register(&mut st, interest);
+        if !created.is_empty() && self.silent_too_long() {
+            // Nothing heard for longer than a command connection may stay
+            // idle: a NAT may have forgotten the flow. Replaced, as an idle
+            // command connection is, rather than trusted with a SUBSCRIBE
+            // whose confirmation might never come: the reader reconnects at
+            // once and subscribes every channel in use, this one included.
+            if let Some(writer) = st.writer.take() {
+                log::debug!("keyholder pub/sub connection silent past the idle timeout; replacing it");
+                writer.shutdown();
+            }
+        }
         st.send_subscribe(&created);
         let mut until = Instant::now() + self.command_timeout;
         if let Some(deadline) = deadline {
@@ -499,12 +599,13 @@ impl Subscriber {
         (Subscription { subscriber: Arc::clone(self), channels, name: Arc::clone(lock_name) }, created)
     }
 
-    /// For how much longer `channel` stays subscribed if nobody else waits
-    /// on it: the rest of its linger, a whole linger while waiters use it,
-    /// zero when it is not subscribed.
+    /// For how much longer, at most, `channel` stays subscribed if nobody
+    /// else waits on it: the rest of its linger, a whole linger while
+    /// waiters use it, and [`LINGER_SLACK`] for the UNSUBSCRIBE to get
+    /// there; zero when it is not subscribed.
     pub(crate) fn listening_for(&self, channel: &str) -> Duration {
         match self.state.lock().channels.get(channel) {
-            Some(c) => c.idle_since.map_or(LINGER, |t| LINGER.saturating_sub(t.elapsed())),
+            Some(c) => c.idle_since.map_or(LINGER, |t| LINGER.saturating_sub(t.elapsed())) + LINGER_SLACK,
             None => Duration::ZERO,
         }
     }
@@ -515,17 +616,43 @@ impl Subscriber {
         self.state.lock().channels.values().filter(|c| c.kind != Kind::Wake && c.refs() > 0).count()
     }
 
-    /// Wakes the reader so it times lingering channels out: a tiny write
-    /// would need a round trip, so the reader's read timeout is shortened
-    /// instead, through the socket it reads from.
-    fn linger_started(&self) {
+    /// True when the reader has heard nothing from the server for longer
+    /// than the idle timeout (its probes could not run, or went unanswered).
+    fn silent_too_long(&self) -> bool {
+        let Some(idle) = self.idle_timeout else { return false };
+        let heard = Duration::from_millis(self.heard_ms.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(heard) > idle
+    }
+
+    /// Notes that the reader heard from the server at `now`.
+    fn note_heard(&self, now: Instant) {
+        let ms = u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+        self.heard_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The linger timer: sleeps until the oldest lingering channel is due
+    /// (at most once per [`LINGER_TICK`] while channels keep starting to
+    /// linger), unsubscribes every channel due, and sleeps with no deadline
+    /// while nothing lingers; until the reader stops.
+    fn time_lingers(&self) {
         let mut st = self.state.lock();
-        if st.short_read_timeout {
-            return;
-        }
-        if let Some(writer) = &st.writer {
-            let _ = writer.set_read_timeout(Some(LINGER.min(self.command_timeout)));
-            st.short_read_timeout = true;
+        loop {
+            if st.shutdown || st.reader_gone {
+                return;
+            }
+            let now = Instant::now();
+            st.expire_lingering(now);
+            match st.lingering.front() {
+                Some(&(since, _)) => {
+                    let due = (since + LINGER).max(now + LINGER_TICK);
+                    self.linger_due.wait_until(&mut st, due);
+                }
+                None => {
+                    st.timer_idle = true;
+                    self.linger_due.wait(&mut st);
+                    st.timer_idle = false;
+                }
+            }
         }
     }
 
@@ -595,6 +722,7 @@ impl Subscriber {
             writer.shutdown();
         }
         self.confirmed.notify_all();
+        self.linger_due.notify_all();
         // Waiters asleep on a channel look again now, and find the client
         // shut down, rather than at their wait's bound.
         let waiters: Vec<Arc<dyn Waiters>> = st.channels.values().flat_map(Channel::waiters).collect();
@@ -605,8 +733,26 @@ impl Subscriber {
     }
 
     /// The reader thread: connect, read, reconnect, until shut down. `stop`
-    /// disconnects on shutdown and bounds the back-off waits.
+    /// disconnects on shutdown and bounds the back-off waits. Runs the
+    /// linger timer on a thread of its own meanwhile (named as this one,
+    /// `linger` for `pubsub`).
     pub(crate) fn run(self: Arc<Self>, stop: Receiver<()>) {
+        let name =
+            std::thread::current().name().unwrap_or("keyholder-pubsub").replacen("pubsub", "linger", 1);
+        std::thread::scope(|scope| {
+            let timer = std::thread::Builder::new().name(name).spawn_scoped(scope, || self.time_lingers());
+            if let Err(e) = timer {
+                // The reader's read timeouts unsubscribe them instead, later.
+                log::warn!("keyholder: no linger timer thread ({e}); unused channels linger longer");
+            }
+            self.read_until_shutdown(&stop);
+            self.state.lock().reader_gone = true;
+            self.linger_due.notify_all();
+        });
+    }
+
+    /// Connects, reads, reconnects, until shut down (see [`Subscriber::run`]).
+    fn read_until_shutdown(&self, stop: &Receiver<()>) {
         let mut backoff = FIRST_BACKOFF;
         let mut reconnecting = false;
         loop {
@@ -680,8 +826,7 @@ impl Subscriber {
             return true;
         }
         st.writer = Some(writer);
-        // A fresh connection reads with the command timeout.
-        st.short_read_timeout = false;
+        self.note_heard(Instant::now());
         st.acks_pending.clear();
         st.unsubscribes_pending.clear();
         // Lingering channels are not worth resubscribing.
@@ -711,45 +856,47 @@ impl Subscriber {
 
     /// Reads pushes until the connection fails or stays silent through a PING.
     ///
-    /// The read timeout is the command timeout, or [`LINGER`] while a channel
-    /// lingers, so that it is unsubscribed on time. A read timeout is
-    /// silence (a push half arrived is finished by the next read): after a
-    /// command timeout of it the reader PINGs, and silence through the PING
-    /// (a stalled or black-holed connection) replaces the connection.
+    /// The read timeout is fixed for the connection's life, set here before
+    /// the first read (a timeout changed while the reader is blocked in
+    /// `recv` takes effect only at the next one; see [`Subscriber::new`]
+    /// for how long it is). A read timeout is silence (a push
+    /// half arrived is finished by the next read): after a probe interval
+    /// of it the reader PINGs, and a PING unanswered for a command timeout
+    /// (a stalled or black-holed connection, a flow a NAT forgot) replaces
+    /// the connection. Each read timeout also unsubscribes channels whose
+    /// linger passed, should the linger timer have failed to start.
     fn read_until_failure(&self, incoming: &mut Incoming) {
-        let mut ping_outstanding = false;
+        if let Err(e) = incoming.set_read_timeout(self.read_timeout) {
+            log::debug!("keyholder pub/sub connection: no read timeout ({e}); reconnecting");
+            return;
+        }
+        let mut ping_sent: Option<Instant> = None;
         let mut last_heard = Instant::now();
         loop {
             match incoming.next() {
                 Ok(value) => {
-                    ping_outstanding = false;
+                    ping_sent = None;
                     last_heard = Instant::now();
+                    self.note_heard(last_heard);
                     self.dispatch(value);
-                    self.state.lock().expire_lingering(last_heard);
                 }
                 Err(e) if e.is_timeout() => {
                     let now = Instant::now();
                     let mut st = self.state.lock();
-                    let lingering = st.expire_lingering(now);
-                    if now.duration_since(last_heard) >= self.command_timeout {
-                        if ping_outstanding {
+                    st.expire_lingering(now);
+                    if let Some(sent) = ping_sent {
+                        if now.saturating_duration_since(sent) >= self.command_timeout {
                             log::debug!("keyholder pub/sub connection silent through a PING; reconnecting");
                             return;
                         }
-                        if !st.channels.is_empty() {
-                            st.send(&redis::cmd("PING"));
-                            ping_outstanding = true;
-                            last_heard = now;
-                        }
+                        continue;
                     }
-                    // Set under the lock, as linger_started sets it.
-                    let timeout =
-                        if lingering { LINGER.min(self.command_timeout) } else { self.command_timeout };
-                    if lingering != st.short_read_timeout {
-                        let _ = incoming.set_read_timeout(timeout);
-                        st.short_read_timeout = lingering;
+                    let probe =
+                        if st.channels.is_empty() { self.probe_idle } else { Some(self.probe_subscribed) };
+                    if probe.is_some_and(|probe| now.saturating_duration_since(last_heard) >= probe) {
+                        st.send(&redis::cmd("PING"));
+                        ping_sent = Some(now);
                     }
-                    drop(st);
                 }
                 Err(_) => return,
             }
@@ -861,6 +1008,30 @@ mod tests {
         assert!(unlock.wakes("1"), "1 always wakes");
         assert!(unlock.wakes("0"), "and clears a pending pairing");
         assert!(!unlock.wakes("hello") && !unlock.wakes("3"));
+    }
+
+    #[test]
+    fn an_idle_connection_is_probed_within_the_idle_timeout() {
+        let (s, ms) = (Duration::from_secs, Duration::from_millis);
+        // The defaults: a command timeout while subscribed, 90 s idle.
+        let defaults = Probes::of(s(3), Some(s(180)));
+        assert_eq!(defaults, Probes { subscribed: s(3), idle: Some(s(90)), read_timeout: s(3) });
+        // A short idle timeout: never silent past 3/4 of it (PING after
+        // half, looked at every quarter), subscribed or not.
+        let short = Probes::of(ms(1500), Some(ms(250)));
+        assert_eq!(
+            short,
+            Probes { subscribed: ms(125), idle: Some(ms(125)), read_timeout: Duration::from_micros(62_500) }
+        );
+        // A long command timeout does not stretch the idle bound.
+        let long = Probes::of(s(3600), Some(s(180)));
+        assert_eq!(long, Probes { subscribed: s(90), idle: Some(s(90)), read_timeout: s(45) });
+        // No idle timeout: probed only while subscribed, as before.
+        assert_eq!(Probes::of(s(3), None), Probes { subscribed: s(3), idle: None, read_timeout: s(3) });
+        // Absurdly short settings are floored, never zero.
+        let tiny = Probes::of(ms(1), Some(ms(1)));
+        assert!(tiny.subscribed >= MIN_PROBE && tiny.read_timeout >= MIN_PROBE);
+        assert_eq!(tiny.idle, Some(MIN_PROBE));
     }
 
     #[test]

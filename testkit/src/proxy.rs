@@ -3,16 +3,18 @@
 //! on command: delay replies, black-hole replies (the server executes, the
 //! client never hears back), black-hole everything (an unreachable server that
 //! still accepts connections), cut every connection after N more reply bytes,
-//! drop all connections at once, or black-hole the connections open now
-//! while new ones pass (a NAT that silently forgot its idle mappings).
+//! drop all connections at once, black-hole the connections open now
+//! while new ones pass (a NAT that silently forgot its idle mappings), or
+//! black-hole each connection that stays silent in both directions for a
+//! threshold (a NAT that forgets idle flows on its own).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -37,6 +39,11 @@ struct Shared {
     conns: Mutex<Vec<TcpStream>>,
     /// Per connection through: set, its traffic is discarded both ways.
     flows: Mutex<Vec<Arc<AtomicBool>>>,
+    /// With a threshold, a flow silent in both directions for that long
+    /// is black-holed (see [`FaultProxy::drop_idle_after`]).
+    idle_drop: Mutex<Option<Duration>>,
+    /// What the flows' last-activity stamps count from.
+    epoch: Instant,
     stopped: AtomicBool,
 }
 
@@ -55,6 +62,8 @@ impl FaultProxy {
             fault: Mutex::new(Fault::None),
             conns: Mutex::new(Vec::new()),
             flows: Mutex::new(Vec::new()),
+            idle_drop: Mutex::new(None),
+            epoch: Instant::now(),
             stopped: AtomicBool::new(false),
         });
         let accept_shared = Arc::clone(&shared);
@@ -93,6 +102,18 @@ impl FaultProxy {
         for flow in self.shared.flows.lock().drain(..) {
             flow.store(true, Ordering::Release);
         }
+    }
+
+    /// From now on, a connection through the proxy that stays silent in
+    /// both directions for `threshold` is black-holed for good, as a NAT or
+    /// a cloud load balancer forgets an idle flow (Azure's after 4 min,
+    /// AWS's NAT gateway after 350 s): no FIN, no RST, both sockets stay
+    /// open, and whatever either side sends afterwards is discarded. The
+    /// silence counts from the connection's last byte either way (or from
+    /// its opening); the first byte sent after the threshold is the first
+    /// one lost. Call it before the connections to watch are opened.
+    pub fn drop_idle_after(&self, threshold: Duration) {
+        *self.shared.idle_drop.lock() = Some(threshold);
     }
 
     /// Drops every open connection (both sides see a reset or EOF).
@@ -135,21 +156,52 @@ fn connect_through(client: TcpStream, upstream_port: u16, shared: Arc<Shared>) {
     }
     let silenced = Arc::new(AtomicBool::new(false));
     shared.flows.lock().push(Arc::clone(&silenced));
+    let flow = Flow { silenced, last_active: Arc::new(AtomicU64::new(shared.millis())) };
     let up_shared = Arc::clone(&shared);
     let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    let up_silenced = Arc::clone(&silenced);
-    std::thread::spawn(move || pump(c2, s2, up_shared, false, up_silenced));
-    pump(server, client, shared, true, silenced);
+    let up_flow = flow.clone();
+    std::thread::spawn(move || pump(c2, s2, up_shared, false, up_flow));
+    pump(server, client, shared, true, flow);
+}
+
+impl Shared {
+    /// Milliseconds since the proxy started.
+    fn millis(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One connection through the proxy, as both of its pumps see it.
+#[derive(Clone)]
+struct Flow {
+    /// Set: its traffic is discarded both ways.
+    silenced: Arc<AtomicBool>,
+    /// When a byte last went through either way (see [`Shared::millis`]).
+    last_active: Arc<AtomicU64>,
+}
+
+impl Flow {
+    /// Notes a chunk read from either side; true when the flow is (or has
+    /// just become, silent past the idle-drop threshold) black-holed.
+    fn black_holed(&self, shared: &Shared) -> bool {
+        if self.silenced.load(Ordering::Acquire) {
+            return true;
+        }
+        let now = shared.millis();
+        let last = self.last_active.swap(now, Ordering::AcqRel);
+        if let Some(threshold) = *shared.idle_drop.lock() {
+            let threshold = u64::try_from(threshold.as_millis()).unwrap_or(u64::MAX);
+            if now.saturating_sub(last) >= threshold {
+                self.silenced.store(true, Ordering::Release);
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Copies `from` to `to` until either side closes, applying the fault.
-fn pump(
-    mut from: TcpStream,
-    mut to: TcpStream,
-    shared: Arc<Shared>,
-    replies: bool,
-    silenced: Arc<AtomicBool>,
-) {
+fn pump(mut from: TcpStream, mut to: TcpStream, shared: Arc<Shared>, replies: bool, flow: Flow) {
     let mut buf = [0u8; 16 * 1024];
     let mut cut_budget: Option<usize> = None;
     loop {
@@ -158,7 +210,7 @@ fn pump(
             Ok(n) => n,
         };
         let fault = *shared.fault.lock();
-        if silenced.load(Ordering::Acquire) {
+        if flow.black_holed(&shared) {
             continue;
         }
         let forward = match fault {

@@ -92,6 +92,121 @@ fn without_an_idle_timeout_a_forgotten_flow_costs_a_command_timeout() {
     assert!(started.elapsed() >= COMMAND, "{:?} after {:?}", outcome.err(), started.elapsed());
 }
 
+/// Issue 35, item 2: the pub/sub connection with nothing subscribed was
+/// never probed, so behind a NAT that forgets idle flows the first
+/// contended `lock()` after an idle period subscribed on a dead flow and
+/// was woken one command timeout late (1.21 s after the release with a
+/// 1.5 s command timeout). Idle for three times the proxy's drop threshold
+/// (the client's idle timeout below it, as documented), a waiter is woken
+/// within 50 ms of the release.
+#[test]
+fn after_a_long_idle_behind_a_nat_a_waiter_is_woken_at_once() {
+    const DROP: Duration = Duration::from_millis(600);
+    const IDLE: Duration = Duration::from_millis(250);
+    const COMMAND: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    proxy.drop_idle_after(DROP);
+    let client = Client::builder(proxy.url())
+        .connect_timeout(SECOND)
+        .command_timeout(COMMAND)
+        .connection_idle_timeout(Some(IDLE))
+        .build()
+        .unwrap();
+    let holder = server.client();
+    let lock = client.lock("nat-idle").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+
+    std::thread::sleep(3 * DROP);
+
+    let guard = holder.lock("nat-idle").unwrap().lock().unwrap();
+    let waiter = spawn(move || {
+        let outcome = lock.lock();
+        let acquired_at = Instant::now();
+        (acquired_at, outcome.map(|guard| guard.unlock().is_ok()))
+    });
+    common::wait_subscribed(&client, 1);
+    // The waiter subscribed (confirmed within a round trip on a live
+    // connection), retried and went to sleep in the lock's queue.
+    std::thread::sleep(200 * MILLI);
+    let released_at = Instant::now();
+    guard.unlock().unwrap();
+    let (acquired_at, outcome) = recv_within(&waiter, 10 * SECOND, "waiter");
+    let latency = acquired_at.saturating_duration_since(released_at);
+    eprintln!("woken {latency:?} after the release");
+    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+    assert!(latency < 50 * MILLI, "woken {latency:?} after the release");
+}
+
+/// The probe itself: with nothing subscribed, the pub/sub connection sends
+/// PING after half the idle timeout of silence, and the server's answers
+/// keep it: still the same connection after several probes.
+#[test]
+fn an_idle_pubsub_connection_is_pinged_and_kept() {
+    const IDLE: Duration = Duration::from_millis(200);
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.builder().connection_idle_timeout(Some(IDLE)).build().unwrap();
+    let name = format!("name=keyholder:{}:pubsub ", client.id());
+    // The client's pub/sub connection, once it has sent a PING.
+    let pubsub = |con: &mut redis::Connection| -> Vec<String> {
+        connections(con)
+            .into_iter()
+            .filter(|line| line.contains(&name) && line.contains("cmd=ping"))
+            .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned))
+            .collect()
+    };
+    assert!(eventually(5 * SECOND, || pubsub(&mut con).len() == 1), "no PING: {:#?}", connections(&mut con));
+    let first = pubsub(&mut con);
+    std::thread::sleep(4 * IDLE);
+    let pings = common::calls_of(&mut con, "ping");
+    std::thread::sleep(4 * IDLE);
+    assert!(common::calls_of(&mut con, "ping") > pings, "no PING while idle");
+    assert_eq!(pubsub(&mut con), first, "the pub/sub connection was replaced");
+}
+
+/// The same, for a flow that died without being idle (here black-holed at
+/// once, as a NAT or load balancer that lost its state): a waiter about to
+/// subscribe on a pub/sub connection that has heard nothing for longer than
+/// the idle timeout has it replaced first, as an idle command connection
+/// is, instead of waiting on it (here the reader's own probe would take the
+/// 5 s command timeout to give up on it).
+#[test]
+fn a_waiter_does_not_subscribe_on_a_connection_silent_past_the_idle_timeout() {
+    const IDLE: Duration = Duration::from_millis(300);
+    const COMMAND: Duration = Duration::from_secs(5);
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = Client::builder(proxy.url())
+        .connect_timeout(SECOND)
+        .command_timeout(COMMAND)
+        .connection_idle_timeout(Some(IDLE))
+        .build()
+        .unwrap();
+    let holder = server.client();
+    let lock = client.lock("silent").unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+
+    proxy.blackhole_existing();
+    std::thread::sleep(IDLE + 200 * MILLI);
+
+    let guard = holder.lock("silent").unwrap().lock().unwrap();
+    let waiter = spawn(move || {
+        let outcome = lock.lock();
+        let acquired_at = Instant::now();
+        (acquired_at, outcome.map(|guard| guard.unlock().is_ok()))
+    });
+    common::wait_subscribed(&client, 1);
+    std::thread::sleep(300 * MILLI);
+    let released_at = Instant::now();
+    guard.unlock().unwrap();
+    let (acquired_at, outcome) = recv_within(&waiter, 10 * SECOND, "waiter");
+    let latency = acquired_at.saturating_duration_since(released_at);
+    eprintln!("woken {latency:?} after the release");
+    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+    assert!(latency < 50 * MILLI, "woken {latency:?} after the release");
+}
+
 /// `min_idle_connections`: one thread's client keeps one connection in
 /// reserve besides its lane's; with 0, none.
 #[test]

@@ -47,6 +47,7 @@ mod idle;
 mod jobs;
 mod latch;
 mod lease;
+mod linger;
 mod migration;
 mod mixed_fleet;
 mod mutual_exclusion;

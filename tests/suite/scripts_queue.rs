@@ -521,8 +521,8 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     // dequeue.lua leaves them alone too.
     let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
     let mut invocation = dequeue.key(&queue_key);
-    invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
-    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
+    invocation.key(&grants).key(&marker).key("m").key(channel_of("m")).key(&recent);
+    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish").arg(120);
     assert_eq!(invocation.invoke::<i64>(&mut con).unwrap(), 0);
     for key in [&marker, &queue_key, &grants, &recent, &latch] {
         assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
@@ -559,6 +559,69 @@ fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
     assert_eq!(release_queued(&mut con, name, OWNER_C, 0).unwrap(), Value::Int(1));
     assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
+}
+
+/// dequeue.lua (issue 35, item 1): a client whose waiter gives up leaves the
+/// queue but still listens for its linger; it is recorded among the recent
+/// releasers until then, so that the next release hands the lock to the
+/// queued client behind instead of taking it for a Redisson waiter. Not
+/// recorded when it does not listen, nor over a key of another type.
+#[test]
+fn a_client_leaving_the_queue_still_listening_is_no_redisson_waiter() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let name = "left";
+    let wake = |owner: &str| format!("{}:{}", wake_prefix_of(name), client_of(owner));
+    let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
+    let run = |con: &mut redis::Connection, owner: &str, listens: u64| -> i64 {
+        let mut invocation = dequeue.key(queue_of(name));
+        invocation.key(grants_of(name)).key(marker_of(name)).key(name).key(channel_of(name));
+        invocation.key(recent_of(name));
+        invocation.arg(client_of(owner)).arg(owner).arg("0").arg("publish").arg(listens).invoke(con).unwrap()
+    };
+    let score = |con: &mut redis::Connection, owner: &str| -> Option<f64> {
+        redis::cmd("ZSCORE").arg(recent_of(name)).arg(client_of(owner)).query(con).unwrap()
+    };
+    let server_ms = |con: &mut redis::Connection| -> f64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+        (s * 1000 + us / 1000) as f64
+    };
+    // Each listener stands for one client's pub/sub connection.
+    let _a = Listener::start(&server, &[&channel_of(name), &wake(OWNER_A)]);
+    let _b = Listener::start(&server, &[&channel_of(name), &wake(OWNER_B)]);
+    let _c = Listener::start(&server, &[&channel_of(name), &wake(OWNER_C)]);
+    assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
+    // B gives up and listens for 120 ms more.
+    let before = server_ms(&mut con);
+    assert_eq!(run(&mut con, OWNER_B, 120), 0);
+    assert_eq!(queue(&mut con, name), [client_of(OWNER_C)]);
+    let until = score(&mut con, OWNER_B).expect("not recorded");
+    assert!(until >= before + 120.0 && until <= server_ms(&mut con) + 120.0, "{until} from {before}");
+    let ttl: i64 = redis::cmd("PTTL").arg(recent_of(name)).query(&mut con).unwrap();
+    assert!(ttl > 0 && ttl <= 120, "{ttl}");
+    // A releases (and listens): B listens unqueued, but is no Redisson
+    // waiter: C is handed the lock (with B counted as one, C would only be
+    // woken).
+    assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
+    assert_eq!(
+        hgetall(&mut con, name),
+        one_field(OWNER_C, "1"),
+        "the lingering client blocked the hand-over"
+    );
+    // Not listening any more: not recorded.
+    let _: i64 = redis::cmd("DEL").arg(recent_of(name)).query(&mut con).unwrap();
+    let _: i64 =
+        redis::cmd("ZADD").arg(queue_of(name)).arg(1).arg(client_of(OWNER_B)).query(&mut con).unwrap();
+    assert_eq!(run(&mut con, OWNER_B, 0), 0);
+    assert!(!exists(&mut con, &recent_of(name)));
+    // A key of another type at the recent releasers' name is left alone.
+    let _: i64 = redis::cmd("HSET").arg(recent_of(name)).arg("f").arg("v").query(&mut con).unwrap();
+    assert_eq!(run(&mut con, OWNER_B, 120), 0);
+    assert_eq!(hgetall(&mut con, &recent_of(name)), one_field("f", "v"));
+    let ttl: i64 = redis::cmd("PTTL").arg(recent_of(name)).query(&mut con).unwrap();
+    assert_eq!(ttl, -1);
 }
 
 #[test]

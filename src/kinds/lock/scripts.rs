@@ -336,7 +336,10 @@ pub(crate) fn handoff(
 }
 
 /// Takes this client out of the lock's queue, and passes on its turn if
-/// it was woken for one.
+/// it was woken for one; `listening`: for how much longer, at most, the
+/// client still listens on the unlock channel (see
+/// `Subscriber::listening_for`), during which releases must not take it
+/// for a Redisson waiter.
 pub(crate) fn dequeue(
     scripts: &Scripts,
     session: &mut Session<'_>,
@@ -344,10 +347,12 @@ pub(crate) fn dequeue(
     channel: &str,
     turns: Turns<'_>,
     owner: &str,
+    listening: Duration,
 ) -> Result<()> {
     let mut invocation = DEQUEUE.call();
-    invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
+    invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel).key(turns.recent);
     invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(scripts.publish());
+    invocation.arg(crate::lease::millis_ceil(listening));
     let (reply, _) = invocation.invoke(session, false)?;
     reply.map_err(Error::redis)?;
     Ok(())

@@ -59,7 +59,8 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut st = self.subscriber.state.lock();
-        let mut lingering = false;
+        let mut wake_timer = false;
+        let now = Instant::now();
         for name in &self.channels {
             let Some(channel) = st.channels.get_mut(name) else { continue };
             if let Some(at) = channel.listeners.iter().position(|l| l.name == self.name) {
@@ -70,15 +71,13 @@ impl Drop for Subscription {
                 }
             }
             if !channel.in_use() {
-                st.start_lingering(name, Instant::now());
-                lingering = true;
+                wake_timer |= st.start_lingering(name, now);
             }
         }
         drop(st);
-        if lingering {
-            // The reader may be asleep for a whole command timeout: let it
-            // know a channel now lingers.
-            self.subscriber.linger_started();
+        if wake_timer {
+            // The linger timer sleeps with no deadline: nothing lingered.
+            self.subscriber.linger_due.notify_one();
         }
     }
 }
