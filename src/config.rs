@@ -436,7 +436,11 @@ impl ClientBuilder {
     /// [`replica_acks_required`](ClientBuilder::replica_acks_required), a new
     /// hold is given back and the acquisition fails with
     /// [`ErrorKind::ReplicaAcks`](crate::ErrorKind::ReplicaAcks), as does a
-    /// release. The timeout must be shorter than the command timeout.
+    /// release. The timeout must be shorter than the command timeout; keep
+    /// it well under a third of the watchdog timeout too: a renewal's reply
+    /// waits for the `WAIT`, and one heard after the hold's lease deadline
+    /// cannot save it (the hold was reported lost at the deadline, since
+    /// the client could not know the renewal had reached Redis).
     ///
     /// Off by default. [`replica_acks_aof`](ClientBuilder::replica_acks_aof)
     /// waits for the append-only files instead; the later of the two calls

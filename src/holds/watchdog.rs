@@ -338,10 +338,17 @@ pub(crate) fn run(client: Weak<dyn Renewals>, period: Duration, signals: Signals
             renew_all(&*inner);
             next_renewal += period;
             let now = Instant::now();
-            if next_renewal < now {
-                // A slow round (Redis timing out) must not trigger a burst.
+            if next_renewal + period < now {
+                // A round slower than two periods (Redis timing out) skips
+                // the rounds it missed rather than trigger a burst.
                 next_renewal = now + period;
             }
+            // A round that took up to a period longer than one (each call
+            // waiting on `WAIT` for a replica, say) is followed at once:
+            // renewals stay a period apart by when they were sent, which is
+            // what each hold's deadline counts from, so a slow but
+            // answering Redis never lets a deadline pass before the renewal
+            // sent in time for it is heard.
         }
     }
 }
