@@ -51,6 +51,7 @@ use crate::holds::hold::Hold;
 use crate::holds::renew::{OnLost, Renew};
 use crate::pubsub::router::Subscribers;
 use crate::pubsub::subscriber::Holders;
+use crate::pubsub::tracking::Armed;
 use crate::store::slots::Addr;
 
 /// How old a hold must be before its lock's channel is listened on: holds
@@ -117,6 +118,8 @@ struct Channel {
 
 struct State {
     holds: foldhash::HashMap<u64, Watched>,
+    /// The holds of each lock name (the key an invalidation names).
+    names: foldhash::HashMap<Arc<str>, Vec<u64>>,
     channels: foldhash::HashMap<Arc<str>, Channel>,
     /// Holds whose channel is not listened on yet, oldest first: (when
     /// registered, hold id). Released holds are dropped from here lazily.
@@ -141,6 +144,7 @@ impl ForeignUnlocks {
         ForeignUnlocks {
             state: Mutex::new(State {
                 holds: foldhash::HashMap::new(),
+                names: foldhash::HashMap::new(),
                 channels: foldhash::HashMap::new(),
                 young: VecDeque::new(),
                 suspects: Vec::new(),
@@ -164,7 +168,6 @@ impl ForeignUnlocks {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let id = hold.id;
-        let mut kick = false;
         let mut suspect = false;
         if let Some(channel) = &channel {
             let slot = st.channels.entry(Arc::clone(channel)).or_insert_with(|| Channel {
@@ -177,12 +180,13 @@ impl ForeignUnlocks {
                 // Listened on already (another hold of the lock): only what
                 // was heard since this hold was taken is worth a check.
                 suspect = slot.heard.is_some_and(|heard| heard >= hold.acquired_at());
-            } else {
-                kick = st.young.is_empty() && std::mem::take(&mut st.idle);
-                // Its age counts from its acquisition: no clock read.
-                st.young.push_back((hold.acquired_at(), id));
             }
         }
+        // Every kind's hold is armed (removal alarms) once grown.
+        let mut kick = st.young.is_empty() && std::mem::take(&mut st.idle);
+        // Its age counts from its acquisition: no clock read.
+        st.young.push_back((hold.acquired_at(), id));
+        st.names.entry(Arc::clone(&hold.name)).or_default().push(id);
         let watched = Watched { hold: Arc::clone(hold), channel, on_lost, check, suspect };
         st.holds.insert(id, watched);
         if suspect {
@@ -201,6 +205,12 @@ impl ForeignUnlocks {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let Some(watched) = st.holds.remove(&hold_id) else { return };
+        if let Some(ids) = st.names.get_mut(&watched.hold.name) {
+            ids.retain(|id| *id != hold_id);
+            if ids.is_empty() {
+                st.names.remove(&watched.hold.name);
+            }
+        }
         let Some(channel) = watched.channel else { return };
         let Some(slot) = st.channels.get_mut(&channel) else { return };
         slot.holds.retain(|id| *id != hold_id);
@@ -235,19 +245,8 @@ impl ForeignUnlocks {
     fn suspect_channel(&self, st: &mut State, channel: &str, now: Instant) -> bool {
         let Some(slot) = st.channels.get_mut(channel) else { return false };
         slot.heard = Some(now);
-        let mut queued = false;
-        for id in &slot.holds {
-            if let Some(w) = st.holds.get_mut(id)
-                && !w.suspect
-                && !w.hold.is_releasing()
-                && !w.hold.is_lost()
-            {
-                w.suspect = true;
-                st.suspects.push(*id);
-                queued = true;
-            }
-        }
-        queued
+        let ids = slot.holds.clone();
+        suspect_ids(st, ids)
     }
 
     /// When the thread must wake next (`None`: when kicked), and whether
@@ -259,7 +258,8 @@ impl ForeignUnlocks {
         (young, !st.suspects.is_empty())
     }
 
-    /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old.
+    /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old, and
+    /// has every such hold checked, which arms its removal alarm.
     fn listen_to_grown(&self, subscribers: &Subscribers, now: Instant) {
         let due: Vec<Arc<str>> = {
             let mut st = self.state.lock();
@@ -270,6 +270,9 @@ impl ForeignUnlocks {
                     break;
                 }
                 st.young.pop_front();
+                // Checked after its key is armed: a removal before the
+                // arming is found by the check, one after it is told.
+                suspect_ids(&mut st, [id]);
                 let Some(channel) = st.holds.get(&id).and_then(|w| w.channel.clone()) else { continue };
                 if st.channels.get(&channel).is_some_and(|c| !c.listened) && seen.insert(Arc::clone(&channel))
                 {
@@ -333,6 +336,8 @@ impl ForeignUnlocks {
                 })
                 .collect()
         };
+        // Armed before they are checked: a removal after the check is told.
+        let armed = self.arm(held, &suspects);
         // One round trip per batch of holds of one layout and node.
         let mut groups: HashMap<(&'static str, Option<Addr>), Vec<usize>> = HashMap::new();
         for (at, s) in suspects.iter().enumerate() {
@@ -372,8 +377,60 @@ impl ForeignUnlocks {
                 }
             }
         }
+        match armed {
+            Ok(Armed::Fresh) => {
+                // A new tracking (or pub/sub) connection: the keys armed
+                // before are not tracked there. Every hold is armed again.
+                let mut st = self.state.lock();
+                let ids: Vec<u64> = st.holds.keys().copied().collect();
+                if suspect_ids(&mut st, ids) {
+                    let _ = self.kick.try_send(());
+                }
+            }
+            Err(e) => {
+                // Checked, but not armed: armed (and checked) again later.
+                let mut st = self.state.lock();
+                let ids: Vec<u64> = suspects.iter().map(|s| s.hold.id).collect();
+                suspect_ids(&mut st, ids);
+                failed.get_or_insert(e);
+            }
+            Ok(_) => {}
+        }
         failed.map_or(Ok(()), Err)
     }
+
+    /// Arms the removal alarms of the keys of `suspects` (see
+    /// `pubsub/tracking.rs`).
+    fn arm(&self, held: &dyn HeldLocks, suspects: &[Suspect]) -> Result<Armed> {
+        let mut seen = HashSet::new();
+        let keys: Vec<Arc<str>> = suspects
+            .iter()
+            .filter(|s| seen.insert(Arc::clone(&s.hold.name)))
+            .map(|s| Arc::clone(&s.hold.name))
+            .collect();
+        if keys.is_empty() {
+            return Ok(Armed::Same);
+        }
+        held.subscribers().arm(&keys)
+    }
+}
+
+/// Queues the holds `ids` for a check, but for those queued already, being
+/// released or known lost; true when any was queued.
+fn suspect_ids(st: &mut State, ids: impl IntoIterator<Item = u64>) -> bool {
+    let mut queued = false;
+    for id in ids {
+        if let Some(w) = st.holds.get_mut(&id)
+            && !w.suspect
+            && !w.hold.is_releasing()
+            && !w.hold.is_lost()
+        {
+            w.suspect = true;
+            st.suspects.push(id);
+            queued = true;
+        }
+    }
+    queued
 }
 
 impl Watched {
@@ -407,6 +464,27 @@ impl Holders for ForeignUnlocks {
         if queued {
             let _ = self.kick.try_send(());
         }
+    }
+
+    fn invalidated(&self, keys: Option<&[String]>) {
+        let queued = {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            let ids: Vec<u64> = match keys {
+                None => st.holds.keys().copied().collect(),
+                Some(keys) => {
+                    keys.iter().filter_map(|k| st.names.get(k.as_str())).flatten().copied().collect()
+                }
+            };
+            suspect_ids(st, ids)
+        };
+        if queued {
+            let _ = self.kick.try_send(());
+        }
+    }
+
+    fn retrack(&self) {
+        self.invalidated(None);
     }
 
     fn dropped(&self, channel: &str) {

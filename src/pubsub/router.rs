@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::pubsub::subscriber::{Holders, Interest, Subscriber, Subscription};
 use crate::pubsub::target::Target;
+use crate::pubsub::tracking::Armed;
 
 /// The client's subscribers.
 pub(crate) enum Subscribers {
@@ -281,6 +282,31 @@ impl Subscribers {
                 let confirmed =
                     by_node.into_iter().flat_map(|(s, channels)| s.hold_channels(&channels)).collect();
                 (confirmed, unserved)
+            }
+        }
+    }
+
+    /// Arms removal alarms for `keys`, each on the tracking connection of
+    /// the node that serves it (see
+    /// [`Tracking::arm`](crate::pubsub::tracking::Tracking::arm)): [`Armed::Fresh`]
+    /// when any node's tracking began anew (every key is worth arming
+    /// again). Err when a node's tracking connection failed (its keys are
+    /// not armed); the other nodes' keys are.
+    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<Armed> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.tracking().arm(keys),
+            Subscribers::PerNode(nodes) => {
+                let (by_node, _unserved) = nodes.by_node(keys);
+                let mut failed = None;
+                let mut armed = Armed::Same;
+                for (subscriber, keys) in by_node {
+                    match subscriber.tracking().arm(&keys) {
+                        Ok(Armed::Fresh) => armed = Armed::Fresh,
+                        Ok(_) => {}
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                failed.map_or(Ok(armed), Err)
             }
         }
     }
