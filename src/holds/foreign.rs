@@ -37,7 +37,8 @@
 //!
 //! [`LINGER`]: crate::pubsub::subscriber::LINGER
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use foldhash::HashMapExt;
 use std::sync::{Arc, Weak};
@@ -65,6 +66,11 @@ pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(20);
 /// subscribed together: a hold is listened for between [`LISTEN_AFTER`]
 /// and this much later.
 const GATHER: Duration = Duration::from_millis(10);
+
+/// How much sooner than a hold's lease its key must end to be checked
+/// then: more than a `PTTL`'s rounding, less than any shortening worth
+/// telling.
+const ENDING_SLACK: Duration = Duration::from_millis(5);
 
 /// Holds checked per round trip.
 const CHECK_BATCH: usize = 500;
@@ -126,6 +132,11 @@ struct State {
     young: VecDeque<(Instant, u64)>,
     /// Holds to check now.
     suspects: Vec<u64>,
+    /// Holds to check when their key ends: someone shortened its TTL below
+    /// the hold's lease (an expiry is told only when Redis deletes the key,
+    /// which for a key nobody reads may be much later; a read then deletes
+    /// it).
+    ending: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The thread sleeps without a deadline: a first young hold wakes it.
     idle: bool,
 }
@@ -148,6 +159,7 @@ impl ForeignUnlocks {
                 channels: foldhash::HashMap::new(),
                 young: VecDeque::new(),
                 suspects: Vec::new(),
+                ending: BinaryHeap::new(),
                 idle: true,
             }),
             kick,
@@ -249,13 +261,28 @@ impl ForeignUnlocks {
         suspect_ids(st, ids)
     }
 
-    /// When the thread must wake next (`None`: when kicked), and whether
-    /// holds wait to be checked.
-    fn next_wake(&self) -> (Option<Instant>, bool) {
+    /// When the thread must wake next for young holds and for ending keys
+    /// (`None`: when kicked), and whether holds wait to be checked.
+    fn next_wake(&self) -> (Option<Instant>, Option<Instant>, bool) {
         let mut st = self.state.lock();
         let young = st.young.front().map(|(at, _)| *at + LISTEN_AFTER + GATHER);
         st.idle = young.is_none();
-        (young, !st.suspects.is_empty())
+        let ending = st.ending.peek().map(|Reverse((at, _))| *at);
+        (young, ending, !st.suspects.is_empty())
+    }
+
+    /// Queues for a check the holds whose key has ended by `now`.
+    fn check_ended(&self, now: Instant) {
+        let mut st = self.state.lock();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id))) = st.ending.peek().copied() {
+            if at > now {
+                break;
+            }
+            st.ending.pop();
+            due.push(id);
+        }
+        suspect_ids(&mut st, due);
     }
 
     /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old, and
@@ -401,6 +428,8 @@ impl ForeignUnlocks {
 
     /// Arms the removal alarms of the keys of `suspects` (see
     /// `pubsub/tracking.rs`).
+    /// `pubsub/tracking.rs`), and has those whose key ends before their
+    /// lease does checked when it ends.
     fn arm(&self, held: &dyn HeldLocks, suspects: &[Suspect]) -> Result<Armed> {
         let mut seen = HashSet::new();
         let keys: Vec<Arc<str>> = suspects
@@ -411,7 +440,28 @@ impl ForeignUnlocks {
         if keys.is_empty() {
             return Ok(Armed::Same);
         }
-        held.subscribers().arm(&keys)
+        let (armed, ttls) = held.subscribers().arm(&keys)?;
+        // No earlier than the key's end: a read then finds it gone.
+        let now = Instant::now();
+        let ends: HashMap<&str, Instant> = keys
+            .iter()
+            .zip(ttls)
+            .filter_map(|(key, ttl)| {
+                Some((&**key, now + Duration::from_millis(u64::try_from(ttl).ok()? + 1)))
+            })
+            .collect();
+        let mut st = self.state.lock();
+        for s in suspects {
+            // The local deadline is never later than the server's: a key
+            // ending well before it was shortened by someone.
+            if let Some(&end) = ends.get(&*s.hold.name)
+                && end + ENDING_SLACK < s.hold.deadline()
+            {
+                st.ending.push(Reverse((end, s.hold.id)));
+            }
+        }
+        drop(st);
+        Ok(armed)
     }
 }
 
@@ -508,7 +558,7 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
     // After a failed check: when to try again, and the delay after that.
     let mut retry: Option<(Instant, Duration)> = None;
     loop {
-        let (young, suspects) = match client.upgrade() {
+        let (young, ending, suspects) = match client.upgrade() {
             Some(held) => held.foreign().next_wake(),
             None => return,
         };
@@ -518,10 +568,7 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
             _ if suspects => Some(now),
             _ => None,
         };
-        let wake_at = match (young, check_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake_at = [young, ending, check_at].into_iter().flatten().min();
         match wake_at {
             Some(at) => select! {
                 recv(stop) -> _ => return,
@@ -539,6 +586,9 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
         // gathering short (one SUBSCRIBE per window).
         if young.is_some_and(|at| now >= at) {
             held.foreign().listen_to_grown(held.subscribers(), now);
+        }
+        if ending.is_some_and(|at| now >= at) {
+            held.foreign().check_ended(now);
         }
         if retry.is_none_or(|(at, _)| now >= at) {
             retry = match held.foreign().check_suspects(&*held) {

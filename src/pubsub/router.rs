@@ -292,21 +292,27 @@ impl Subscribers {
     /// when any node's tracking began anew (every key is worth arming
     /// again). Err when a node's tracking connection failed (its keys are
     /// not armed); the other nodes' keys are.
-    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<Armed> {
+    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<(Armed, Vec<i64>)> {
         match self {
             Subscribers::One(subscriber) => subscriber.tracking().arm(keys),
             Subscribers::PerNode(nodes) => {
                 let (by_node, _unserved) = nodes.by_node(keys);
                 let mut failed = None;
                 let mut armed = Armed::Same;
+                let mut ttls: HashMap<Arc<str>, i64> = HashMap::new();
                 for (subscriber, keys) in by_node {
                     match subscriber.tracking().arm(&keys) {
-                        Ok(Armed::Fresh) => armed = Armed::Fresh,
-                        Ok(_) => {}
+                        Ok((outcome, node_ttls)) => {
+                            if outcome == Armed::Fresh {
+                                armed = Armed::Fresh;
+                            }
+                            ttls.extend(keys.into_iter().zip(node_ttls));
+                        }
                         Err(e) => failed = Some(e),
                     }
                 }
-                failed.map_or(Ok(armed), Err)
+                let ttls = keys.iter().map(|k| ttls.get(k).copied().unwrap_or(-3)).collect();
+                failed.map_or(Ok((armed, ttls)), Err)
             }
         }
     }

@@ -10,7 +10,7 @@
 //! send one invalidation for each such key at its next modification by
 //! anyone: a write, a delete, an expiry, an eviction, a `FLUSHDB` (an
 //! invalidation without keys). So one connection per node, the tracking
-//! connection, reads the key of each hold worth watching (`TTL`, many
+//! connection, reads the key of each hold worth watching (`PTTL`, many
 //! per round trip: "arming" it), with its invalidations redirected
 //! (`REDIRECT <client id>`) to that node's pub/sub connection, which
 //! subscribes to `__redis__:invalidate` (RESP2) and hands each
@@ -154,13 +154,14 @@ impl Tracking {
     /// server tell the pub/sub connection of each one's next modification;
     /// opens the connection (and turns tracking on) first when needed. Err
     /// when the tracking connection failed (dropped: the next call opens
-    /// another, [`Armed::Fresh`]).
-    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<Armed> {
+    /// another, [`Armed::Fresh`]). With [`Armed::Same`] and
+    /// [`Armed::Fresh`], each key's `PTTL` in order (see [`read_keys`]).
+    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<(Armed, Vec<i64>)> {
         let redirect = {
             let redirects = self.redirects.lock();
             match &redirects.current {
                 Some(r) if redirects.refused != Some(r.epoch) => r.clone(),
-                _ => return Ok(Armed::Unavailable),
+                _ => return Ok((Armed::Unavailable, Vec::new())),
             }
         };
         let mut open = self.open.lock();
@@ -173,19 +174,20 @@ impl Tracking {
                 Some(opened) => *open = Some(opened),
                 None => {
                     self.redirects.lock().refused = Some(redirect.epoch);
-                    return Ok(Armed::Unavailable);
+                    return Ok((Armed::Unavailable, Vec::new()));
                 }
             }
         }
-        let Some(conn) = open.as_mut() else { return Ok(Armed::Unavailable) };
-        let outcome = read_keys(conn, keys);
-        if let Err(e) = outcome {
-            if let Some(old) = open.take() {
-                old.writer.shutdown();
+        let Some(conn) = open.as_mut() else { return Ok((Armed::Unavailable, Vec::new())) };
+        match read_keys(conn, keys) {
+            Ok(ttls) => Ok((if fresh { Armed::Fresh } else { Armed::Same }, ttls)),
+            Err(e) => {
+                if let Some(old) = open.take() {
+                    old.writer.shutdown();
+                }
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(if fresh { Armed::Fresh } else { Armed::Same })
     }
 
     /// Opens a tracking connection redirecting to `redirect`; `None` when
@@ -219,18 +221,24 @@ impl Tracking {
     }
 }
 
-/// `TTL` of each key (a command no lock script sends, so `INFO
-/// commandstats` counts arms apart), [`ARM_BATCH`] per write, replies read (and
-/// dropped: reading arms, the holds are checked apart).
-fn read_keys(conn: &mut Open, keys: &[Arc<str>]) -> Result<()> {
+/// `PTTL` of each key, [`ARM_BATCH`] per write: reading arms the key; the
+/// replies (milliseconds to live, -1 without a TTL, -2 missing, -3 for any
+/// other reply) tell when a key someone shortened ends (an expiry is told
+/// when Redis deletes the key, which for a key nobody reads may be a
+/// hundred milliseconds later or more).
+fn read_keys(conn: &mut Open, keys: &[Arc<str>]) -> Result<Vec<i64>> {
+    let mut ttls = Vec::with_capacity(keys.len());
     for batch in keys.chunks(ARM_BATCH) {
-        let cmds: Vec<redis::Cmd> = batch.iter().map(|k| redis::cmd("TTL").arg(&**k).clone()).collect();
+        let cmds: Vec<redis::Cmd> = batch.iter().map(|k| redis::cmd("PTTL").arg(&**k).clone()).collect();
         write_commands(&mut conn.writer, &cmds).map_err(|e| Error::redis(e.into()))?;
         for _ in batch {
-            conn.incoming.next().map_err(Error::redis)?;
+            match conn.incoming.next().map_err(Error::redis)? {
+                Value::Int(ttl) => ttls.push(ttl),
+                _ => ttls.push(-3),
+            }
         }
     }
-    Ok(())
+    Ok(ttls)
 }
 
 /// The keys an invalidation names: `Some(keys)`, or `None` for every key
