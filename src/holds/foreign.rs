@@ -233,6 +233,12 @@ impl ForeignUnlocks {
         }
     }
 
+    /// Has every hold armed again, and checked: keys armed on a tracking
+    /// connection that was replaced are not tracked any more.
+    pub(crate) fn rearm_all(&self) {
+        Holders::retrack(self);
+    }
+
     /// The holds of lock `name` this client has now (see
     /// [`mark_gone`](Self::mark_gone)).
     pub(crate) fn holds_of(&self, name: &str) -> Vec<u64> {

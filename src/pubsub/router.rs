@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::pubsub::subscriber::{Holders, Interest, Subscriber, Subscription};
@@ -314,6 +315,21 @@ impl Subscribers {
                 let ttls = keys.iter().map(|k| ttls.get(k).copied().unwrap_or(-3)).collect();
                 failed.map_or(Ok((armed, ttls)), Err)
             }
+        }
+    }
+
+    /// Sends `packed` on the tracking connection of the node that serves
+    /// `key` (see
+    /// [`Tracking::call`](crate::pubsub::tracking::Tracking::call)).
+    pub(crate) fn call_tracked(
+        &self,
+        key: &str,
+        packed: &[u8],
+        replies: usize,
+    ) -> Result<(Armed, Vec<Value>)> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.tracking().call(packed, replies),
+            Subscribers::PerNode(nodes) => nodes.subscriber_for(key)?.tracking().call(packed, replies),
         }
     }
 

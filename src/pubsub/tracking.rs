@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::net::commands::write_commands;
+use crate::net::commands::{write_commands, write_packed};
 use crate::pubsub::push::refusal_text;
 use crate::pubsub::target::{Incoming, Target};
 
@@ -157,11 +157,30 @@ impl Tracking {
     /// another, [`Armed::Fresh`]). With [`Armed::Same`] and
     /// [`Armed::Fresh`], each key's `PTTL` in order (see [`read_keys`]).
     pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<(Armed, Vec<i64>)> {
+        self.on_connection(|conn| read_keys(conn, keys))
+    }
+
+    /// Sends `packed` (commands that get `replies` replies) on the tracking
+    /// connection and returns the replies: what it writes is silent to this
+    /// client's alarms (`NOLOOP`), and what it reads is armed. The
+    /// renewals go this way (`kinds/family/silent.rs`), so that the
+    /// client's own renewals do not sound its alarms every period.
+    pub(crate) fn call(&self, packed: &[u8], replies: usize) -> Result<(Armed, Vec<Value>)> {
+        self.on_connection(|conn| {
+            write_packed(&mut conn.writer, packed).map_err(|e| Error::redis(e.into()))?;
+            (0..replies).map(|_| conn.incoming.next().map_err(Error::redis)).collect()
+        })
+    }
+
+    /// Runs `io` on the tracking connection, opened (and tracking turned
+    /// on) first when there is none for the current redirect. Nothing runs
+    /// while invalidations cannot be redirected ([`Armed::Unavailable`]).
+    fn on_connection<T: Default>(&self, io: impl FnOnce(&mut Open) -> Result<T>) -> Result<(Armed, T)> {
         let redirect = {
             let redirects = self.redirects.lock();
             match &redirects.current {
                 Some(r) if redirects.refused != Some(r.epoch) => r.clone(),
-                _ => return Ok((Armed::Unavailable, Vec::new())),
+                _ => return Ok((Armed::Unavailable, T::default())),
             }
         };
         let mut open = self.open.lock();
@@ -174,14 +193,16 @@ impl Tracking {
                 Some(opened) => *open = Some(opened),
                 None => {
                     self.redirects.lock().refused = Some(redirect.epoch);
-                    return Ok((Armed::Unavailable, Vec::new()));
+                    return Ok((Armed::Unavailable, T::default()));
                 }
             }
         }
-        let Some(conn) = open.as_mut() else { return Ok((Armed::Unavailable, Vec::new())) };
-        match read_keys(conn, keys) {
-            Ok(ttls) => Ok((if fresh { Armed::Fresh } else { Armed::Same }, ttls)),
+        let Some(conn) = open.as_mut() else { return Ok((Armed::Unavailable, T::default())) };
+        match io(conn) {
+            Ok(done) => Ok((if fresh { Armed::Fresh } else { Armed::Same }, done)),
             Err(e) => {
+                // Its replies are out of step, or it is dead: the next
+                // call opens another (and every key is armed again).
                 if let Some(old) = open.take() {
                     old.writer.shutdown();
                 }
@@ -193,8 +214,10 @@ impl Tracking {
     /// Opens a tracking connection redirecting to `redirect`; `None` when
     /// the server refuses tracking.
     fn turn_on(&self, redirect: &Redirect) -> Result<Option<Open>> {
-        let (mut incoming, mut writer) =
-            redirect.target.open(self.connect_timeout, self.command_timeout).map_err(Error::redis)?;
+        let (mut incoming, mut writer) = redirect
+            .target
+            .open_in_database(self.connect_timeout, self.command_timeout)
+            .map_err(Error::redis)?;
         let on = redis::cmd("CLIENT")
             .arg("TRACKING")
             .arg("ON")
