@@ -50,12 +50,16 @@ pub(crate) fn renew_silently(inner: &Inner, route: &str, call: &Call<'_>, keys: 
     }
 }
 
-/// One round trip: the script call, then the `PTTL`s.
-fn send(inner: &Inner, route: &str, mut packed: Vec<u8>, keys: &[&str]) -> Option<Value> {
+/// One round trip: `CLIENT CACHING no` (the script's own reads are not
+/// tracked: see `pubsub/tracking.rs` for what they cost on Redis 7.0), the
+/// script call, then the `PTTL`s.
+fn send(inner: &Inner, route: &str, script: Vec<u8>, keys: &[&str]) -> Option<Value> {
+    let mut packed = redis::cmd("CLIENT").arg("CACHING").arg("no").get_packed_command();
+    packed.extend_from_slice(&script);
     for key in keys {
         redis::cmd("PTTL").arg(*key).write_packed_command(&mut packed);
     }
-    match inner.subscribers.call_tracked(route, &packed, 1 + keys.len()) {
+    match inner.subscribers.call_tracked(route, &packed, 2 + keys.len()) {
         Ok((Armed::Unavailable, _)) => None,
         Ok((armed, replies)) => {
             if armed == Armed::Fresh {
@@ -63,7 +67,7 @@ fn send(inner: &Inner, route: &str, mut packed: Vec<u8>, keys: &[&str]) -> Optio
                 // not tracked any more.
                 inner.foreign.rearm_all();
             }
-            replies.into_iter().next()
+            replies.into_iter().nth(1)
         }
         Err(e) => {
             log::debug!("keyholder: the tracking connection failed during a renewal: {e}");
