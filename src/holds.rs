@@ -12,10 +12,11 @@
 //! - [`watchdog`]: the registry and the thread: renews every third of the
 //!   watchdog timeout, verifies every hold after a reconnect, and marks a
 //!   hold lost when its lease runs out unrenewed.
-//! - [`foreign`]: listens on the unlock channels of held locks, and checks
-//!   a hold as soon as its lock's channel has a message: a holder hears of
-//!   a force unlock elsewhere within about a round trip, not at its next
-//!   renewal.
+//! - [`foreign`]: arms a removal alarm on the key of each held lock (and
+//!   listens on its unlock channel), and checks a hold as soon as its key
+//!   is invalidated or its channel has a message: a holder hears of a
+//!   force unlock, a `DEL` or an expiry elsewhere within about a round
+//!   trip, not at its next renewal.
 //!
 //! Apart from `hash_kinds`, nothing here knows which kind of lock a hold
 //! belongs to.

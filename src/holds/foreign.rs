@@ -1,39 +1,62 @@
-//! Foreign unlocks: telling a holder, within about a round trip, that its
-//! lock was unlocked elsewhere.
+//! Foreign unlocks and removals: telling a holder, within about a round
+//! trip, that its lock was unlocked or removed elsewhere.
 //!
 //! Another client, the operators' CLI or a Java service can force-unlock a
-//! lock this client holds; a waiter elsewhere then takes it at once. The
-//! watchdog would tell the holder only at its next renewal (up to a third
-//! of the watchdog timeout later), so for seconds two owners would each
-//! believe they hold the lock. Instead the client's pub/sub connection
-//! listens on the unlock channel of every lock it has held for a little
-//! while, and a message there (or the confirmation of the subscription,
-//! before which anything may have been published) has the holds of that
-//! lock checked in Redis at once (`Renew::check`: `HSTRLEN` of the owner
-//! field, many holds per round trip). A hold found gone is marked lost
-//! ([`LostReason::Gone`]) and its local waiters are told.
+//! lock this client holds, an operator can `DEL` it, and Redis can expire
+//! or evict it; a waiter elsewhere then takes it at once. The watchdog
+//! would tell the holder only at its next renewal (up to a third of the
+//! watchdog timeout later), so for seconds two owners would each believe
+//! they hold the lock. Instead, once a hold is [`LISTEN_AFTER`] old, the
+//! client arms a removal alarm on its key (`pubsub/tracking.rs`: Redis's
+//! client-side caching invalidations, redirected to the pub/sub
+//! connection), and for the kinds that publish an unlock message (the
+//! reentrant and read-write locks) also listens on the lock's unlock
+//! channel. An invalidation of the key (any write, delete, expiry,
+//! eviction or flush, by anyone but the tracking connection itself), a
+//! message on the channel, or the confirmation of the channel's
+//! subscription (before which anything may have been published) has the
+//! holds of that lock checked in Redis at once (`Renew::check`: `HSTRLEN`
+//! of the owner field, many holds per round trip). A hold found gone is
+//! marked lost ([`LostReason::Gone`]) and its local waiters are told.
+//!
+//! A key is armed by a read on the tracking connection, right before the
+//! check (a removal before the read is found by the check, one after it
+//! is told), and an invalidation leaves it unarmed, so every check arms
+//! its holds' keys again first. The `PTTL` that arms a key also tells
+//! when it ends: a key someone shortened below the hold's lease is checked
+//! when it ends, since Redis tells an expiry only when it deletes the key
+//! (up to its active-expiry cycle later for a key nobody reads).
 //!
 //! What it costs, and how that is bounded:
 //!
 //! - Nothing on the acquire and release paths but a map insertion and
-//!   removal: no round trip is added. A hold is listened for only once it
-//!   is [`LISTEN_AFTER`] old, so the short holds of a busy lock never
-//!   subscribe; the channels of holds that come of age together go out in
-//!   one SUBSCRIBE per 500 (`subscriber::HOLD_SUBSCRIBE_BATCH`), and are
-//!   checked once when confirmed (a force unlock before the subscription
-//!   is caught there). The thread wakes about once per [`LISTEN_AFTER`]
-//!   while young holds come and go, never per acquisition.
-//! - While locks stay held, nothing at all: a subscription is passive.
+//!   removal: no round trip is added. A hold is armed and listened for
+//!   only once it is [`LISTEN_AFTER`] old, so the short holds of a busy
+//!   lock cost nothing; the channels of holds that come of age together go
+//!   out in one SUBSCRIBE per 500 (`subscriber::HOLD_SUBSCRIBE_BATCH`), and
+//!   their keys are armed 500 per round trip. The thread wakes about once
+//!   per [`LISTEN_AFTER`] while young holds come and go, never per
+//!   acquisition.
+//! - While locks stay held, nothing but the renewals: the watchdog renews
+//!   on the tracking connection (`kinds/family/silent.rs`), so the client's
+//!   own renewals sound no alarm, and re-arms the renewed keys in the same
+//!   round trip. A subscription and a tracked key are passive.
 //! - A release that ends the last hold of a lock lets its channel linger
-//!   and be unsubscribed with the others ([`LINGER`], many per UNSUBSCRIBE).
+//!   and be unsubscribed with the others ([`LINGER`], many per
+//!   UNSUBSCRIBE); its key is forgotten by Redis at its next modification.
 //!
-//! What it does not cover: a lock deleted without a message (a plain
-//! `DEL`, or an expiry: Redis keyspace notifications are off by default)
-//! is found at the next renewal, or at the lease deadline; a spin lock's
-//! force unlock publishes nothing, and a fair lock's only to the head
-//! waiter's own channel, so neither kind is listened for. A force unlock
-//! by this client itself needs no message: it marks the holds it deleted
-//! at once ([`ForeignUnlocks::mark_gone`]), for every kind.
+//! What it does not cover: a server that refuses `CLIENT TRACKING` (Redis
+//! before 6, an ACL user denied it) arms nothing: there, as before, a lock
+//! deleted without a message (a plain `DEL`, an expiry), a spin lock's
+//! force unlock (it publishes nothing) and a fair lock's (only to the head
+//! waiter's own channel) are found at the next renewal, or at the lease
+//! deadline. A tracking connection that the server closes on its own
+//! (`CLIENT KILL` of it, the server's `timeout` for idle clients) is
+//! noticed at its next use, at the latest the next renewal of a watchdog
+//! hold, which then arms and checks every hold again: a removal in between
+//! is found then. A force unlock by this client itself needs neither: it
+//! marks the holds it deleted at once ([`ForeignUnlocks::mark_gone`]), for
+//! every kind.
 //!
 //! [`LINGER`]: crate::pubsub::subscriber::LINGER
 

@@ -25,6 +25,11 @@
 //! message on such a channel, and every confirmation of its subscription
 //! (the first one, and each after a reconnect, when messages may have been
 //! missed), is told to them, so that they can check their holds.
+//!
+//! It also receives the removal alarms of the node's tracking connection
+//! (`tracking.rs`): on each connection it first sends `CLIENT ID` and
+//! subscribes to `__redis__:invalidate`, whose confirmation makes it the
+//! redirect, and hands every invalidation to the [`Holders`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

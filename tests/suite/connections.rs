@@ -267,7 +267,12 @@ fn a_dead_command_connection_has_every_hold_verified_at_once() {
     // Any call meets the dead connection (and runs again on a new one).
     assert!(!client.lock("another").unwrap().is_locked().unwrap());
     let reason = lost.recv_timeout(2 * SECOND).expect("the holder was not told within 2 s");
-    assert_eq!(reason, keyholder::LostReason::RenewalRefused);
+    // The DEL itself is heard now (the hold's removal alarm, issue 35 item
+    // 4): whichever comes first tells the holder.
+    assert!(
+        matches!(reason, keyholder::LostReason::RenewalRefused | keyholder::LostReason::Gone),
+        "{reason:?}"
+    );
     assert!(failed_at.elapsed() < SECOND, "told {:?} after the dead connection", failed_at.elapsed());
     assert!(guard.is_lost());
 }
