@@ -597,6 +597,7 @@ impl Subscriber {
 
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
+        self.tracking.close();
         let mut st = self.state.lock();
         st.shutdown = true;
         if let Some(writer) = st.writer.take() {

@@ -90,6 +90,8 @@ struct Redirects {
     epochs: u64,
     /// The epoch whose `CLIENT TRACKING` the server refused.
     refused: Option<u64>,
+    /// Shut down: no new redirect, no new connection.
+    closed: bool,
 }
 
 /// An open tracking connection.
@@ -152,6 +154,9 @@ impl Tracking {
     pub(crate) fn ready(&self, target: Target) {
         let mut redirects = self.redirects.lock();
         let Some(client_id) = redirects.pending_id.take() else { return };
+        if redirects.closed {
+            return;
+        }
         redirects.epochs += 1;
         let epoch = redirects.epochs;
         redirects.current = Some(Redirect { client_id, target, epoch });
@@ -162,6 +167,19 @@ impl Tracking {
         let mut redirects = self.redirects.lock();
         redirects.pending_id = None;
         redirects.current = None;
+    }
+
+    /// Closes the tracking connection for good (the client shuts down):
+    /// nothing is armed or sent from now on.
+    pub(crate) fn close(&self) {
+        {
+            let mut redirects = self.redirects.lock();
+            redirects.closed = true;
+            redirects.current = None;
+        }
+        if let Some(old) = self.open.lock().take() {
+            old.writer.shutdown();
+        }
     }
 
     /// Reads each of `keys` on the tracking connection, which has the

@@ -240,3 +240,31 @@ fn uncontended_short_holds_arm_nothing() {
     // rightly: only a few may be.
     assert!(arms * 100 <= pairs, "{arms} keys armed for {pairs} short holds");
 }
+
+#[test]
+fn on_a_cluster_a_del_on_each_primary_tells_the_holder_within_50_ms() {
+    // One tracking connection per node, redirecting to that node's pub/sub
+    // connection: a hold on each primary, each deleted there.
+    use keyholder_testkit::cluster::RedisCluster;
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls())
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .expect("cluster client");
+    for primary in cluster.primaries() {
+        for kind in ["lock", "spin_lock"] {
+            let name = (0..10_000)
+                .map(|i| format!("removed:{kind}:{primary}:{i}"))
+                .find(|name| cluster.primary_of_key(name) == primary)
+                .expect("some name lands on every primary");
+            let held = hold(&client, kind, &name);
+            let mut con = cluster.conn_for_key(&name);
+            let before = info_field(&mut con, "stats", "tracking_total_keys");
+            wait_armed(&mut con, before + 1);
+            // Renewed a few times on the tracking connection: still armed.
+            std::thread::sleep(Duration::from_millis(500));
+            let after = told_after(&held, kind, || del(&mut con, &name));
+            assert_within(&format!("DEL of a {kind} hold on the cluster node {primary}"), after);
+        }
+    }
+}
