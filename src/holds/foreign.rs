@@ -456,7 +456,6 @@ impl ForeignUnlocks {
     }
 
     /// Arms the removal alarms of the keys of `suspects` (see
-    /// `pubsub/tracking.rs`).
     /// `pubsub/tracking.rs`), and has those whose key ends before their
     /// lease does checked when it ends.
     fn arm(&self, held: &dyn HeldLocks, suspects: &[Suspect]) -> Result<Armed> {

@@ -13,7 +13,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, ServerExt, eventually, info_field};
+use common::{RedisServer, ServerExt, calls_of, eventually, info_field};
 use crossbeam_channel::Receiver;
 use keyholder::{Client, LostReason};
 
@@ -202,6 +202,63 @@ fn holds_renewed_for_several_periods_are_not_lost_and_a_removal_after_is_told() 
 }
 
 #[test]
+fn holds_renewed_for_several_periods_are_not_checked_again() {
+    // The client's own renewals are silent (sent on the tracking
+    // connection): no invalidation, so no check, period after period.
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let held: Vec<Held> = KINDS.iter().map(|kind| hold(&client, kind, &format!("quiet:{kind}"))).collect();
+    wait_armed(&mut con, KINDS.len() as i64);
+    std::thread::sleep(Duration::from_millis(100));
+    let (checks, renewals) = (calls_of(&mut con, "hstrlen"), calls_of(&mut con, "evalsha"));
+    std::thread::sleep(SECOND); // about 10 renewal periods
+    let renewed = calls_of(&mut con, "evalsha") - renewals;
+    let checked = calls_of(&mut con, "hstrlen") - checks;
+    println!("{renewed} renewal calls, {checked} checks in 10 renewal periods of five holds");
+    assert!(renewed >= 5, "only {renewed} renewal calls");
+    assert_eq!(checked, 0, "the client's own renewals were heard as removals");
+    for (kind, held) in KINDS.iter().zip(&held) {
+        assert!(held.lost.try_recv().is_err(), "{kind}: lost while renewed");
+    }
+}
+
+#[test]
+fn a_removal_after_the_tracking_connection_was_killed_is_found_at_the_next_renewal() {
+    // A tracking connection the server closes on its own is noticed at its
+    // next use: here the next renewal (a period of 100 ms), which then has
+    // every hold armed and checked again. Not the 50 ms bound: a limit,
+    // stated in foreign.rs.
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let client = server.builder().watchdog_timeout(Duration::from_millis(300)).build().unwrap();
+    let held = hold(&client, "spin_lock", "untracked");
+    wait_armed(&mut con, 1);
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    let tracking: Vec<&str> = list
+        .lines()
+        .filter(|l| l.split(' ').any(|f| f.strip_prefix("flags=").is_some_and(|flags| flags.contains('t'))))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(tracking.len(), 1, "one tracking connection: {list}");
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(tracking[0]).query(&mut con).unwrap();
+    del(&mut con, "untracked");
+    let removed = Instant::now();
+    // The renewal that finds the connection dead renews on a command
+    // connection instead (refused), and has every hold checked (gone).
+    let reason = held.lost.recv_timeout(SECOND).ok();
+    let after = removed.elapsed();
+    assert!(matches!(reason, Some(LostReason::RenewalRefused | LostReason::Gone)), "{reason:?}");
+    println!("DEL after the tracking connection was killed: told {after:?} after the removal's reply");
+    assert!(after < Duration::from_millis(500), "told {after:?} later");
+    // Armed again after that: the next removal is told at once.
+    let again = hold(&client, "spin_lock", "untracked");
+    std::thread::sleep(Duration::from_millis(100));
+    let after = told_after(&again, "spin_lock", || del(&mut con, "untracked"));
+    assert_within("DEL once the tracking connection was replaced", after);
+}
+
+#[test]
 fn a_removal_after_the_pubsub_connection_was_replaced_is_told_within_50_ms() {
     // The invalidations go to the pub/sub connection's client id: a new
     // connection (Redis killed the old one) has every hold armed again.
@@ -261,8 +318,15 @@ fn on_a_cluster_a_del_on_each_primary_tells_the_holder_within_50_ms() {
             let mut con = cluster.conn_for_key(&name);
             let before = info_field(&mut con, "stats", "tracking_total_keys");
             wait_armed(&mut con, before + 1);
-            // Renewed a few times on the tracking connection: still armed.
+            // Renewed a few times on the tracking connection: silently (no
+            // check follows), and still armed.
+            let checks = calls_of(&mut con, "hstrlen");
             std::thread::sleep(Duration::from_millis(500));
+            assert_eq!(
+                calls_of(&mut con, "hstrlen"),
+                checks,
+                "the client's own renewals were heard as removals"
+            );
             let after = told_after(&held, kind, || del(&mut con, &name));
             assert_within(&format!("DEL of a {kind} hold on the cluster node {primary}"), after);
         }
