@@ -161,6 +161,14 @@ impl Target {
         Ok(None)
     }
 
+    /// The same target for the node's tracking connection
+    /// (`pubsub/tracking.rs`): named `keyholder:<client id>:tracking`
+    /// rather than `...:pubsub`, so that `CLIENT LIST` tells them apart.
+    pub(crate) fn for_tracking(&self) -> Target {
+        let base = self.name.strip_suffix(":pubsub").unwrap_or(&self.name);
+        Target { name: format!("{base}:tracking"), ..self.clone() }
+    }
+
     /// For logs and `Debug`.
     pub(crate) fn describe(&self) -> String {
         self.address.describe()

@@ -250,10 +250,9 @@ impl Tracking {
     /// Opens a tracking connection redirecting to `redirect`; `None` when
     /// the server refuses tracking.
     fn turn_on(&self, redirect: &Redirect) -> Result<Option<Open>> {
-        let (mut incoming, mut writer) = redirect
-            .target
-            .open_in_database(self.connect_timeout, self.command_timeout)
-            .map_err(Error::redis)?;
+        let target = redirect.target.for_tracking();
+        let (mut incoming, mut writer) =
+            target.open_in_database(self.connect_timeout, self.command_timeout).map_err(Error::redis)?;
         let on = redis::cmd("CLIENT")
             .arg("TRACKING")
             .arg("ON")

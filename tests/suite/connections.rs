@@ -179,7 +179,8 @@ fn a_reentry_after_a_restart_takes_a_new_hold() {
 }
 
 /// `CLIENT LIST` tells keyholder's connections apart, and whose they are:
-/// `keyholder:<client id>` for commands, `...:pubsub` for the subscriber.
+/// `keyholder:<client id>` for commands, `...:pubsub` for the subscriber,
+/// `...:tracking` for the removal alarms (`pubsub/tracking.rs`).
 #[test]
 fn every_connection_is_named_after_its_client() {
     let server = RedisServer::start();
@@ -199,6 +200,14 @@ fn every_connection_is_named_after_its_client() {
         names()
     );
     assert!(names().contains(&ours), "no command connection named {ours}: {:?}", names());
+    // A hold 20 ms old has its key armed on the tracking connection.
+    let _held = client.lock("named").unwrap().lock().unwrap();
+    let tracking = format!("{ours}:tracking");
+    assert!(
+        common::eventually(5 * SECOND, || names().contains(&tracking)),
+        "no tracking connection named {tracking}: {:?}",
+        names()
+    );
 }
 
 /// `SCRIPT FLUSH` at any moment, even between a script's reload and its

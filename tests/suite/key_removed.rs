@@ -69,6 +69,7 @@ fn wait_armed(con: &mut redis::Connection, keys: i64) {
 /// Runs `remove` on `con` and returns how long after its reply `held` was
 /// told, failing if it was not told within a second.
 fn told_after(held: &Held, what: &str, remove: impl FnOnce()) -> Duration {
+    assert!(held.lost.is_empty() && !(held.is_lost)(), "{what}: lost before the removal");
     remove();
     let removed = Instant::now();
     let reason = held.lost.recv_timeout(SECOND);
@@ -331,4 +332,46 @@ fn on_a_cluster_a_del_on_each_primary_tells_the_holder_within_50_ms() {
             assert_within(&format!("DEL of a {kind} hold on the cluster node {primary}"), after);
         }
     }
+}
+
+#[test]
+fn through_sentinel_a_del_is_told_within_50_ms_before_and_after_a_failover() {
+    // The tracking connection follows the pub/sub connection to the
+    // promoted replica: holds there are armed there.
+    use keyholder_testkit::SentinelSet;
+    use keyholder_testkit::sentinel::MASTER_NAME;
+    let mut set = SentinelSet::start();
+    let client = Client::builder_sentinel(set.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(SECOND)
+        .command_timeout(SECOND)
+        .build()
+        .unwrap();
+    let held = hold(&client, "fair_lock", "before");
+    wait_armed(&mut set.primary().conn(), 1);
+    let after = told_after(&held, "fair_lock", || del(&mut set.primary().conn(), "before"));
+    assert_within("DEL on the primary named by Sentinel", after);
+
+    set.kill_primary();
+    assert!(set.wait_for_promotion(15 * SECOND), "{}", set.logs());
+    let started = Instant::now();
+    let held = loop {
+        assert!(started.elapsed() < 30 * SECOND, "no acquisition on the promoted replica\n{}", set.logs());
+        match client.fair_lock("after").unwrap().try_lock() {
+            Ok(Some(guard)) => {
+                let lost = guard.lost_signal();
+                let guard = std::rc::Rc::new(guard);
+                let probe = std::rc::Rc::clone(&guard);
+                break Held { lost, is_lost: Box::new(move || probe.is_lost()), _guard: Box::new(guard) };
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let mut promoted = set.replica().conn();
+    assert!(
+        eventually(5 * SECOND, || info_field(&mut promoted, "stats", "tracking_total_keys") >= 1),
+        "the hold was never armed on the promoted replica"
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    let after = told_after(&held, "fair_lock", || del(&mut promoted, "after"));
+    assert_within("DEL on the promoted replica after a failover", after);
 }
