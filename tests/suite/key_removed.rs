@@ -56,13 +56,13 @@ fn hold(client: &Client, kind: &str, name: &str) -> Held {
 /// Waits (bounded) until the server tracks `keys` keys (a fresh server's
 /// tracking table holds only the client's armed keys), and a little for
 /// the check that follows, so that what is measured next is an
-/// invalidation's path alone.
+/// invalidation's path alone. Goes on after 2 s regardless: the removal
+/// that follows must be told all the same (the bound asserted is the
+/// test), and so fails for what matters on a client that arms nothing.
 fn wait_armed(con: &mut redis::Connection, keys: i64) {
-    assert!(
-        eventually(5 * SECOND, || info_field(con, "stats", "tracking_total_keys") >= keys),
-        "the holds' keys were never armed (the server tracks {} keys)",
-        info_field(con, "stats", "tracking_total_keys")
-    );
+    if !eventually(2 * SECOND, || info_field(con, "stats", "tracking_total_keys") >= keys) {
+        println!("the server never tracked {keys} keys: going on");
+    }
     std::thread::sleep(Duration::from_millis(30));
 }
 
@@ -268,8 +268,17 @@ fn a_removal_after_the_pubsub_connection_was_replaced_is_told_within_50_ms() {
     let client = server.client();
     let held = hold(&client, "spin_lock", "replaced");
     wait_armed(&mut con, 1);
-    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut con).unwrap();
-    assert!(killed >= 1);
+    // Killed by name: an old client's idle pub/sub connection is no
+    // `TYPE pubsub` (it subscribes to nothing).
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    let name = format!("name=keyholder:{}:pubsub", client.id());
+    let ids: Vec<&str> = list
+        .lines()
+        .filter(|l| l.split(' ').any(|f| f == name))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(ids.len(), 1, "one pub/sub connection: {list}");
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(ids[0]).query(&mut con).unwrap();
     // The old tracking connection's keys stay in the table until touched:
     // a bounded wait for the new connections, the new arming and check.
     std::thread::sleep(Duration::from_millis(300));
@@ -367,11 +376,7 @@ fn through_sentinel_a_del_is_told_within_50_ms_before_and_after_a_failover() {
         }
     };
     let mut promoted = set.replica().conn();
-    assert!(
-        eventually(5 * SECOND, || info_field(&mut promoted, "stats", "tracking_total_keys") >= 1),
-        "the hold was never armed on the promoted replica"
-    );
-    std::thread::sleep(Duration::from_millis(30));
+    wait_armed(&mut promoted, 1);
     let after = told_after(&held, "fair_lock", || del(&mut promoted, "after"));
     assert_within("DEL on the promoted replica after a failover", after);
 }
