@@ -14,10 +14,11 @@
 //! - [`deadlines`]: the thread that marks a hold lost the moment its lease
 //!   runs out unrenewed, with no I/O, so a renewal stuck on a hung server
 //!   never delays the news.
-//! - [`foreign`]: listens on the unlock channels of held locks, and checks
-//!   a hold as soon as its lock's channel has a message: a holder hears of
-//!   a force unlock elsewhere within about a round trip, not at its next
-//!   renewal.
+//! - [`foreign`]: arms a removal alarm on the key of each held lock (and
+//!   listens on its unlock channel), and checks a hold as soon as its key
+//!   is invalidated or its channel has a message: a holder hears of a
+//!   force unlock, a `DEL` or an expiry elsewhere within about a round
+//!   trip, not at its next renewal.
 //!
 //! Apart from `hash_kinds`, nothing here knows which kind of lock a hold
 //! belongs to.

@@ -11,3 +11,4 @@ pub(crate) mod router;
 pub(crate) mod sentinel_watch;
 pub(crate) mod subscriber;
 pub(crate) mod target;
+pub(crate) mod tracking;

@@ -265,16 +265,16 @@ fn renewal_rounds_and_a_lost_hold_are_events_of_the_watchdog() {
     );
     let round = &collector.events("keyholder.renewal")[0];
     assert_eq!(field(&round.fields, "failed"), "false");
-    // Deleted without a message (a force unlock would be heard at once,
-    // tests/suite/foreign_unlock.rs): the watchdog's renewal is refused.
+    // Deleted without a message: its removal alarm tells the holder at
+    // once (tests/suite/key_removed.rs), before the next renewal.
     let _: i64 = redis::cmd("DEL").arg("trace:renewed").query(&mut server.conn()).unwrap();
-    assert_eq!(lost.recv_timeout(LIMIT).unwrap(), LostReason::RenewalRefused);
+    assert_eq!(lost.recv_timeout(LIMIT).unwrap(), LostReason::Gone);
     let lost_events: Vec<EventRec> = collector
         .events("keyholder.hold_lost")
         .into_iter()
         .filter(|e| e.fields.get("lock").map(String::as_str) == Some("trace:renewed"))
         .collect();
     assert_eq!(lost_events.len(), 1, "{lost_events:?}");
-    assert_eq!(field(&lost_events[0].fields, "reason"), "renewal_refused");
+    assert_eq!(field(&lost_events[0].fields, "reason"), "gone");
     drop(guard);
 }

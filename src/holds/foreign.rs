@@ -1,43 +1,67 @@
-//! Foreign unlocks: telling a holder, within about a round trip, that its
-//! lock was unlocked elsewhere.
+//! Foreign unlocks and removals: telling a holder, within about a round
+//! trip, that its lock was unlocked or removed elsewhere.
 //!
 //! Another client, the operators' CLI or a Java service can force-unlock a
-//! lock this client holds; a waiter elsewhere then takes it at once. The
-//! watchdog would tell the holder only at its next renewal (up to a third
-//! of the watchdog timeout later), so for seconds two owners would each
-//! believe they hold the lock. Instead the client's pub/sub connection
-//! listens on the unlock channel of every lock it has held for a little
-//! while, and a message there (or the confirmation of the subscription,
-//! before which anything may have been published) has the holds of that
-//! lock checked in Redis at once (`Renew::check`: `HSTRLEN` of the owner
-//! field, many holds per round trip). A hold found gone is marked lost
-//! ([`LostReason::Gone`]) and its local waiters are told.
+//! lock this client holds, an operator can `DEL` it, and Redis can expire
+//! or evict it; a waiter elsewhere then takes it at once. The watchdog
+//! would tell the holder only at its next renewal (up to a third of the
+//! watchdog timeout later), so for seconds two owners would each believe
+//! they hold the lock. Instead, once a hold is [`LISTEN_AFTER`] old, the
+//! client arms a removal alarm on its key (`pubsub/tracking.rs`: Redis's
+//! client-side caching invalidations, redirected to the pub/sub
+//! connection), and for the kinds that publish an unlock message (the
+//! reentrant and read-write locks) also listens on the lock's unlock
+//! channel. An invalidation of the key (any write, delete, expiry,
+//! eviction or flush, by anyone but the tracking connection itself), a
+//! message on the channel, or the confirmation of the channel's
+//! subscription (before which anything may have been published) has the
+//! holds of that lock checked in Redis at once (`Renew::check`: `HSTRLEN`
+//! of the owner field, many holds per round trip). A hold found gone is
+//! marked lost ([`LostReason::Gone`]) and its local waiters are told.
+//!
+//! A key is armed by a read on the tracking connection, right before the
+//! check (a removal before the read is found by the check, one after it
+//! is told), and an invalidation leaves it unarmed, so every check arms
+//! its holds' keys again first. The `PTTL` that arms a key also tells
+//! when it ends: a key someone shortened below the hold's lease is checked
+//! when it ends, since Redis tells an expiry only when it deletes the key
+//! (up to its active-expiry cycle later for a key nobody reads).
 //!
 //! What it costs, and how that is bounded:
 //!
 //! - Nothing on the acquire and release paths but a map insertion and
-//!   removal: no round trip is added. A hold is listened for only once it
-//!   is [`LISTEN_AFTER`] old, so the short holds of a busy lock never
-//!   subscribe; the channels of holds that come of age together go out in
-//!   one SUBSCRIBE per 500 (`subscriber::HOLD_SUBSCRIBE_BATCH`), and are
-//!   checked once when confirmed (a force unlock before the subscription
-//!   is caught there). The thread wakes about once per [`LISTEN_AFTER`]
-//!   while young holds come and go, never per acquisition.
-//! - While locks stay held, nothing at all: a subscription is passive.
+//!   removal: no round trip is added. A hold is armed and listened for
+//!   only once it is [`LISTEN_AFTER`] old, so the short holds of a busy
+//!   lock cost nothing; the channels of holds that come of age together go
+//!   out in one SUBSCRIBE per 500 (`subscriber::HOLD_SUBSCRIBE_BATCH`), and
+//!   their keys are armed 500 per round trip. The thread wakes about once
+//!   per [`LISTEN_AFTER`] while young holds come and go, never per
+//!   acquisition.
+//! - While locks stay held, nothing but the renewals: the watchdog renews
+//!   on the tracking connection (`kinds/family/silent.rs`), so the client's
+//!   own renewals sound no alarm, and re-arms the renewed keys in the same
+//!   round trip. A subscription and a tracked key are passive.
 //! - A release that ends the last hold of a lock lets its channel linger
-//!   and be unsubscribed with the others ([`LINGER`], many per UNSUBSCRIBE).
+//!   and be unsubscribed with the others ([`LINGER`], many per
+//!   UNSUBSCRIBE); its key is forgotten by Redis at its next modification.
 //!
-//! What it does not cover: a lock deleted without a message (a plain
-//! `DEL`, or an expiry: Redis keyspace notifications are off by default)
-//! is found at the next renewal, or at the lease deadline; a spin lock's
-//! force unlock publishes nothing, and a fair lock's only to the head
-//! waiter's own channel, so neither kind is listened for. A force unlock
-//! by this client itself needs no message: it marks the holds it deleted
-//! at once ([`ForeignUnlocks::mark_gone`]), for every kind.
+//! What it does not cover: a server that refuses `CLIENT TRACKING` (Redis
+//! before 6, an ACL user denied it) arms nothing: there, as before, a lock
+//! deleted without a message (a plain `DEL`, an expiry), a spin lock's
+//! force unlock (it publishes nothing) and a fair lock's (only to the head
+//! waiter's own channel) are found at the next renewal, or at the lease
+//! deadline. A tracking connection that the server closes on its own
+//! (`CLIENT KILL` of it, the server's `timeout` for idle clients) is
+//! noticed at its next use, at the latest the next renewal of a watchdog
+//! hold, which then arms and checks every hold again: a removal in between
+//! is found then. A force unlock by this client itself needs neither: it
+//! marks the holds it deleted at once ([`ForeignUnlocks::mark_gone`]), for
+//! every kind.
 //!
 //! [`LINGER`]: crate::pubsub::subscriber::LINGER
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use foldhash::HashMapExt;
 use std::sync::{Arc, Weak};
@@ -51,6 +75,7 @@ use crate::holds::hold::Hold;
 use crate::holds::renew::{OnLost, Renew};
 use crate::pubsub::router::Subscribers;
 use crate::pubsub::subscriber::Holders;
+use crate::pubsub::tracking::Armed;
 use crate::store::slots::Addr;
 
 /// How old a hold must be before its lock's channel is listened on: holds
@@ -64,6 +89,11 @@ pub(crate) const LISTEN_AFTER: Duration = Duration::from_millis(20);
 /// subscribed together: a hold is listened for between [`LISTEN_AFTER`]
 /// and this much later.
 const GATHER: Duration = Duration::from_millis(10);
+
+/// How much sooner than a hold's lease its key must end to be checked
+/// then: more than a `PTTL`'s rounding, less than any shortening worth
+/// telling.
+const ENDING_SLACK: Duration = Duration::from_millis(5);
 
 /// Holds checked per round trip.
 const CHECK_BATCH: usize = 500;
@@ -117,12 +147,19 @@ struct Channel {
 
 struct State {
     holds: foldhash::HashMap<u64, Watched>,
+    /// The holds of each lock name (the key an invalidation names).
+    names: foldhash::HashMap<Arc<str>, Vec<u64>>,
     channels: foldhash::HashMap<Arc<str>, Channel>,
     /// Holds whose channel is not listened on yet, oldest first: (when
     /// registered, hold id). Released holds are dropped from here lazily.
     young: VecDeque<(Instant, u64)>,
     /// Holds to check now.
     suspects: Vec<u64>,
+    /// Holds to check when their key ends: someone shortened its TTL below
+    /// the hold's lease (an expiry is told only when Redis deletes the key,
+    /// which for a key nobody reads may be much later; a read then deletes
+    /// it).
+    ending: BinaryHeap<Reverse<(Instant, u64)>>,
     /// The thread sleeps without a deadline: a first young hold wakes it.
     idle: bool,
 }
@@ -141,9 +178,11 @@ impl ForeignUnlocks {
         ForeignUnlocks {
             state: Mutex::new(State {
                 holds: foldhash::HashMap::new(),
+                names: foldhash::HashMap::new(),
                 channels: foldhash::HashMap::new(),
                 young: VecDeque::new(),
                 suspects: Vec::new(),
+                ending: BinaryHeap::new(),
                 idle: true,
             }),
             kick,
@@ -164,7 +203,6 @@ impl ForeignUnlocks {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let id = hold.id;
-        let mut kick = false;
         let mut suspect = false;
         if let Some(channel) = &channel {
             let slot = st.channels.entry(Arc::clone(channel)).or_insert_with(|| Channel {
@@ -177,12 +215,13 @@ impl ForeignUnlocks {
                 // Listened on already (another hold of the lock): only what
                 // was heard since this hold was taken is worth a check.
                 suspect = slot.heard.is_some_and(|heard| heard >= hold.acquired_at());
-            } else {
-                kick = st.young.is_empty() && std::mem::take(&mut st.idle);
-                // Its age counts from its acquisition: no clock read.
-                st.young.push_back((hold.acquired_at(), id));
             }
         }
+        // Every kind's hold is armed (removal alarms) once grown.
+        let mut kick = st.young.is_empty() && std::mem::take(&mut st.idle);
+        // Its age counts from its acquisition: no clock read.
+        st.young.push_back((hold.acquired_at(), id));
+        st.names.entry(Arc::clone(&hold.name)).or_default().push(id);
         let watched = Watched { hold: Arc::clone(hold), channel, on_lost, check, suspect };
         st.holds.insert(id, watched);
         if suspect {
@@ -201,6 +240,12 @@ impl ForeignUnlocks {
         let mut guard = self.state.lock();
         let st = &mut *guard;
         let Some(watched) = st.holds.remove(&hold_id) else { return };
+        if let Some(ids) = st.names.get_mut(&watched.hold.name) {
+            ids.retain(|id| *id != hold_id);
+            if ids.is_empty() {
+                st.names.remove(&watched.hold.name);
+            }
+        }
         let Some(channel) = watched.channel else { return };
         let Some(slot) = st.channels.get_mut(&channel) else { return };
         slot.holds.retain(|id| *id != hold_id);
@@ -209,6 +254,12 @@ impl ForeignUnlocks {
             // (made by the thread after this) must not be undone.
             subscribers.unhold_channels(&[channel]);
         }
+    }
+
+    /// Has every hold armed again, and checked: keys armed on a tracking
+    /// connection that was replaced are not tracked any more.
+    pub(crate) fn rearm_all(&self) {
+        Holders::retrack(self);
     }
 
     /// The holds of lock `name` this client has now (see
@@ -235,31 +286,36 @@ impl ForeignUnlocks {
     fn suspect_channel(&self, st: &mut State, channel: &str, now: Instant) -> bool {
         let Some(slot) = st.channels.get_mut(channel) else { return false };
         slot.heard = Some(now);
-        let mut queued = false;
-        for id in &slot.holds {
-            if let Some(w) = st.holds.get_mut(id)
-                && !w.suspect
-                && !w.hold.is_releasing()
-                && !w.hold.is_lost()
-            {
-                w.suspect = true;
-                st.suspects.push(*id);
-                queued = true;
-            }
-        }
-        queued
+        let ids = slot.holds.clone();
+        suspect_ids(st, ids)
     }
 
-    /// When the thread must wake next (`None`: when kicked), and whether
-    /// holds wait to be checked.
-    fn next_wake(&self) -> (Option<Instant>, bool) {
+    /// When the thread must wake next for young holds and for ending keys
+    /// (`None`: when kicked), and whether holds wait to be checked.
+    fn next_wake(&self) -> (Option<Instant>, Option<Instant>, bool) {
         let mut st = self.state.lock();
         let young = st.young.front().map(|(at, _)| *at + LISTEN_AFTER + GATHER);
         st.idle = young.is_none();
-        (young, !st.suspects.is_empty())
+        let ending = st.ending.peek().map(|Reverse((at, _))| *at);
+        (young, ending, !st.suspects.is_empty())
     }
 
-    /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old.
+    /// Queues for a check the holds whose key has ended by `now`.
+    fn check_ended(&self, now: Instant) {
+        let mut st = self.state.lock();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id))) = st.ending.peek().copied() {
+            if at > now {
+                break;
+            }
+            st.ending.pop();
+            due.push(id);
+        }
+        suspect_ids(&mut st, due);
+    }
+
+    /// Subscribes the channels of holds at least [`LISTEN_AFTER`] old, and
+    /// has every such hold checked, which arms its removal alarm.
     fn listen_to_grown(&self, subscribers: &Subscribers, now: Instant) {
         let due: Vec<Arc<str>> = {
             let mut st = self.state.lock();
@@ -270,6 +326,9 @@ impl ForeignUnlocks {
                     break;
                 }
                 st.young.pop_front();
+                // Checked after its key is armed: a removal before the
+                // arming is found by the check, one after it is told.
+                suspect_ids(&mut st, [id]);
                 let Some(channel) = st.holds.get(&id).and_then(|w| w.channel.clone()) else { continue };
                 if st.channels.get(&channel).is_some_and(|c| !c.listened) && seen.insert(Arc::clone(&channel))
                 {
@@ -333,6 +392,8 @@ impl ForeignUnlocks {
                 })
                 .collect()
         };
+        // Armed before they are checked: a removal after the check is told.
+        let armed = self.arm(held, &suspects);
         // One round trip per batch of holds of one layout and node.
         let mut groups: HashMap<(&'static str, Option<Addr>), Vec<usize>> = HashMap::new();
         for (at, s) in suspects.iter().enumerate() {
@@ -372,8 +433,82 @@ impl ForeignUnlocks {
                 }
             }
         }
+        match armed {
+            Ok(Armed::Fresh) => {
+                // A new tracking (or pub/sub) connection: the keys armed
+                // before are not tracked there. Every hold is armed again.
+                let mut st = self.state.lock();
+                let ids: Vec<u64> = st.holds.keys().copied().collect();
+                if suspect_ids(&mut st, ids) {
+                    let _ = self.kick.try_send(());
+                }
+            }
+            Err(e) => {
+                // Checked, but not armed: armed (and checked) again later.
+                let mut st = self.state.lock();
+                let ids: Vec<u64> = suspects.iter().map(|s| s.hold.id).collect();
+                suspect_ids(&mut st, ids);
+                failed.get_or_insert(e);
+            }
+            Ok(_) => {}
+        }
         failed.map_or(Ok(()), Err)
     }
+
+    /// Arms the removal alarms of the keys of `suspects` (see
+    /// `pubsub/tracking.rs`), and has those whose key ends before their
+    /// lease does checked when it ends.
+    fn arm(&self, held: &dyn HeldLocks, suspects: &[Suspect]) -> Result<Armed> {
+        let mut seen = HashSet::new();
+        let keys: Vec<Arc<str>> = suspects
+            .iter()
+            .filter(|s| seen.insert(Arc::clone(&s.hold.name)))
+            .map(|s| Arc::clone(&s.hold.name))
+            .collect();
+        if keys.is_empty() {
+            return Ok(Armed::Same);
+        }
+        let (armed, ttls) = held.subscribers().arm(&keys)?;
+        // No earlier than the key's end: a read then finds it gone.
+        let now = Instant::now();
+        let ends: HashMap<&str, Instant> = keys
+            .iter()
+            .zip(ttls)
+            .filter_map(|(key, ttl)| {
+                Some((&**key, now + Duration::from_millis(u64::try_from(ttl).ok()? + 1)))
+            })
+            .collect();
+        let mut st = self.state.lock();
+        for s in suspects {
+            // The local deadline is never later than the server's: a key
+            // ending well before it was shortened by someone.
+            if let Some(&end) = ends.get(&*s.hold.name)
+                && end + ENDING_SLACK < s.hold.deadline()
+            {
+                st.ending.push(Reverse((end, s.hold.id)));
+            }
+        }
+        drop(st);
+        Ok(armed)
+    }
+}
+
+/// Queues the holds `ids` for a check, but for those queued already, being
+/// released or known lost; true when any was queued.
+fn suspect_ids(st: &mut State, ids: impl IntoIterator<Item = u64>) -> bool {
+    let mut queued = false;
+    for id in ids {
+        if let Some(w) = st.holds.get_mut(&id)
+            && !w.suspect
+            && !w.hold.is_releasing()
+            && !w.hold.is_lost()
+        {
+            w.suspect = true;
+            st.suspects.push(id);
+            queued = true;
+        }
+    }
+    queued
 }
 
 impl Watched {
@@ -409,6 +544,27 @@ impl Holders for ForeignUnlocks {
         }
     }
 
+    fn invalidated(&self, keys: Option<&[String]>) {
+        let queued = {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            let ids: Vec<u64> = match keys {
+                None => st.holds.keys().copied().collect(),
+                Some(keys) => {
+                    keys.iter().filter_map(|k| st.names.get(k.as_str())).flatten().copied().collect()
+                }
+            };
+            suspect_ids(st, ids)
+        };
+        if queued {
+            let _ = self.kick.try_send(());
+        }
+    }
+
+    fn retrack(&self) {
+        self.invalidated(None);
+    }
+
     fn dropped(&self, channel: &str) {
         let mut guard = self.state.lock();
         let st = &mut *guard;
@@ -430,7 +586,7 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
     // After a failed check: when to try again, and the delay after that.
     let mut retry: Option<(Instant, Duration)> = None;
     loop {
-        let (young, suspects) = match client.upgrade() {
+        let (young, ending, suspects) = match client.upgrade() {
             Some(held) => held.foreign().next_wake(),
             None => return,
         };
@@ -440,10 +596,7 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
             _ if suspects => Some(now),
             _ => None,
         };
-        let wake_at = match (young, check_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake_at = [young, ending, check_at].into_iter().flatten().min();
         match wake_at {
             Some(at) => select! {
                 recv(stop) -> _ => return,
@@ -461,6 +614,9 @@ pub(crate) fn run(client: Weak<dyn HeldLocks>, stop: Receiver<()>, kick: Receive
         // gathering short (one SUBSCRIBE per window).
         if young.is_some_and(|at| now >= at) {
             held.foreign().listen_to_grown(held.subscribers(), now);
+        }
+        if ending.is_some_and(|at| now >= at) {
+            held.foreign().check_ended(now);
         }
         if retry.is_none_or(|(at, _)| now >= at) {
             retry = match held.foreign().check_suspects(&*held) {

@@ -30,6 +30,7 @@ mod guard;
 mod kind;
 pub(crate) mod reentry;
 pub(crate) mod release;
+pub(crate) mod silent;
 pub(crate) mod tokens;
 
 pub use guard::{ByThread, ByToken, Guard, Ownership, ThreadOwnedHold};

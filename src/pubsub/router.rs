@@ -21,10 +21,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
+use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::pubsub::subscriber::{Holders, Interest, Subscriber, Subscription};
 use crate::pubsub::target::Target;
+use crate::pubsub::tracking::Armed;
 
 /// The client's subscribers.
 pub(crate) enum Subscribers {
@@ -285,6 +287,52 @@ impl Subscribers {
                     by_node.into_iter().flat_map(|(s, channels)| s.hold_channels(&channels)).collect();
                 (confirmed, unserved)
             }
+        }
+    }
+
+    /// Arms removal alarms for `keys`, each on the tracking connection of
+    /// the node that serves it (see
+    /// [`Tracking::arm`](crate::pubsub::tracking::Tracking::arm)): [`Armed::Fresh`]
+    /// when any node's tracking began anew (every key is worth arming
+    /// again). Err when a node's tracking connection failed (its keys are
+    /// not armed); the other nodes' keys are.
+    pub(crate) fn arm(&self, keys: &[Arc<str>]) -> Result<(Armed, Vec<i64>)> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.tracking().arm(keys),
+            Subscribers::PerNode(nodes) => {
+                let (by_node, _unserved) = nodes.by_node(keys);
+                let mut failed = None;
+                let mut armed = Armed::Same;
+                let mut ttls: HashMap<Arc<str>, i64> = HashMap::new();
+                for (subscriber, keys) in by_node {
+                    match subscriber.tracking().arm(&keys) {
+                        Ok((outcome, node_ttls)) => {
+                            if outcome == Armed::Fresh {
+                                armed = Armed::Fresh;
+                            }
+                            ttls.extend(keys.into_iter().zip(node_ttls));
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                let ttls = keys.iter().map(|k| ttls.get(k).copied().unwrap_or(-3)).collect();
+                failed.map_or(Ok((armed, ttls)), Err)
+            }
+        }
+    }
+
+    /// Sends `packed` on the tracking connection of the node that serves
+    /// `key` (see
+    /// [`Tracking::call`](crate::pubsub::tracking::Tracking::call)).
+    pub(crate) fn call_tracked(
+        &self,
+        key: &str,
+        packed: &[u8],
+        replies: usize,
+    ) -> Result<(Armed, Vec<Value>)> {
+        match self {
+            Subscribers::One(subscriber) => subscriber.tracking().call(packed, replies),
+            Subscribers::PerNode(nodes) => nodes.subscriber_for(key)?.tracking().call(packed, replies),
         }
     }
 

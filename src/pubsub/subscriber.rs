@@ -41,6 +41,11 @@
 //! message on such a channel, and every confirmation of its subscription
 //! (the first one, and each after a reconnect, when messages may have been
 //! missed), is told to them, so that they can check their holds.
+//!
+//! It also receives the removal alarms of the node's tracking connection
+//! (`tracking.rs`): on each connection it first sends `CLIENT ID` and
+//! subscribes to `__redis__:invalidate`, whose confirmation makes it the
+//! redirect, and hands every invalidation to the [`Holders`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,6 +61,7 @@ use crate::net::commands::write_commands;
 use crate::net::stream::Stream;
 use crate::pubsub::push::{channel_of, message_of, payload_of, push_of};
 use crate::pubsub::target::{Incoming, Target};
+use crate::pubsub::tracking::{self, INVALIDATE_CHANNEL, Tracking};
 
 mod channel;
 mod subscription;
@@ -95,6 +101,12 @@ pub(crate) trait Holders: Send + Sync {
     /// `channel` is no longer subscribed here (its cluster slot moved): ask
     /// again with [`Subscriber::hold_channels`], through the router.
     fn dropped(&self, channel: &str);
+    /// Keys armed through [`Subscriber::tracking`] were modified (`None`:
+    /// every key, a `FLUSHDB`), see `pubsub/tracking.rs`.
+    fn invalidated(&self, keys: Option<&[String]>);
+    /// Invalidations come to a new pub/sub connection: keys armed before
+    /// are not tracked for it, and are worth arming again.
+    fn retrack(&self);
 }
 
 /// A lock handed to this client by another client's release (see
@@ -196,6 +208,8 @@ pub(crate) struct Subscriber {
     /// Told what happens on held locks' channels (see [`Holders`]); weak,
     /// since what it keeps (the locks' local state) keeps subscriptions.
     holders: OnceLock<Weak<dyn Holders>>,
+    /// The removal alarms redirected to this connection.
+    tracking: Tracking,
 }
 
 /// What the client does when the target cannot be reached.
@@ -432,7 +446,13 @@ impl Subscriber {
             reconnected,
             unreachable: OnceLock::new(),
             holders: OnceLock::new(),
+            tracking: Tracking::new(connect_timeout, command_timeout),
         }
+    }
+
+    /// The tracking connection whose invalidations come here.
+    pub(crate) fn tracking(&self) -> &Tracking {
+        &self.tracking
     }
 
     /// Sets whom to tell what happens on held locks' channels. Set once.
@@ -716,6 +736,7 @@ impl Subscriber {
 
     /// Stops the reader: closes the socket it reads from.
     pub(crate) fn shut_down(&self) {
+        self.tracking.close();
         let mut st = self.state.lock();
         st.shutdown = true;
         if let Some(writer) = st.writer.take() {
@@ -834,12 +855,19 @@ impl Subscriber {
         for channel in st.channels.values_mut() {
             channel.paired = false;
         }
+        // Its id first, for the tracking connection's redirection.
+        if let Some(writer) = st.writer.as_mut()
+            && write_commands(writer, &Tracking::greeting()).is_err()
+        {
+            writer.shutdown();
+        }
         let channels: Vec<String> = st.channels.keys().cloned().collect();
         st.send_subscribe(&channels);
         true
     }
 
     fn detach(&self) {
+        self.tracking.lost();
         let mut st = self.state.lock();
         if let Some(writer) = st.writer.take() {
             writer.shutdown();
@@ -904,7 +932,20 @@ impl Subscriber {
     }
 
     fn dispatch(&self, value: Value) {
+        if let Value::Int(id) = value {
+            // The reply to `CLIENT ID`, the only command that has one.
+            self.tracking.client_id(id);
+            return;
+        }
         let Some(push) = push_of(value) else { return };
+        if push.kind == PushKind::Message
+            && let Ok(keys) = tracking::invalidation(&push.data)
+        {
+            if let Some(holders) = self.holders() {
+                holders.invalidated(keys.as_deref());
+            }
+            return;
+        }
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 let Some(message) = message_of(push) else { return };
@@ -953,6 +994,12 @@ impl Subscriber {
                         drop(st);
                         self.tell_evicted(evicted);
                     }
+                }
+            }
+            PushKind::Subscribe if channel_of(&push) == Some(INVALIDATE_CHANNEL) => {
+                self.tracking.ready(self.target.lock().clone());
+                if let Some(holders) = self.holders() {
+                    holders.retrack();
                 }
             }
             PushKind::Subscribe | PushKind::SSubscribe => {

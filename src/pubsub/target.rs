@@ -27,6 +27,10 @@ pub(crate) struct Target {
     password: Option<String>,
     /// The connection's `CLIENT SETNAME`.
     name: String,
+    /// The client's database: a pub/sub connection selects none (channels
+    /// belong to no database), a tracking connection selects it (its
+    /// renewals write there, `pubsub/tracking.rs`).
+    db: i64,
 }
 
 /// Never prints the password, so a `{:?}` in a log line cannot leak it.
@@ -37,6 +41,7 @@ impl fmt::Debug for Target {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("name", &self.name)
+            .field("db", &self.db)
             .finish()
     }
 }
@@ -56,6 +61,7 @@ impl Target {
             username: info.redis_settings().username().map(str::to_owned),
             password: info.redis_settings().password().map(str::to_owned),
             name,
+            db: info.redis_settings().db(),
         })
     }
 }
@@ -92,10 +98,29 @@ impl Target {
         connect_timeout: Duration,
         command_timeout: Duration,
     ) -> RedisResult<(Incoming, Stream)> {
+        self.open_in(0, connect_timeout, command_timeout)
+    }
+
+    /// As [`open`](Self::open), with the client's database selected: for a
+    /// connection that reads and writes keys (the tracking connection).
+    pub(crate) fn open_in_database(
+        &self,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> RedisResult<(Incoming, Stream)> {
+        self.open_in(self.db, connect_timeout, command_timeout)
+    }
+
+    fn open_in(
+        &self,
+        db: i64,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> RedisResult<(Incoming, Stream)> {
         let setup = Setup {
             username: self.username.as_deref(),
             password: self.password.as_deref(),
-            db: 0,
+            db,
             name: &self.name,
             require_master: false,
         };
@@ -134,6 +159,14 @@ impl Target {
         }
         writer.shutdown();
         Ok(None)
+    }
+
+    /// The same target for the node's tracking connection
+    /// (`pubsub/tracking.rs`): named `keyholder:<client id>:tracking`
+    /// rather than `...:pubsub`, so that `CLIENT LIST` tells them apart.
+    pub(crate) fn for_tracking(&self) -> Target {
+        let base = self.name.strip_suffix(":pubsub").unwrap_or(&self.name);
+        Target { name: format!("{base}:tracking"), ..self.clone() }
     }
 
     /// For logs and `Debug`.

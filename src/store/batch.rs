@@ -119,6 +119,12 @@ impl Request {
         Request { packed, commands: 1, acked: false }
     }
 
+    /// The commands as they go on the wire, and how many replies they get:
+    /// for a connection of its own (see `pubsub/tracking.rs`).
+    pub(crate) fn into_packed(self) -> (Vec<u8>, usize) {
+        (self.packed, self.commands)
+    }
+
     /// Several commands, replied to in order.
     pub(crate) fn commands(cmds: &[&redis::Cmd]) -> Request {
         let mut packed = Vec::new();

@@ -90,6 +90,18 @@ impl Call<'_> {
         Ok((reply, replies.acked))
     }
 
+    /// The call as it goes on the wire, by the script's digest (`EVALSHA`)
+    /// or, `by_source`, by its source (`EVAL`): for a connection of its own
+    /// (the tracking connection's renewals, `kinds/family/silent.rs`).
+    pub(crate) fn packed(&self, by_source: bool) -> Vec<u8> {
+        let request = if by_source {
+            self.request("EVAL", self.script.source)
+        } else {
+            self.request("EVALSHA", self.script.hash())
+        };
+        request.into_packed().0
+    }
+
     /// `verb body numkeys KEYS... ARGV...`, packed.
     fn request(&self, verb: &str, body: &str) -> Request {
         Request::script(verb, body, &self.keys, &self.args)

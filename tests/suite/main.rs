@@ -45,6 +45,7 @@ mod fair_lock;
 mod foreign_unlock;
 mod idle;
 mod jobs;
+mod key_removed;
 mod latch;
 mod lease;
 mod linger;

@@ -211,9 +211,15 @@ fn a_granted_or_handed_over_lock_carries_its_acknowledgement() {
 }
 
 /// The ids of the server's pub/sub connections.
-fn pubsub_ids(con: &mut redis::Connection) -> Vec<String> {
+/// The ids of `client`'s pub/sub connections (every client's subscribes to
+/// invalidations, `pubsub/tracking.rs`).
+fn pubsub_ids(con: &mut redis::Connection, client: &Client) -> Vec<String> {
     let list: String = redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub").query(con).unwrap();
-    list.lines().filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned)).collect()
+    let name = format!(" name=keyholder:{}:pubsub ", client.id());
+    list.lines()
+        .filter(|l| l.contains(&name))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).map(str::to_owned))
+        .collect()
 }
 
 /// Issue 21 item 8, without the sentinels' timing: an acquisition whose
@@ -242,8 +248,8 @@ fn an_acquisition_in_flight_across_a_verification_pass_is_verified_when_it_retur
     let waiting = client.lock("busy").unwrap();
     let waited = std::thread::spawn(move || waiting.lock().map(drop));
     let mut con = primary.conn();
-    assert!(eventually(5 * SECOND, || pubsub_ids(&mut con).len() == 1), "no pub/sub connection");
-    let before = pubsub_ids(&mut con);
+    assert!(eventually(5 * SECOND, || pubsub_ids(&mut con, &client).len() == 1), "no pub/sub connection");
+    let before = pubsub_ids(&mut con, &client);
     replica.stop();
 
     let lock = client.lock("in-flight").unwrap();
@@ -262,7 +268,7 @@ fn an_acquisition_in_flight_across_a_verification_pass_is_verified_when_it_retur
     let _: i64 = redis::cmd("DEL").arg("in-flight").query(&mut con).unwrap();
     let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(&mut con).unwrap();
     assert!(
-        eventually(wait / 2, || pubsub_ids(&mut con).iter().any(|id| !before.contains(id))),
+        eventually(wait / 2, || pubsub_ids(&mut con, &client).iter().any(|id| !before.contains(id))),
         "the pub/sub connection did not come back"
     );
     let reconnected = started.elapsed();

@@ -89,6 +89,32 @@ fn the_watchdog_renews_over_tls() {
     assert!(!exists(&mut server.conn(), "renewed-over-tls"));
 }
 
+/// The removal alarms work over TLS (issue 35, item 4): the tracking
+/// connection arms the key and carries the renewals, and a `DEL` is told
+/// within 50 ms, after several silent renewals.
+#[test]
+fn a_removed_lock_is_told_over_tls() {
+    let server = RedisServer::start_tls(ClientAuth::Required);
+    let client = trusting(&server).watchdog_timeout(Duration::from_millis(600)).build().unwrap();
+    let guard = client.spin_lock("removed-over-tls").unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    let mut con = server.conn();
+    assert!(
+        common::eventually(5 * SECOND, || common::info_field(&mut con, "stats", "tracking_total_keys") >= 1),
+        "never armed"
+    );
+    let checks = common::calls_of(&mut con, "hstrlen");
+    std::thread::sleep(Duration::from_millis(700)); // three renewals
+    assert_eq!(common::calls_of(&mut con, "hstrlen"), checks, "the renewals were heard as removals");
+    assert!(connection_names(&server).contains(&format!("keyholder:{}:tracking", client.id())));
+    let _: i64 = redis::cmd("DEL").arg("removed-over-tls").query(&mut con).unwrap();
+    let removed = Instant::now();
+    assert_eq!(lost.recv_timeout(SECOND).ok(), Some(keyholder::LostReason::Gone), "not told");
+    let after = removed.elapsed();
+    println!("DEL over TLS: told {after:?} after the removal's reply");
+    assert!(after < Duration::from_millis(50), "told {after:?} after the removal's reply");
+}
+
 /// Mutual TLS: a server that requires client certificates accepts the one
 /// its CA signed, on every connection.
 #[test]

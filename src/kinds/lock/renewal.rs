@@ -12,6 +12,7 @@ use crate::client::{Context, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
+use crate::kinds::family::silent;
 use crate::kinds::lock::scripts;
 use crate::store::batch::Request;
 use crate::store::lanes::Session;
@@ -40,6 +41,9 @@ impl Renew for HashRenewal {
     fn renew(&self, holds: &[&Hold], lease_ms: u64) -> Result<(Vec<bool>, bool)> {
         let inner = self.client.upgrade().ok_or_else(Error::shutdown)?;
         let pairs: Vec<(&str, &str)> = holds.iter().map(|h| (&*h.name, h.owner.as_str())).collect();
+        if let Some(renewed) = renew_silently(&inner, &pairs, lease_ms) {
+            return Ok((renewed, true));
+        }
         renew_pairs(&inner, &pairs, lease_ms)
     }
 
@@ -86,6 +90,27 @@ fn still_there(reply: Option<&Value>) -> bool {
         Some(Value::ServerError(e)) => e.code() != "WRONGTYPE",
         _ => true,
     }
+}
+
+/// Renews the `(key, owner)` pairs on the tracking connection, silently
+/// (see `kinds/family/silent.rs`): one call, on one server or on the one
+/// cluster node that serves every key. `None` when they must be renewed on
+/// a command connection ([`renew_pairs`]).
+fn renew_silently(inner: &Inner, pairs: &[(&str, &str)], lease_ms: u64) -> Option<Vec<bool>> {
+    let &(first, _) = pairs.first()?;
+    let declared = match inner.routes.cluster() {
+        None => true,
+        Some(cluster) => {
+            let node = cluster.node_of(first);
+            if node.is_none() || pairs.iter().any(|(key, _)| cluster.node_of(key) != node) {
+                return None;
+            }
+            false
+        }
+    };
+    let keys: Vec<&str> = pairs.iter().map(|(key, _)| *key).collect();
+    let reply = silent::renew_silently(inner, first, &scripts::renew_call(pairs, lease_ms, declared), &keys)?;
+    scripts::renewed(reply, pairs.len()).ok()
 }
 
 /// Renews the `(key, owner)` pairs: one call on one server; on a cluster,

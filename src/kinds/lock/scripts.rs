@@ -14,7 +14,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::kinds::latch::Latch;
-use crate::store::eval::LuaScript;
+use crate::store::eval::{Call, LuaScript};
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
 
@@ -369,6 +369,15 @@ pub(crate) fn renew(
     lease_ms: u64,
     declared: bool,
 ) -> Result<Vec<bool>> {
+    let (reply, acked) = renew_call(holds, lease_ms, declared).invoke(session, scripts.acks())?;
+    let reply = reply.map_err(Error::redis)?;
+    session.note_replicated(acked);
+    renewed(reply, holds.len())
+}
+
+/// The renewal call of [`renew`], to be sent on a session or on a
+/// connection of its own (`kinds/family/silent.rs`).
+pub(crate) fn renew_call(holds: &[(&str, &str)], lease_ms: u64, declared: bool) -> Call<'static> {
     let mut invocation = RENEW.call();
     invocation.arg(lease_ms);
     for (key, owner) in holds {
@@ -378,11 +387,14 @@ pub(crate) fn renew(
             invocation.arg(*key).arg(*owner);
         }
     }
-    let (reply, acked) = invocation.invoke(session, scripts.acks())?;
-    let reply = reply.map_err(Error::redis)?;
-    session.note_replicated(acked);
+    invocation
+}
+
+/// Per hold, whether [`renew_call`]'s `reply` (for `holds` holds) says it
+/// is still held.
+pub(crate) fn renewed(reply: Value, holds: usize) -> Result<Vec<bool>> {
     match reply {
-        Value::Array(items) if items.len() == holds.len() => items
+        Value::Array(items) if items.len() == holds => items
             .iter()
             .map(|item| match item {
                 Value::Int(1) => Ok(true),

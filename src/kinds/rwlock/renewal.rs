@@ -11,6 +11,7 @@ use crate::client::{Context, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
+use crate::kinds::family::silent;
 use crate::kinds::rwlock::scripts::{self, RwKeys};
 use crate::store::slots::key_slot;
 
@@ -45,6 +46,14 @@ impl Renew for ReadRenewal {
             Ok((held, conn.replicated() != Some(false)))
         };
         if inner.routes.cluster().is_none() {
+            // Silently on the tracking connection (`kinds/family/silent.rs`).
+            let keys: Vec<&str> = triples.iter().map(|(key, _, _)| *key).collect();
+            let call = scripts::read_renew_call(&triples, lease_ms);
+            if let Some(reply) = silent::renew_silently(&inner, first, &call, &keys)
+                && let Ok(held) = scripts::read_renewed(&reply, triples.len())
+            {
+                return Ok((held, true));
+            }
             // Renewing is safe to repeat: a dead connection costs no period.
             return inner.with_live_conn(first, |conn| renew(&triples, conn));
         }

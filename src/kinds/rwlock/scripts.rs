@@ -12,7 +12,7 @@ use redis::Value;
 use crate::error::{Error, Result};
 use crate::kinds::latch::Latch;
 use crate::names;
-use crate::store::eval::LuaScript;
+use crate::store::eval::{Call, LuaScript};
 use crate::store::lanes::Session;
 use crate::store::scripts::{Scripts, UNLOCK_MESSAGE, unexpected};
 
@@ -295,16 +295,28 @@ pub(crate) fn read_renew(
     holds: &[(&str, &str, &str)],
     lease_ms: u64,
 ) -> Result<Vec<bool>> {
+    let (reply, acked) = read_renew_call(holds, lease_ms).invoke(session, scripts.acks())?;
+    let reply = reply.map_err(Error::redis)?;
+    session.note_replicated(acked);
+    read_renewed(&reply, holds.len())
+}
+
+/// The renewal call of [`read_renew`], to be sent on a session or on a
+/// connection of its own (`kinds/family/silent.rs`).
+pub(crate) fn read_renew_call(holds: &[(&str, &str, &str)], lease_ms: u64) -> Call<'static> {
     let mut call = READ_RENEW.call();
     call.arg(lease_ms);
     for (key, prefix, owner) in holds {
         call.key(*key).key(*prefix).arg(1).arg(*owner);
     }
-    let (reply, acked) = call.invoke(session, scripts.acks())?;
-    let reply = reply.map_err(Error::redis)?;
-    session.note_replicated(acked);
-    match &reply {
-        Value::Array(items) if items.len() == holds.len() => items
+    call
+}
+
+/// Per hold, whether [`read_renew_call`]'s `reply` (for `holds` holds)
+/// says it is still held.
+pub(crate) fn read_renewed(reply: &Value, holds: usize) -> Result<Vec<bool>> {
+    match reply {
+        Value::Array(items) if items.len() == holds => items
             .iter()
             .map(|v| match v {
                 Value::Int(n) => Ok(*n == 1),
