@@ -80,11 +80,12 @@
 --            "2", keyholder clients take a "0" right after a "2" as already
 --            handled.
 -- With no such client, "0" alone is published on KEYS[2]. A releasing
--- client that still listens is then recorded in KEYS[6] until it stops,
--- when a client was served (the lock or the turn is still in use); when
--- none was (the lock is free and nobody queued), KEYS[6] is deleted
--- instead, so that none of keyholder's keys outlives the lock: a recent
--- releaser matters only to a later release with a queue.
+-- client that still listens is then recorded in KEYS[6] until it stops
+-- (ARGV[3] ms, its linger), whether or not a client was served: a queue
+-- that forms while it lingers must not take it for a Redisson waiter. So
+-- KEYS[6] outlives the lock by at most the longest linger recorded there
+-- (about 120 ms), never longer: every entry's score is when it stops, and
+-- the key's TTL is its latest entry's.
 --
 -- Barging. With <window> above 0, nobody but keyholder clients listening
 -- on KEYS[2] (counted as above), no marker at KEYS[3] (nor another key;
@@ -398,12 +399,9 @@ if foreign and not served then
     -- lock while it lasts.
     redis.call('set', marker, '~' .. (now + turn_ms) .. ':', 'px', turn_ms)
 end
-if served then
-    remember_releaser(now, lingerers)
-elseif lingerers > 0 then
-    -- None of keyholder's keys outlives the lock (see the header).
-    redis.call('del', recent)
-end
+-- Served or not: a client still listening must not pass for a Redisson
+-- waiter should a queue form before it stops (see the header).
+remember_releaser(now, lingerers)
 if served == 'woken' then
     redis.call(publish, channel, '2')
 end

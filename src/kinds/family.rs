@@ -274,16 +274,15 @@ impl<K: Kind> Handle<K> {
     /// An administrative escape hatch for a lock whose holder is known
     /// dead: anything the holder still does is unprotected. A keyholder
     /// holder is told ([`LostReason::Gone`](crate::LostReason::Gone)): at
-    /// once when it is a thread of this client; otherwise, for the
-    /// reentrant and read-write locks, within about a round trip of the
-    /// unlock message this publishes, since its client listens on the
-    /// channels of the locks it holds (a hold younger than 20 ms is checked
-    /// when that listening starts, 20 to 30 ms after its acquisition; a
-    /// client cut off from Redis learns at its next renewal or release).
-    /// A fair lock's force unlock publishes only on the head waiter's
-    /// channel and a spin lock's publishes nothing: another client's holder
-    /// of those learns at its next renewal or release. A key of another
-    /// type at the name is refused, not deleted.
+    /// once when it is a thread of this client; otherwise, for every kind,
+    /// within milliseconds of the deletion, since its client has Redis tell
+    /// it when the key of a lock it holds changes (client-side caching
+    /// invalidations, armed once a hold is 20 ms old; a younger hold is
+    /// checked when it is armed) and, for the reentrant and read-write
+    /// locks, also listens for the unlock message this publishes. A client
+    /// cut off from Redis, or on a server without `CLIENT TRACKING` (for
+    /// the fair and spin locks), learns at its next renewal or release. A
+    /// key of another type at the name is refused, not deleted.
     ///
     /// # Errors
     ///

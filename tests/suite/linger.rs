@@ -139,3 +139,36 @@ fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
         );
     }
 }
+
+/// A release that serves nobody records its client too while it still
+/// listens (its hold was old enough to be listened on): a queue that forms
+/// within that linger (another client takes the lock, a third queues) must
+/// not take the lingering client for a Redisson waiter, which took a
+/// foreign turn for nobody and left `keyholder_lock_grants:{x}` for a
+/// second. (Slower than the linger, the test proves nothing, and says so.)
+#[test]
+fn a_releaser_still_lingering_is_no_redisson_waiter_to_a_queue_formed_after_it() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let (first, second, third) = (server.client(), server.client(), server.client());
+    let name = "lingering-releaser";
+    let guard = first.lock(name).unwrap().lock().unwrap();
+    // The first client listens on the channel (the hold is 20 ms old).
+    wait_numsub(&mut con, &channel_of(name), 1);
+    guard.unlock().unwrap();
+    let released = Instant::now();
+    let taken = second.lock(name).unwrap().lock().unwrap();
+    let lock = third.lock(name).unwrap();
+    let waiter = common::spawn(move || lock.lock().unwrap().unlock().is_ok());
+    let queue = format!("keyholder_lock_queue:{{{name}}}");
+    assert!(common::eventually(5 * SECOND, || {
+        redis::cmd("ZCARD").arg(&queue).query::<i64>(&mut con).unwrap() == 1
+    }));
+    let queued_after = released.elapsed();
+    taken.unlock().unwrap();
+    assert!(common::recv_within(&waiter, 10 * SECOND, "the queued waiter"));
+    let last = Instant::now();
+    eprintln!("queued {queued_after:?} after the first release (its client lingers {LINGER:?})");
+    std::thread::sleep((last + 150 * MILLI).saturating_duration_since(Instant::now()));
+    assert_eq!(own_keys(&mut con, name), Vec::<String>::new(), "keyholder keys outlived the lock");
+}

@@ -641,17 +641,34 @@ fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
     assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
     assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
     assert!(members(&mut con).is_empty());
-    // Nobody queued, the releaser still listens: nothing recorded either, so
-    // that no key of keyholder's outlives the lock (issue 21, item 9); a
-    // recent releasers key left by an earlier release is deleted, by a
-    // releaser that listens and by one that does not.
+    // Nobody queued, the releaser still listens: it is recorded until it
+    // stops, as when a client was served, so that a queue formed meanwhile
+    // does not take it for a Redisson waiter (issue 35, item 1); the key
+    // lives no longer than that (issue 21, item 9, within a linger). One
+    // left by an earlier release (another client lingering) is kept, with
+    // its own end, whether the releaser listens or not.
+    let now_ms = |con: &mut redis::Connection| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
+        s * 1000 + us / 1000
+    };
     for listens in [300, 0] {
+        let other_ends = now_ms(&mut con) + 200;
         let _: i64 =
-            redis::cmd("ZADD").arg(recent_of(name)).arg(i64::MAX).arg("other").query(&mut con).unwrap();
+            redis::cmd("ZADD").arg(recent_of(name)).arg(other_ends).arg("other").query(&mut con).unwrap();
+        let _: i64 = redis::cmd("PEXPIRE").arg(recent_of(name)).arg(200).query(&mut con).unwrap();
         assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
         assert_eq!(release_queued(&mut con, name, OWNER_A, listens).unwrap(), Value::Int(1));
-        assert!(!exists(&mut con, &recent_of(name)), "listening {listens} ms");
+        let recorded = members(&mut con);
+        let expected: Vec<String> = if listens > 0 {
+            vec!["other".to_owned(), client_of(OWNER_A).to_string()]
+        } else {
+            vec!["other".to_owned()]
+        };
+        assert_eq!(recorded, expected, "listening {listens} ms");
+        let ttl = pttl(&mut con, &recent_of(name));
+        assert!(ttl > 0 && ttl <= (listens as i64).max(200), "listening {listens} ms: PTTL {ttl}");
         assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
+        let _: i64 = redis::cmd("DEL").arg(recent_of(name)).query(&mut con).unwrap();
     }
     // A free lock that a marker reserves for another client is refused.
     let _: () = redis::cmd("SET")
