@@ -276,8 +276,10 @@ impl ClientBuilder {
     /// at once, kept while the client lives, and none is held while a
     /// thread waits for a lock.
     ///
-    /// Defaults to 15: with its pub/sub connection, a client opens at most
-    /// 16 connections to a server (or to each cluster node). Must be at
+    /// Defaults to 15: with its pub/sub connection and its tracking one
+    /// (removal alarms and renewals, opened once a lock is held for 20 ms),
+    /// a client opens at most 17 connections to a server (or to each
+    /// cluster node). Must be at
     /// least 1. (Redisson's `connectionPoolSize` is 64, one command per
     /// connection at a time.) Connections idle in reserve
     /// ([`min_idle_connections`](ClientBuilder::min_idle_connections))

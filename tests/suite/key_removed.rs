@@ -74,7 +74,13 @@ fn told_after(held: &Held, what: &str, remove: impl FnOnce()) -> Duration {
     let removed = Instant::now();
     let reason = held.lost.recv_timeout(SECOND);
     let after = removed.elapsed();
-    assert_eq!(reason.ok(), Some(LostReason::Gone), "{what}: the holder was not told within a second");
+    // Told by the alarm's check (`Gone`), or, when a renewal happened to be
+    // on its way as the key went (short watchdogs below), by that renewal's
+    // refusal: either way told, and the caller bounds how soon.
+    assert!(
+        matches!(reason, Ok(LostReason::Gone | LostReason::RenewalRefused)),
+        "{what}: the holder was not told within a second ({reason:?})"
+    );
     assert!((held.is_lost)(), "{what}: the guard does not say it is lost");
     after
 }
