@@ -565,6 +565,10 @@ impl Holders for ForeignUnlocks {
         self.invalidated(None);
     }
 
+    fn holding(&self) -> bool {
+        !self.state.lock().holds.is_empty()
+    }
+
     fn dropped(&self, channel: &str) {
         let mut guard = self.state.lock();
         let st = &mut *guard;

@@ -107,6 +107,12 @@ pub(crate) trait Holders: Send + Sync {
     /// Invalidations come to a new pub/sub connection: keys armed before
     /// are not tracked for it, and are worth arming again.
     fn retrack(&self);
+    /// True while the client has holds whose removal alarms (invalidations)
+    /// come to this connection: the reader then probes a silent connection
+    /// as promptly as one with channels subscribed.
+    fn holding(&self) -> bool {
+        false
+    }
 }
 
 /// A lock handed to this client by another client's release (see
@@ -414,10 +420,12 @@ impl Subscriber {
     /// looks every quarter of it, or every command timeout if sooner), so
     /// that a healthy connection is never silent for longer than the
     /// command connections may be idle (below the cloud NATs' cut-offs
-    /// with the default 3 min); while channels are subscribed, after a
-    /// command timeout of silence if that comes first. A PING unanswered
-    /// for a command timeout replaces the connection. `None`: probed only
-    /// while channels are subscribed, after a command timeout of silence.
+    /// with the default 3 min); while channels are subscribed or the client
+    /// holds locks (their removal alarms come here, see [`Holders::holding`]),
+    /// after a command timeout of silence if that comes first. A PING
+    /// unanswered for a command timeout replaces the connection. `None`:
+    /// probed only while channels are subscribed or locks held, after a
+    /// command timeout of silence.
     pub(crate) fn new(
         target: Target,
         connect_timeout: Duration,
@@ -909,6 +917,10 @@ impl Subscriber {
                     self.dispatch(value);
                 }
                 Err(e) if e.is_timeout() => {
+                    // Holds whose removal alarms come here count as
+                    // subscriptions: a dead connection would drop them.
+                    // (Asked before the state's lock: never both at once.)
+                    let alarms = self.holders().is_some_and(|h| h.holding());
                     let now = Instant::now();
                     let mut st = self.state.lock();
                     st.expire_lingering(now);
@@ -919,8 +931,11 @@ impl Subscriber {
                         }
                         continue;
                     }
-                    let probe =
-                        if st.channels.is_empty() { self.probe_idle } else { Some(self.probe_subscribed) };
+                    let probe = if st.channels.is_empty() && !alarms {
+                        self.probe_idle
+                    } else {
+                        Some(self.probe_subscribed)
+                    };
                     if probe.is_some_and(|probe| now.saturating_duration_since(last_heard) >= probe) {
                         st.send(&redis::cmd("PING"));
                         ping_sent = Some(now);

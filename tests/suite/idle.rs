@@ -344,3 +344,39 @@ fn a_default_client_still_opens_at_most_16_connections_under_a_burst() {
     assert!(open.len() <= 16, "{} connections: {open:#?}", open.len());
     assert!(used_command_connections(&mut con, &client).len() > 1);
 }
+
+/// A fair lock's holder has no channel subscribed, only its removal alarm
+/// (invalidations come to the pub/sub connection): that connection is
+/// probed as promptly as one with channels subscribed, so a flow that died
+/// silently (black-holed here) is replaced after a command timeout or two,
+/// the hold's key armed again and a removal told, rather than after half
+/// the idle timeout (90 s by default) or at the next renewal (10 s).
+#[test]
+fn a_holders_removal_alarms_survive_a_dead_pubsub_connection() {
+    const COMMAND: Duration = Duration::from_millis(500);
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let proxy = FaultProxy::start(server.port());
+    let client =
+        Client::builder(proxy.url()).connect_timeout(SECOND).command_timeout(COMMAND).build().unwrap();
+    let guard = client.fair_lock("alarmed").unwrap().lock().unwrap();
+    let lost = guard.lost_signal();
+    let tracked = |con: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(con).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(eventually(5 * SECOND, || tracked(&mut con) >= 1), "the hold was never armed");
+    proxy.blackhole_existing();
+    // The dead connections are found out and replaced, the key armed again.
+    std::thread::sleep(4 * COMMAND);
+    let _: i64 = redis::cmd("DEL").arg("alarmed").query(&mut con).unwrap();
+    let removed = Instant::now();
+    let reason = lost.recv_timeout(5 * SECOND);
+    let after = removed.elapsed();
+    eprintln!("told {after:?} after the removal ({reason:?})");
+    assert_eq!(reason, Ok(keyholder::LostReason::Gone), "told {after:?} after the removal");
+    assert!(after < SECOND, "told {after:?} after the removal");
+}
