@@ -64,9 +64,14 @@ use crate::pubsub::target::{Incoming, Target};
 use crate::pubsub::tracking::{self, INVALIDATE_CHANNEL, Tracking};
 
 mod channel;
+mod grant;
+mod probes;
 mod subscription;
 
 use channel::{Channel, Kind, Listener};
+pub(crate) use grant::Grant;
+use grant::parse_grant;
+use probes::Probes;
 pub(crate) use subscription::Subscription;
 
 /// What a subscription wakes: the waiting threads of one lock name in this
@@ -112,41 +117,6 @@ pub(crate) trait Holders: Send + Sync {
     /// as promptly as one with channels subscribed.
     fn holding(&self) -> bool {
         false
-    }
-}
-
-/// A lock handed to this client by another client's release (see
-/// `lua/lock/release.lua`), not yet taken by its thread.
-#[derive(Debug, Clone)]
-pub(crate) struct Grant {
-    /// The owner id the lock was given to.
-    pub(crate) owner: String,
-    /// Server time from the grantee's last refused attempt to the grant.
-    pub(crate) elapsed: Duration,
-    /// When the client heard of it.
-    pub(crate) received: Instant,
-}
-
-/// How much `elapsed` may overstate the time from the grantee's last
-/// refused attempt to the grant: it is the difference of two readings of the
-/// server's clock cut to whole milliseconds (`TIME`), each up to a
-/// millisecond short. The granted lease itself runs from the later reading
-/// (`PEXPIREAT`, see `lua/lock/release.lua`), and the key is gone only once
-/// the server's clock, in whole milliseconds, is past that reading plus the
-/// lease.
-pub(crate) const GRANT_CLOCK_SLACK: Duration = Duration::from_millis(1);
-
-impl Grant {
-    /// Where the granted hold's lease runs from, on this client's clock:
-    /// the grant came `elapsed` (server time) after the grantee's last
-    /// refused attempt reached Redis, which was after `queued_at`, that
-    /// attempt's send time; and before the grant was heard. `elapsed` is
-    /// taken [`GRANT_CLOCK_SLACK`] short, since whole milliseconds can
-    /// overstate it. So this instant is never later than the moment the
-    /// server started the lease, however late the message arrived.
-    pub(crate) fn granted_at(&self, queued_at: Instant) -> Instant {
-        let elapsed = self.elapsed.saturating_sub(GRANT_CLOCK_SLACK);
-        queued_at + elapsed.min(self.received.saturating_duration_since(queued_at))
     }
 }
 
@@ -375,31 +345,6 @@ pub(crate) const LINGER_SLACK: Duration = Duration::from_millis(20);
 /// starting to linger (a busy lock's each contended acquisition): the
 /// channels due meanwhile go in one UNSUBSCRIBE.
 const LINGER_TICK: Duration = Duration::from_millis(10);
-
-/// The shortest probe interval and read timeout, whatever the settings.
-const MIN_PROBE: Duration = Duration::from_millis(10);
-
-/// When the reader PINGs a silent connection (see [`Subscriber::new`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Probes {
-    /// After this much silence while channels are subscribed.
-    subscribed: Duration,
-    /// After this much silence while none is; `None`: never.
-    idle: Option<Duration>,
-    /// How often, at most, the reader looks at the silence.
-    read_timeout: Duration,
-}
-
-impl Probes {
-    /// From the command timeout and the command connections' idle timeout.
-    fn of(command_timeout: Duration, idle_timeout: Option<Duration>) -> Probes {
-        let idle = idle_timeout.map(|idle| (idle / 2).max(MIN_PROBE));
-        let subscribed = idle.map_or(command_timeout, |p| p.min(command_timeout)).max(MIN_PROBE);
-        let read_timeout =
-            idle_timeout.map_or(command_timeout, |idle| (idle / 4).min(command_timeout)).max(MIN_PROBE);
-        Probes { subscribed, idle, read_timeout }
-    }
-}
 
 /// Channels per SUBSCRIBE sent for held locks.
 pub(crate) const HOLD_SUBSCRIBE_BATCH: usize = 500;
@@ -1040,17 +985,6 @@ impl Subscriber {
     }
 }
 
-/// A wake message that hands the lock over: `"<owner id> <elapsed ms>"` (see
-/// `lua/lock/release.lua`); an empty one only wakes.
-fn parse_grant(payload: &str) -> Option<Grant> {
-    let (owner, elapsed) = payload.split_once(' ')?;
-    Some(Grant {
-        owner: owner.to_owned(),
-        elapsed: Duration::from_millis(elapsed.parse().ok()?),
-        received: Instant::now(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1073,55 +1007,10 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_connection_is_probed_within_the_idle_timeout() {
-        let (s, ms) = (Duration::from_secs, Duration::from_millis);
-        // The defaults: a command timeout while subscribed, 90 s idle.
-        let defaults = Probes::of(s(3), Some(s(180)));
-        assert_eq!(defaults, Probes { subscribed: s(3), idle: Some(s(90)), read_timeout: s(3) });
-        // A short idle timeout: never silent past 3/4 of it (PING after
-        // half, looked at every quarter), subscribed or not.
-        let short = Probes::of(ms(1500), Some(ms(250)));
-        assert_eq!(
-            short,
-            Probes { subscribed: ms(125), idle: Some(ms(125)), read_timeout: Duration::from_micros(62_500) }
-        );
-        // A long command timeout does not stretch the idle bound.
-        let long = Probes::of(s(3600), Some(s(180)));
-        assert_eq!(long, Probes { subscribed: s(90), idle: Some(s(90)), read_timeout: s(45) });
-        // No idle timeout: probed only while subscribed, as before.
-        assert_eq!(Probes::of(s(3), None), Probes { subscribed: s(3), idle: None, read_timeout: s(3) });
-        // Absurdly short settings are floored, never zero.
-        let tiny = Probes::of(ms(1), Some(ms(1)));
-        assert!(tiny.subscribed >= MIN_PROBE && tiny.read_timeout >= MIN_PROBE);
-        assert_eq!(tiny.idle, Some(MIN_PROBE));
-    }
-
-    #[test]
     fn every_message_on_a_wake_channel_wakes() {
         let mut wake = channel(Kind::Wake);
         for payload in ["", "2", "0", "owner:1 12"] {
             assert!(wake.wakes(payload), "{payload:?}");
         }
-    }
-
-    #[test]
-    fn grants_carry_the_owner_and_the_server_time_since_its_last_refusal() {
-        let grant = parse_grant("8c1f0a4e-0000-4000-8000-000000000000:7 25").unwrap();
-        assert_eq!(grant.owner, "8c1f0a4e-0000-4000-8000-000000000000:7");
-        assert_eq!(grant.elapsed, Duration::from_millis(25));
-        assert!(parse_grant("").is_none(), "an empty message only wakes");
-        assert!(parse_grant("owner:1 soon").is_none());
-    }
-
-    #[test]
-    fn a_granted_lease_runs_from_no_later_than_the_grant() {
-        let queued_at = Instant::now();
-        let received = queued_at + Duration::from_millis(40);
-        let grant = |ms| Grant { owner: "c:1/1".into(), elapsed: Duration::from_millis(ms), received };
-        // Whole milliseconds overstate `elapsed` by up to one: taken off.
-        assert_eq!(grant(30).granted_at(queued_at), queued_at + Duration::from_millis(29));
-        assert_eq!(grant(5_000).granted_at(queued_at), received);
-        assert_eq!(grant(1).granted_at(queued_at), queued_at);
-        assert_eq!(grant(0).granted_at(queued_at), queued_at);
     }
 }
