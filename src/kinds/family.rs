@@ -311,17 +311,19 @@ impl<K: Kind> Handle<K> {
         let acquired = obs.in_scope(|| {
             let ctx = self.kind.client().context();
             ctx.check_running()?;
-            let (thread, owner, acquirer) = match token {
-                None => {
-                    let thread = owner::current_thread_id();
-                    (thread, owner::owner_id(ctx.id(), thread), Acquirer::Thread)
-                }
-                Some((token, minted)) => {
-                    let acquirer = if minted { Acquirer::MintedToken } else { Acquirer::PresentedToken };
-                    (token.local_id(), token.as_str().to_owned(), acquirer)
-                }
+            let (thread, acquirer) = match token {
+                None => (owner::current_thread_id(), Acquirer::Thread),
+                Some((token, true)) => (token.local_id(), Acquirer::MintedToken),
+                Some((token, false)) => (token.local_id(), Acquirer::PresentedToken),
+            };
+            // Built for each attempt (a call takes it), which is almost
+            // always the only one.
+            let owner_id = || match token {
+                None => owner::owner_id(ctx.id(), thread),
+                Some((token, _)) => token.as_str().to_owned(),
             };
             loop {
+                let owner = owner_id();
                 let call = Call {
                     ctx,
                     deadline,
@@ -330,7 +332,7 @@ impl<K: Kind> Handle<K> {
                     lease: self.lease,
                     lease_ms: self.lease.ttl_ms(ctx.config().watchdog_timeout),
                     thread,
-                    owner: owner.clone(),
+                    owner,
                     acquirer,
                 };
                 let Some((hold, keep)) = self.kind.acquire(call)? else { return Ok(None) };
