@@ -17,6 +17,17 @@ use keyholder::Client;
 const SECOND: Duration = Duration::from_secs(1);
 const MILLI: Duration = Duration::from_millis(1);
 
+/// A client of the server behind `proxy`: a 1 s connect timeout, the
+/// command and idle timeouts given.
+fn through(proxy: &FaultProxy, command: Duration, idle: Duration) -> Client {
+    Client::builder(proxy.url())
+        .connect_timeout(SECOND)
+        .command_timeout(command)
+        .connection_idle_timeout(Some(idle))
+        .build()
+        .unwrap()
+}
+
 /// Every connection to the test's private server but the asking one: the
 /// client's command connections (named or, in reserve and never used yet,
 /// not) and its pub/sub connection.
@@ -48,12 +59,7 @@ fn the_first_call_after_a_nat_forgot_the_idle_flows_succeeds_at_once() {
     const IDLE: Duration = Duration::from_millis(400);
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let client = Client::builder(proxy.url())
-        .connect_timeout(CONNECT)
-        .command_timeout(COMMAND)
-        .connection_idle_timeout(Some(IDLE))
-        .build()
-        .unwrap();
+    let client = through(&proxy, COMMAND, IDLE);
     let lock = client.lock("idle-drop").unwrap();
     lock.lock().unwrap().unlock().unwrap();
 
@@ -107,12 +113,7 @@ fn after_a_long_idle_behind_a_nat_a_waiter_is_woken_at_once() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
     proxy.drop_idle_after(DROP);
-    let client = Client::builder(proxy.url())
-        .connect_timeout(SECOND)
-        .command_timeout(COMMAND)
-        .connection_idle_timeout(Some(IDLE))
-        .build()
-        .unwrap();
+    let client = through(&proxy, COMMAND, IDLE);
     let holder = server.client();
     let lock = client.lock("nat-idle").unwrap();
     lock.lock().unwrap().unlock().unwrap();
@@ -190,12 +191,7 @@ fn a_waiter_does_not_subscribe_on_a_connection_silent_past_the_idle_timeout() {
     const COMMAND: Duration = Duration::from_secs(5);
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
-    let client = Client::builder(proxy.url())
-        .connect_timeout(SECOND)
-        .command_timeout(COMMAND)
-        .connection_idle_timeout(Some(IDLE))
-        .build()
-        .unwrap();
+    let client = through(&proxy, COMMAND, IDLE);
     let holder = server.client();
     let lock = client.lock("silent").unwrap();
     lock.lock().unwrap().unlock().unwrap();
