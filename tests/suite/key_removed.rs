@@ -63,7 +63,17 @@ fn wait_armed(con: &mut redis::Connection, keys: i64) {
     if !eventually(2 * SECOND, || info_field(con, "stats", "tracking_total_keys") >= keys) {
         println!("the server never tracked {keys} keys: going on");
     }
-    std::thread::sleep(Duration::from_millis(30));
+    // The check that follows the arming read: until the checks stop
+    // coming (30 ms without one; bounded).
+    let mut checks = calls_of(con, "hstrlen");
+    let settled = eventually(2 * SECOND, || {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = calls_of(con, "hstrlen");
+        std::mem::replace(&mut checks, now) == now
+    });
+    if !settled {
+        println!("checks kept coming: going on");
+    }
 }
 
 /// Runs `remove` on `con` and returns how long after its reply `held` was
