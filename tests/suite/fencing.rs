@@ -361,13 +361,13 @@ fn a_counter_above_the_clock_goes_on_by_one_and_at_the_limit_every_kind_refuses_
 /// primary is told next: writes, to a key in `name`'s slot, more bytes
 /// than the kernel can buffer on the replication link (the replica's
 /// largest receive buffer, `tcp_rmem`, plus the primary's largest send
-/// buffer, `tcp_wmem`: 36 MiB on Linux by default; three times that, at
-/// least 64 MiB). The primary keeps the rest in its replica output buffer
-/// (unlimited here, so that it does not drop the replica), so increments
-/// that follow are lost if the primary dies, and a replica promoted while
-/// it lives reads them only after several event-loop rounds, one kernel
-/// buffer each; the sentinel's `REPLICAOF NO ONE`, waiting in its socket,
-/// is read in the first.
+/// buffer, `tcp_wmem`, per `/proc`; three times that, at least 64 MiB).
+/// The primary keeps the rest in its replica output buffer (unlimited
+/// here, so that it does not drop the replica), so increments that follow
+/// are lost if the primary dies, and a replica promoted while it lives
+/// would read them only after three event-loop rounds or more (each reads
+/// at most a receive buffer from the link), while the sentinel's
+/// `REPLICAOF NO ONE`, already waiting in its socket, is read in the first.
 fn lag_behind(primary: &mut redis::Connection, name: &str) {
     let limit = |path: &str| -> Option<usize> {
         std::fs::read_to_string(path).ok()?.split_whitespace().nth(2)?.parse().ok()
