@@ -45,8 +45,9 @@ impl Client {
     }
 }
 
-/// Sends `commands` in one request; one reply each, error replies included.
-fn send(session: &mut Session<'_>, commands: &[redis::Cmd]) -> Result<Vec<Value>> {
+/// Sends `commands` in one request; one reply each, error replies included
+/// (also the doctor's way of running commands on a primary).
+pub(crate) fn send(session: &mut Session<'_>, commands: &[redis::Cmd]) -> Result<Vec<Value>> {
     let refs: Vec<&redis::Cmd> = commands.iter().collect();
     Ok(session.send(Request::commands(&refs))?.values)
 }

@@ -234,6 +234,9 @@
 
 // Layers, top to bottom; a module imports only from below it (or, within
 // the top layer, one way). See docs/design.md, "Modules".
+// Checking a deployment against the guarantees (over the client and the
+// admin's way of sending commands).
+mod doctor;
 // Leader election, on the lock and the operators' watch.
 mod election;
 // The kinds of lock (one module each), and the operators' view of them.
@@ -267,6 +270,7 @@ pub use admin::{
     WatchEvent,
 };
 pub use client::Client;
+pub use doctor::{Check, DoctorOptions, Figure, Level, Report, Verdict};
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
 pub use election::{
     DEFAULT_ELECTION_LEASE, Election, Leader, Leadership, LeadershipChange, LeadershipChanges,

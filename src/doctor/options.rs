@@ -1,0 +1,102 @@
+//! [`DoctorOptions`]: the settings the doctor checks the deployment
+//! against. By default the client's own; an operator's tool names those of
+//! the services instead.
+
+use std::time::Duration;
+
+use crate::config::Config;
+
+/// What [`Client::doctor`](crate::Client::doctor) checks the deployment
+/// against: the settings of the services that lock on it. Each defaults to
+/// the setting of the client that runs the doctor, so a service that
+/// checks itself at start-up passes `&DoctorOptions::default()`; the
+/// `keyholder doctor` tool, whose own client is not the services', takes
+/// them on its command line.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let options = keyholder::DoctorOptions::new()
+///     .command_timeout(Duration::from_secs(1))  // default: the client's
+///     .replica_acks(1);                          // default: the client's (none)
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoctorOptions {
+    command_timeout: Option<Duration>,
+    replica_acks: Option<Acks>,
+}
+
+/// The replica acknowledgement the services wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Acks {
+    /// Replicas to wait for; 0: none.
+    pub(super) replicas: u32,
+    /// With `WAITAOF` (`replica_acks_aof`) rather than `WAIT`.
+    pub(super) aof: bool,
+}
+
+/// The settings resolved against the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Settings {
+    pub(super) command_timeout: Duration,
+    pub(super) acks: Acks,
+}
+
+impl Settings {
+    /// The crate's defaults, for the checks' unit tests.
+    #[cfg(test)]
+    pub(super) fn default_for_tests() -> Settings {
+        Settings { command_timeout: Duration::from_secs(3), acks: Acks { replicas: 0, aof: false } }
+    }
+}
+
+impl DoctorOptions {
+    /// The client's own settings (as [`Default`]).
+    pub fn new() -> DoctorOptions {
+        DoctorOptions::default()
+    }
+
+    /// The services' command timeout
+    /// ([`ClientBuilder::command_timeout`](crate::ClientBuilder::command_timeout)),
+    /// which the `server` check holds the server's script time limit
+    /// against. Default: the client's.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> DoctorOptions {
+        self.command_timeout = Some(timeout);
+        self
+    }
+
+    /// The replicas the services' acquisitions wait for with `WAIT`
+    /// ([`ClientBuilder::replica_acks`](crate::ClientBuilder::replica_acks));
+    /// 0 for none. The `replication` check fails when fewer replicas are
+    /// connected. Default: the client's setting (none unless it set one).
+    #[must_use]
+    pub fn replica_acks(mut self, replicas: u32) -> DoctorOptions {
+        self.replica_acks = Some(Acks { replicas, aof: false });
+        self
+    }
+
+    /// As [`replica_acks`](DoctorOptions::replica_acks), for services that
+    /// wait with `WAITAOF`
+    /// ([`ClientBuilder::replica_acks_aof`](crate::ClientBuilder::replica_acks_aof)):
+    /// the `server` check warns when the server has no `WAITAOF` (Redis
+    /// before 7.2). Default: the client's setting.
+    #[must_use]
+    pub fn replica_acks_aof(mut self, replicas: u32) -> DoctorOptions {
+        self.replica_acks = Some(Acks { replicas, aof: true });
+        self
+    }
+
+    /// These options, a setting not given taken from `config`.
+    pub(super) fn settings(&self, config: &Config) -> Settings {
+        let own = config
+            .replica_acks
+            .map(|acks| Acks { replicas: acks.replicas, aof: acks.aof_local.is_some() })
+            .unwrap_or(Acks { replicas: 0, aof: false });
+        Settings {
+            command_timeout: self.command_timeout.unwrap_or(config.command_timeout),
+            acks: self.replica_acks.unwrap_or(own),
+        }
+    }
+}
