@@ -32,17 +32,24 @@ pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
         };
     }
     let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
-    let found = if addrs.is_empty() {
-        "the replicas could not be listed".to_owned()
+    let (found, listed) = if facts.info("role").is_none() {
+        (
+            "the replicas could not be listed".to_owned(),
+            format!(
+                "; nor are the replicas listed (INFO replication: {})",
+                facts.info_refused("replication").unwrap_or("no role field")
+            ),
+        )
     } else {
-        format!("{} replica(s): {}; their clocks not read", addrs.len(), addrs.join(", "))
+        (format!("{} replica(s): {}; their clocks not read", addrs.len(), addrs.join(", ")), String::new())
     };
     Check {
         found,
         figures,
         verdict: Verdict::Unknown {
-            reason: "replica clocks not read in this version: the client keeps no connection to replicas"
-                .to_owned(),
+            reason: format!(
+                "replica clocks not read in this version: the client keeps no connection to replicas{listed}"
+            ),
             confirm_by_hand: "that the primary and every replica that may replace it run NTP or chrony (slewing, \
                               not stepping) and agree within the failover's duration: compare `redis-cli TIME` \
                               on each, or `chronyc tracking` on each host"

@@ -4,10 +4,13 @@
 use clap::{Args, Parser, Subcommand};
 
 /// Inspect, list, force-unlock and watch keyholder and Redisson locks,
-/// semaphores and latches on Redis.
+/// semaphores and latches on Redis, and check the deployment.
 #[derive(Debug, Parser)]
 #[command(name = "keyholder", version, long_about = None)]
-#[command(about = "Inspect, list, force-unlock and watch keyholder and Redisson locks on Redis")]
+#[command(about = "Inspect, list, force-unlock and watch keyholder and Redisson locks on Redis, and check the deployment")]
+#[command(after_help = "Exit status: 0 done (doctor: every check ok), 1 an error (Redis unreachable, ...), \
+2 a usage error, 3 a force-unlock not confirmed, 4 a watch whose --timeout passed before --count messages, \
+5 doctor: warnings (or checks that could not tell) and no failure, 6 doctor: at least one failure.")]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) connection: Connection,
@@ -157,5 +160,33 @@ pub(crate) enum Command {
         /// --count.
         #[arg(long, value_name = "SECONDS", help_heading = "When to stop")]
         timeout: Option<f64>,
+    },
+    /// Check the deployment against keyholder's guarantees, on every
+    /// primary: eviction, persistence, replication, clocks, the server.
+    /// Read-only. Exit status 0 when every check is ok, 5 with warnings
+    /// (or checks that could not tell) and no failure, 6 with a failure;
+    /// 1 or 2 when it could not check (a connection or usage error).
+    #[command(after_help = "Exit status: 0 every check ok; 5 warnings, or checks that could not tell \
+(a command the server refused), and no failure; 6 at least one failure; 1 Redis unreachable or another \
+error; 2 a usage error. docs/operations.md, \"Checking a deployment\", explains each check.")]
+    Doctor {
+        /// The services' command timeout (ClientBuilder::command_timeout),
+        /// in seconds, which the server's script time limit is held
+        /// against; the library's default.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3.0, help_heading = "The services' settings")]
+        command_timeout: f64,
+        /// The replicas the services' acquisitions wait for
+        /// (ClientBuilder::replica_acks); none by default.
+        #[arg(
+            long,
+            value_name = "N",
+            conflicts_with = "replica_acks_aof",
+            help_heading = "The services' settings"
+        )]
+        replica_acks: Option<u32>,
+        /// As --replica-acks, waiting with WAITAOF
+        /// (ClientBuilder::replica_acks_aof).
+        #[arg(long, value_name = "N", help_heading = "The services' settings")]
+        replica_acks_aof: Option<u32>,
     },
 }

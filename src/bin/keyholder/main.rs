@@ -7,17 +7,22 @@
 //!   list [PATTERN]        the locks whose names match (SCAN, every primary)
 //!   force-unlock NAME     delete a lock whoever holds it (asks unless --yes)
 //!   watch NAME            print the name's channel's messages as they come
+//!   doctor                check the deployment against keyholder's guarantees
 //! ```
 //!
-//! Built with the `cli` feature. Exit status: 0 done, 1 an error (printed
-//! on standard error), 2 a usage error, 3 a force-unlock not confirmed, 4 a
-//! watch whose `--timeout` passed before `--count` messages came.
-//! docs/operations.md has the details.
+//! Built with the `cli` feature. Exit status: 0 done (for `doctor`: every
+//! check ok), 1 an error (printed on standard error), 2 a usage error, 3 a
+//! force-unlock not confirmed, 4 a watch whose `--timeout` passed before
+//! `--count` messages came, 5 a `doctor` report with warnings (or checks
+//! that could not tell) and no failure, 6 a `doctor` report with a
+//! failure. docs/operations.md has the details.
 //!
-//! `args.rs` is the command line, `output.rs` the tables and JSON; this
-//! file connects and runs the commands.
+//! `args.rs` is the command line, `output.rs` the tables and JSON,
+//! `doctor.rs` the doctor's report; this file connects and runs the
+//! commands.
 
 mod args;
+mod doctor;
 mod output;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -41,6 +46,11 @@ pub(crate) enum Failure {
     NotConfirmed,
     /// A watch that timed out before its count: exit status 4.
     TimedOut,
+    /// A doctor's report with warnings (or unknowns) and no failure: exit
+    /// status 5.
+    ChecksWarned,
+    /// A doctor's report with at least one failure: exit status 6.
+    ChecksFailed,
 }
 
 /// An error and its causes: `the connection to redis failed: Connection
@@ -89,6 +99,8 @@ fn main() -> ExitCode {
         }
         Err(Failure::NotConfirmed) => ExitCode::from(3),
         Err(Failure::TimedOut) => ExitCode::from(4),
+        Err(Failure::ChecksWarned) => ExitCode::from(5),
+        Err(Failure::ChecksFailed) => ExitCode::from(6),
     }
 }
 
@@ -118,6 +130,14 @@ fn run(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), Failure> {
         Command::Watch { name, count, timeout, .. } => {
             let until = Until { deadline, timeout: *timeout, count: *count };
             watch(&client, &out, name, watch_kind, until)
+        }
+        Command::Doctor { command_timeout, replica_acks, replica_acks_aof } => {
+            let services = doctor::Services {
+                command_timeout: *command_timeout,
+                replica_acks: *replica_acks,
+                replica_acks_aof: *replica_acks_aof,
+            };
+            doctor::doctor(&client, &out, &services)
         }
     }
 }

@@ -315,11 +315,11 @@ fn epoch_millis(at: SystemTime) -> u64 {
 }
 
 /// Prints one line of JSON and flushes (a `watch` is read line by line).
-fn print_json(value: &Value) -> Result<(), Failure> {
+pub(crate) fn print_json(value: &Value) -> Result<(), Failure> {
     print_text(&format!("{value}\n"))
 }
 
-fn print_text(text: &str) -> Result<(), Failure> {
+pub(crate) fn print_text(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;

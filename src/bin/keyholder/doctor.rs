@@ -1,0 +1,128 @@
+//! `keyholder doctor`: the deployment checked against keyholder's
+//! guarantees (`Client::doctor`), printed as one block per check or as
+//! JSON, and summed up in the exit status.
+
+use std::time::Duration;
+
+use keyholder::{Check, Client, DoctorOptions, Figure, Level, Report, Verdict};
+use serde_json::{Map, Value, json};
+
+use crate::output::{Output, print_json, print_text};
+use crate::{Failure, failure};
+
+/// The services' settings the deployment is checked against, as given.
+pub(crate) struct Services {
+    pub(crate) command_timeout: f64,
+    pub(crate) replica_acks: Option<u32>,
+    pub(crate) replica_acks_aof: Option<u32>,
+}
+
+/// Runs the checks and prints the report; warnings (or checks that could
+/// not tell) and failures end with their own exit statuses.
+pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Result<(), Failure> {
+    let timeout = Duration::try_from_secs_f64(services.command_timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            Failure::Usage(format!("--command-timeout {} is no positive number of seconds", services.command_timeout))
+        })?;
+    let mut options = DoctorOptions::new().command_timeout(timeout).replica_acks(0);
+    if let Some(n) = services.replica_acks {
+        options = options.replica_acks(n);
+    }
+    if let Some(n) = services.replica_acks_aof {
+        options = options.replica_acks_aof(n);
+    }
+    let report = client.doctor(&options).map_err(failure)?;
+    if out.json {
+        print_json(&report_json(&report))?;
+    } else {
+        print_text(&report_text(&report))?;
+    }
+    match report.worst() {
+        Level::Ok => Ok(()),
+        Level::Fail => Err(Failure::ChecksFailed),
+        _ => Err(Failure::ChecksWarned),
+    }
+}
+
+/// One block per check, then the notes and the sum.
+fn report_text(report: &Report) -> String {
+    let mut text = String::new();
+    for check in &report.checks {
+        let title = match &check.node {
+            Some(node) => format!("{} on {node}", check.name),
+            None => check.name.to_owned(),
+        };
+        text.push_str(&format!("{title}: {}\n", check.verdict.as_str().to_uppercase()));
+        let mut rows = vec![("found", check.found.clone())];
+        if let Verdict::Unknown { reason, confirm_by_hand } = &check.verdict {
+            rows.push(("why unknown", reason.clone()));
+            rows.push(("confirm", confirm_by_hand.clone()));
+        }
+        rows.push(("meaning", check.meaning.clone()));
+        rows.push(("guarantee", check.guarantee.to_owned()));
+        rows.push(("docs", check.docs.to_owned()));
+        if let Some(fix) = &check.fix {
+            rows.push(("fix", fix.clone()));
+        }
+        for (label, value) in rows {
+            text.push_str(&format!("  {label:<13}{value}\n"));
+        }
+        text.push('\n');
+    }
+    for note in &report.notes {
+        text.push_str(&format!("note: {note}\n"));
+    }
+    let count = |level: Level| report.checks.iter().filter(|c| c.verdict.level() == level).count();
+    text.push_str(&format!(
+        "verdict: {} ({} ok, {} warn or unknown, {} fail)",
+        report.worst(),
+        count(Level::Ok),
+        count(Level::Warn),
+        count(Level::Fail)
+    ));
+    text.push('\n');
+    text
+}
+
+/// The report as one JSON object.
+fn report_json(report: &Report) -> Value {
+    json!({
+        "worst": report.worst().as_str(),
+        "checks": report.checks.iter().map(check_json).collect::<Vec<_>>(),
+        "notes": report.notes,
+    })
+}
+
+fn check_json(check: &Check) -> Value {
+    let (reason, confirm) = match &check.verdict {
+        Verdict::Unknown { reason, confirm_by_hand } => (Some(reason), Some(confirm_by_hand)),
+        _ => (None, None),
+    };
+    let mut figures = Map::new();
+    for (name, figure) in &check.figures {
+        let (key, value) = match figure {
+            Figure::Number(n) => ((*name).to_owned(), json!(n)),
+            Figure::Duration(d) => (format!("{name}_ms"), json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+            Figure::Flag(b) => ((*name).to_owned(), json!(b)),
+            Figure::Text(t) => ((*name).to_owned(), json!(t)),
+            other => ((*name).to_owned(), json!(other.to_string())),
+        };
+        figures.insert(key, value);
+    }
+    json!({
+        "name": check.name,
+        "node": check.node,
+        "verdict": check.verdict.as_str(),
+        "level": check.verdict.level().as_str(),
+        "found": check.found,
+        "figures": figures,
+        "reason": reason,
+        "confirm_by_hand": confirm,
+        "meaning": check.meaning,
+        "guarantee": check.guarantee,
+        "docs": check.docs,
+        "fix": check.fix,
+    })
+}
