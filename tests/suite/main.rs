@@ -40,6 +40,7 @@ mod scripts_spin_lock;
 mod acl;
 mod barging;
 mod connections;
+mod doctor;
 mod election;
 mod fair_lock;
 mod foreign_unlock;

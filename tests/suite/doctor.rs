@@ -1,0 +1,212 @@
+//! `Client::doctor` (issue 37, first slice) against real servers, each
+//! configured to pass and to fail a check: eviction (`maxmemory` with
+//! `allkeys-lru`, `volatile-lru`, `noeviction`), persistence (AOF off and
+//! on), replication (a replica, the acknowledgements asked of it,
+//! `min-replicas-to-write`), clocks (no replica; a replica's clock not
+//! read), the server (its version; `WAITAOF` asked of a server without
+//! it), an ACL user denied `CONFIG` (the `INFO` fallback) and `INFO` too
+//! (every check unknown, none ok), every primary of a Redis Cluster, and a
+//! server that cannot be reached (an error, no report).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{RedisServer, ServerExt};
+use keyholder::{Check, Client, DoctorOptions, ErrorKind, Figure, Level, Report, Verdict};
+use keyholder_testkit::cluster::RedisCluster;
+
+fn doctor(client: &Client, options: &DoctorOptions) -> Report {
+    client.doctor(options).unwrap()
+}
+
+#[track_caller]
+fn the<'r>(report: &'r Report, name: &str) -> &'r Check {
+    let mut found = report.checks.iter().filter(|c| c.name == name);
+    let check = found.next().unwrap_or_else(|| panic!("no {name} check: {report:#?}"));
+    assert!(found.next().is_none(), "one {name} check on one server: {report:#?}");
+    check
+}
+
+fn is_unknown(check: &Check) -> bool {
+    matches!(check.verdict, Verdict::Unknown { .. })
+}
+
+#[test]
+fn eviction_fails_with_an_evicting_policy_and_passes_without_a_limit_or_with_noeviction() {
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let server = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", policy]);
+        let report = doctor(&server.client(), &DoctorOptions::default());
+        let eviction = the(&report, "eviction");
+        assert_eq!(eviction.verdict, Verdict::Fail, "{policy}: {eviction:#?}");
+        assert_eq!(eviction.figure("maxmemory"), Some(&Figure::Number(10 * 1024 * 1024)));
+        assert_eq!(eviction.figure("maxmemory_policy"), Some(&Figure::Text(policy.to_owned())));
+        assert!(eviction.fix.as_deref().unwrap().contains("noeviction"), "{eviction:#?}");
+        assert_eq!(report.worst(), Level::Fail);
+    }
+    let unlimited = RedisServer::start();
+    let eviction = the(&doctor(&unlimited.client(), &DoctorOptions::default()), "eviction").clone();
+    assert_eq!(eviction.verdict, Verdict::Ok, "{eviction:#?}");
+    let noeviction = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]);
+    let eviction = the(&doctor(&noeviction.client(), &DoctorOptions::default()), "eviction").clone();
+    assert_eq!(eviction.verdict, Verdict::Ok, "{eviction:#?}");
+    assert_eq!(eviction.fix, None);
+}
+
+#[test]
+fn persistence_warns_without_aof_and_passes_with_it() {
+    let volatile = RedisServer::start();
+    let report = doctor(&volatile.client(), &DoctorOptions::default());
+    let persistence = the(&report, "persistence");
+    assert_eq!(persistence.verdict, Verdict::Warn, "{persistence:#?}");
+    assert_eq!(persistence.figure("appendonly"), Some(&Figure::Flag(false)));
+    assert!(persistence.meaning.contains("every held lock"), "{persistence:#?}");
+    assert!(persistence.meaning.contains("fencing tokens are not lost"), "{persistence:#?}");
+    // The testkit's default server: no AOF, nothing else wrong.
+    assert_eq!(report.worst(), Level::Warn, "{report:#?}");
+
+    let durable = RedisServer::start_with_args(&["--appendonly", "yes", "--appendfsync", "everysec"]);
+    let report = doctor(&durable.client(), &DoctorOptions::default());
+    let persistence = the(&report, "persistence");
+    assert_eq!(persistence.verdict, Verdict::Ok, "{persistence:#?}");
+    assert!(persistence.meaning.contains("last second"), "{persistence:#?}");
+    assert_eq!(report.worst(), Level::Ok, "{report:#?}");
+}
+
+#[test]
+fn the_server_check_names_the_version_and_warns_when_waitaof_is_wanted_but_missing() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let check = the(&doctor(&client, &DoctorOptions::default()), "server").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    let Some(Figure::Text(version)) = check.figure("version") else { panic!("{check:#?}") };
+    assert!(version.starts_with(|c: char| c.is_ascii_digit()), "{version}");
+    assert!(check.figure("busy_reply_threshold").is_some(), "{check:#?}");
+    assert_eq!(check.figure("command_timeout"), Some(&Figure::Duration(Duration::from_secs(2))));
+
+    // Services that wait with WAITAOF: a warning where the server lacks
+    // it (Redis before 7.2), ok where it has it (Redis 7.2+, Valkey).
+    let check = the(&doctor(&client, &DoctorOptions::new().replica_acks_aof(1)), "server").clone();
+    if keyholder_testkit::server_version().has_waitaof() {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    } else {
+        assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+        assert!(check.meaning.contains("WAITAOF"), "{check:#?}");
+    }
+}
+
+#[test]
+fn replication_checks_the_acknowledgements_asked_against_the_replicas_present() {
+    let primary = RedisServer::start();
+    let client = primary.client();
+    // No replica, no acknowledgement asked: nothing a failover can lose.
+    let alone = doctor(&client, &DoctorOptions::default());
+    assert_eq!(the(&alone, "replication").verdict, Verdict::Ok, "{alone:#?}");
+    assert_eq!(the(&alone, "clocks").verdict, Verdict::Ok, "{alone:#?}");
+    // One acknowledgement asked of no replica: every acquisition would wait
+    // and come back unacknowledged.
+    let check = the(&doctor(&client, &DoctorOptions::new().replica_acks(1)), "replication").clone();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+    assert!(check.meaning.contains("0 are online"), "{check:#?}");
+
+    let replica = RedisServer::start_replica_of(&primary);
+    // A replica, no acknowledgement asked: a failover can lose holds.
+    let check = the(&doctor(&client, &DoctorOptions::default()), "replication").clone();
+    assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+    assert_eq!(check.figure("online_replicas"), Some(&Figure::Number(1)));
+    assert!(check.fix.as_deref().unwrap().contains("replica_acks"), "{check:#?}");
+    // As many acknowledgements as replicas: ok; more: a failure.
+    let check = the(&doctor(&client, &DoctorOptions::new().replica_acks(1)), "replication").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    let check = the(&doctor(&client, &DoctorOptions::new().replica_acks(2)), "replication").clone();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+
+    // The replica's clock is not read in this version: said so, not ok.
+    let clocks = the(&doctor(&client, &DoctorOptions::default()), "clocks").clone();
+    let Verdict::Unknown { reason, confirm_by_hand } = &clocks.verdict else { panic!("{clocks:#?}") };
+    assert!(reason.starts_with("replica clocks not read in this version"), "{reason}");
+    assert!(confirm_by_hand.contains("TIME"), "{confirm_by_hand}");
+    assert!(clocks.found.contains(&format!(":{}", replica.port())), "{clocks:#?}");
+}
+
+#[test]
+fn min_replicas_to_write_above_the_replicas_present_fails() {
+    let primary = RedisServer::start_with_args(&["--min-replicas-to-write", "2", "--min-replicas-max-lag", "10"]);
+    // The client connects before any write; the doctor writes nothing.
+    let client = primary.client();
+    let check = the(&doctor(&client, &DoctorOptions::default()), "replication").clone();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+    assert_eq!(check.figure("min_replicas_to_write"), Some(&Figure::Number(2)));
+    assert!(check.meaning.contains("NOREPLICAS"), "{check:#?}");
+}
+
+/// Creates (or resets) the ACL user `name` with password `pw` and `rules`.
+fn set_user(con: &mut redis::Connection, name: &str, rules: &[&str]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
+    for rule in rules {
+        cmd.arg(*rule);
+    }
+    let _: () = cmd.query(con).unwrap();
+}
+
+#[test]
+fn a_user_denied_config_is_checked_from_info_and_one_denied_info_too_gets_unknowns_never_ok() {
+    let server = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut con = server.conn();
+    let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
+    let mut client = |rules: &[&str]| {
+        set_user(&mut con, "doctor", rules);
+        Client::builder(url.clone()).connect_timeout(Duration::from_secs(2)).build().unwrap()
+    };
+
+    // As a managed service: CONFIG refused, INFO given.
+    let report = doctor(&client(&["~*", "&*", "+@all", "-config"]), &DoctorOptions::default());
+    let eviction = the(&report, "eviction");
+    assert_eq!(eviction.verdict, Verdict::Fail, "{eviction:#?}");
+    assert_eq!(eviction.figure("source"), Some(&Figure::Text("INFO memory".to_owned())));
+    let persistence = the(&report, "persistence");
+    assert_eq!(persistence.verdict, Verdict::Warn, "AOF off, read from INFO: {persistence:#?}");
+    let server_check = the(&report, "server");
+    assert_eq!(server_check.verdict, Verdict::Ok, "{server_check:#?}");
+    assert!(server_check.found.contains("busy-reply-threshold not read"), "{server_check:#?}");
+
+    // CONFIG and INFO refused: nothing can be told, and nothing is ok.
+    let report = doctor(&client(&["~*", "&*", "+@all", "-config", "-info"]), &DoctorOptions::default());
+    for check in &report.checks {
+        let Verdict::Unknown { reason, confirm_by_hand } = &check.verdict else {
+            panic!("{} is not unknown: {check:#?}", check.name)
+        };
+        assert!(reason.contains("NOPERM"), "{}: {reason}", check.name);
+        assert!(!confirm_by_hand.is_empty(), "{}", check.name);
+    }
+    assert_eq!(report.checks.len(), 5, "{report:#?}");
+    assert_eq!(report.worst(), Level::Warn);
+}
+
+#[test]
+fn on_a_cluster_every_primary_is_checked() {
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    let report = doctor(&client, &DoctorOptions::default());
+    let primaries = cluster.primaries();
+    for name in ["eviction", "persistence", "replication", "clocks", "server"] {
+        let mut nodes: Vec<&str> =
+            report.checks.iter().filter(|c| c.name == name).filter_map(|c| c.node.as_deref()).collect();
+        nodes.sort_unstable();
+        let mut expected: Vec<String> = primaries.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        expected.sort_unstable();
+        assert_eq!(nodes, expected, "{name}: {report:#?}");
+    }
+    assert!(report.checks.iter().all(|c| !is_unknown(c) || c.name == "clocks"), "{report:#?}");
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_is_an_error_not_a_report() {
+    let mut server = RedisServer::start();
+    let client = server.builder().command_timeout(Duration::from_millis(500)).build().unwrap();
+    server.stop();
+    let err = client.doctor(&DoctorOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+}
