@@ -602,3 +602,100 @@ fn force_unlock_on_a_cluster_frees_the_lock_on_its_node_and_wakes_the_waiter() {
     assert!(recv_within(&waiting, 10 * SECOND, "the waiter"), "the waiter got the lock");
     assert!(guard.unlock().is_err(), "the old holder's release finds the lock gone");
 }
+
+/// `keyholder doctor`'s exit statuses tell the verdicts apart from a
+/// failure to check: 0 every check ok (AOF on, no limit), 5 warnings only
+/// (the testkit's server keeps no AOF), 6 a failure (`allkeys-lru` under a
+/// limit), 1 Redis unreachable, 2 a usage error; `--json` gives the same
+/// report as one object.
+#[test]
+fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() {
+    let durable = RedisServer::start_with_args(&["--appendonly", "yes"]);
+    let table = expect_exit(&run(&["--url", &durable.url(), "doctor"]), 0);
+    for block in ["eviction: OK", "persistence: OK", "replication: OK", "clocks: OK", "server: OK"] {
+        assert!(table.contains(block), "{block}: {table}");
+    }
+    assert!(table.contains("guarantee    Mutual exclusion while the lease holds"), "{table}");
+    assert!(table.trim_end().ends_with("verdict: ok (5 ok, 0 warn or unknown, 0 fail)"), "{table}");
+
+    let volatile = RedisServer::start();
+    let table = expect_exit(&run(&["--url", &volatile.url(), "doctor"]), 5);
+    assert!(table.contains("persistence: WARN"), "{table}");
+    assert!(table.contains("fix          appendonly yes"), "{table}");
+
+    let evicting = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let parsed = json(&expect_exit(&run(&["--url", &evicting.url(), "--json", "doctor"]), 6));
+    assert_eq!(parsed["worst"], "fail");
+    let checks = parsed["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["eviction", "persistence", "replication", "clocks", "server"]);
+    let eviction = &checks[0];
+    assert_eq!(eviction["verdict"], "fail");
+    assert_eq!(eviction["figures"]["maxmemory"], 10 * 1024 * 1024);
+    assert_eq!(eviction["figures"]["maxmemory_policy"], "allkeys-lru");
+    assert_eq!(eviction["docs"], "docs/operations.md#eviction");
+    assert!(eviction["fix"].as_str().unwrap().contains("noeviction"), "{eviction}");
+    assert_eq!(checks[4]["figures"]["command_timeout_ms"], 3000, "the library's default");
+
+    // The services' settings: one replica acknowledgement asked of none.
+    let parsed = json(&expect_exit(
+        &run(&["--url", &durable.url(), "--json", "doctor", "--replica-acks", "1", "--command-timeout", "1.5"]),
+        6,
+    ));
+    let replication = &parsed["checks"][2];
+    assert_eq!((&replication["name"], &replication["verdict"]), (&"replication".into(), &"fail".into()));
+    assert_eq!(replication["figures"]["replica_acks"], 1);
+    assert_eq!(parsed["checks"][4]["figures"]["command_timeout_ms"], 1500);
+
+    // Could not check: Redis unreachable (1), a usage error (2).
+    let nowhere = format!("redis://127.0.0.1:{}/", common::free_port());
+    let output = run(&["--url", &nowhere, "doctor"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(output.stdout.is_empty(), "no report: {}", text(&output.stdout));
+    for args in [
+        &["--url", durable.url().as_str(), "doctor", "--replica-acks", "1", "--replica-acks-aof", "1"][..],
+        &["--url", durable.url().as_str(), "doctor", "--command-timeout", "0"],
+    ] {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));
+    }
+    let help = text(&run(&["doctor", "--help"]).stdout);
+    for status in ["0 every check ok", "5 warnings", "6 at least one failure"] {
+        assert!(help.contains(status), "{status}: {help}");
+    }
+}
+
+/// An ACL user denied `CONFIG` and `INFO`: every check says what to
+/// confirm by hand, and the tool exits 5, never 0.
+#[test]
+fn doctor_as_a_user_denied_config_and_info_reports_unknowns_and_exits_5() {
+    let server = RedisServer::start_with_args(&["--appendonly", "yes"]);
+    let mut con = server.conn();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "doctor", "reset", "on", ">pw", "~*", "&*", "+@all", "-config", "-info"])
+        .query(&mut con)
+        .unwrap();
+    let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
+    let table = expect_exit(&run(&["--url", &url, "doctor"]), 5);
+    assert_eq!(table.matches(": UNKNOWN").count(), 5, "{table}");
+    assert_eq!(table.matches("  confirm      ").count(), 5, "{table}");
+    assert!(table.contains("NOPERM"), "{table}");
+}
+
+/// On a cluster the tool checks every primary, each block naming its node.
+#[test]
+fn doctor_on_a_cluster_checks_every_primary() {
+    let cluster = RedisCluster::shared();
+    let mut args = cluster_args(cluster);
+    args.extend(["--json".to_owned(), "doctor".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&args);
+    assert!(matches!(output.status.code(), Some(0 | 5 | 6)), "{}", text(&output.stderr));
+    let parsed = json(&text(&output.stdout));
+    let checks = parsed["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 5 * cluster.primaries().len(), "{parsed}");
+    for port in cluster.primaries() {
+        let node = format!("127.0.0.1:{port}");
+        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 5, "{node}: {parsed}");
+    }
+}
