@@ -270,8 +270,8 @@ pub use admin::{
     WatchEvent,
 };
 pub use client::Client;
-pub use doctor::{Check, DoctorOptions, Figure, Level, Report, Verdict};
 pub use config::{ClientBuilder, MIN_WATCHDOG_TIMEOUT};
+pub use doctor::{Check, DoctorOptions, Figure, Level, Report, Verdict};
 pub use election::{
     DEFAULT_ELECTION_LEASE, Election, Leader, Leadership, LeadershipChange, LeadershipChanges,
 };

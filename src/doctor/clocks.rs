@@ -25,9 +25,10 @@ pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
             found: "no replicas".to_owned(),
             figures,
             verdict: Verdict::Ok,
-            meaning: "no replica can replace this primary, so no other clock mints after a loss; a restart on \
+            meaning:
+                "no replica can replace this primary, so no other clock mints after a loss; a restart on \
                       the same host keeps the fencing sequence rising unless its clock steps back"
-                .to_owned(),
+                    .to_owned(),
             ..blank(NAME, GUARANTEE, DOCS)
         };
     }

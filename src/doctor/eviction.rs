@@ -15,39 +15,42 @@ const DOCS: &str = "docs/operations.md#eviction";
 pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
     // CONFIG GET first; INFO memory (which managed services usually keep)
     // when CONFIG is refused.
-    let (maxmemory, policy, source) = match (facts.config_number("maxmemory"), facts.config("maxmemory-policy")) {
-        (Some(bytes), Some(policy)) => (bytes, policy.to_owned(), "CONFIG GET"),
-        _ => match (facts.info_number("maxmemory"), facts.info("maxmemory_policy")) {
-            (Some(bytes), Some(policy)) => (bytes, policy.to_owned(), "INFO memory"),
-            _ => {
-                let reason = format!(
-                    "CONFIG GET maxmemory-policy: {}; INFO memory: {}",
-                    facts.config_refused().unwrap_or("not given"),
-                    facts.info_refused("memory").unwrap_or("no maxmemory or maxmemory_policy field")
-                );
-                return Check {
-                    found: "maxmemory and maxmemory-policy not readable".to_owned(),
-                    verdict: Verdict::Unknown {
-                        reason,
-                        confirm_by_hand: "in the service's settings (parameter group, console): \
+    let (maxmemory, policy, source) =
+        match (facts.config_number("maxmemory"), facts.config("maxmemory-policy")) {
+            (Some(bytes), Some(policy)) => (bytes, policy.to_owned(), "CONFIG GET"),
+            _ => match (facts.info_number("maxmemory"), facts.info("maxmemory_policy")) {
+                (Some(bytes), Some(policy)) => (bytes, policy.to_owned(), "INFO memory"),
+                _ => {
+                    let reason = format!(
+                        "CONFIG GET maxmemory-policy: {}; INFO memory: {}",
+                        facts.config_refused().unwrap_or("not given"),
+                        facts.info_refused("memory").unwrap_or("no maxmemory or maxmemory_policy field")
+                    );
+                    return Check {
+                        found: "maxmemory and maxmemory-policy not readable".to_owned(),
+                        verdict: Verdict::Unknown {
+                            reason,
+                            confirm_by_hand: "in the service's settings (parameter group, console): \
                                           maxmemory-policy is noeviction, or maxmemory is 0"
-                            .to_owned(),
-                    },
-                    meaning: "an eviction policy other than noeviction would drop held locks under memory \
+                                .to_owned(),
+                        },
+                        meaning:
+                            "an eviction policy other than noeviction would drop held locks under memory \
                               pressure"
-                        .to_owned(),
-                    fix: Some("set maxmemory-policy noeviction (or confirm it is)".to_owned()),
-                    ..blank(NAME, GUARANTEE, DOCS)
-                };
-            }
-        },
-    };
+                                .to_owned(),
+                        fix: Some("set maxmemory-policy noeviction (or confirm it is)".to_owned()),
+                        ..blank(NAME, GUARANTEE, DOCS)
+                    };
+                }
+            },
+        };
     let figures = vec![
         ("maxmemory", Figure::Number(maxmemory)),
         ("maxmemory_policy", Figure::Text(policy.clone())),
         ("source", Figure::Text(source.to_owned())),
     ];
-    let found = format!("maxmemory {maxmemory} ({}), maxmemory-policy {policy} (from {source})", size(maxmemory));
+    let found =
+        format!("maxmemory {maxmemory} ({}), maxmemory-policy {policy} (from {source})", size(maxmemory));
     let (verdict, meaning, fix) = if maxmemory == 0 {
         (
             Verdict::Ok,

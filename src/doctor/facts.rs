@@ -234,7 +234,10 @@ mod tests {
         assert_eq!(info.get("maxmemory_policy").map(String::as_str), Some("allkeys-lru"));
         assert!(!info.keys().any(|k| k.starts_with('#')), "{info:?}");
         // A value may hold colons (an IPv6 address, a path).
-        assert_eq!(parse_info("executable:/usr/bin/redis-server\nx:a:b").get("x").map(String::as_str), Some("a:b"));
+        assert_eq!(
+            parse_info("executable:/usr/bin/redis-server\nx:a:b").get("x").map(String::as_str),
+            Some("a:b")
+        );
     }
 
     #[test]

@@ -95,7 +95,8 @@ pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
                         "AOF is on, but CONFIG GET appendfsync: {}",
                         facts.config_refused().unwrap_or("not given")
                     ),
-                    confirm_by_hand: "in the service's settings: appendfsync is everysec or always".to_owned(),
+                    confirm_by_hand: "in the service's settings: appendfsync is everysec or always"
+                        .to_owned(),
                 },
                 meaning: format!("with appendfsync no a host crash loses about 30 s of holds; {TOKENS}"),
                 fix: Some("appendfsync everysec (or always)".to_owned()),

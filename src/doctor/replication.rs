@@ -27,11 +27,13 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                     "INFO replication: {}",
                     facts.info_refused("replication").unwrap_or("no role field")
                 ),
-                confirm_by_hand: "in the service's console: how many replicas the primary has, that they are \
+                confirm_by_hand:
+                    "in the service's console: how many replicas the primary has, that they are \
                                   in sync, and that the services' replica_acks does not exceed them"
-                    .to_owned(),
+                        .to_owned(),
             },
-            meaning: "replication is asynchronous: a failover can lose holds no replica acknowledged".to_owned(),
+            meaning: "replication is asynchronous: a failover can lose holds no replica acknowledged"
+                .to_owned(),
             ..blank(NAME, GUARANTEE, DOCS)
         };
     };
@@ -161,7 +163,8 @@ mod tests {
                        slave1:ip=10.0.0.3,port=6379,state=online,offset=9,lag=1\r\n";
 
     fn run_on(info: &str, config: &[(&str, &str)], acks: u32) -> Check {
-        let settings = Settings { acks: Acks { replicas: acks, aof: false }, ..Settings::default_for_tests() };
+        let settings =
+            Settings { acks: Acks { replicas: acks, aof: false }, ..Settings::default_for_tests() };
         run(&Facts::from_parts(info, config, None), &settings)
     }
 
@@ -187,7 +190,8 @@ mod tests {
     #[test]
     fn replicas_without_acknowledgements_or_lagging_warn() {
         assert_eq!(run_on(TWO, &[], 0).verdict, Verdict::Warn);
-        let lagging = "role:master\r\nconnected_slaves:1\r\nslave0:ip=a,port=1,state=online,offset=1,lag=9\r\n";
+        let lagging =
+            "role:master\r\nconnected_slaves:1\r\nslave0:ip=a,port=1,state=online,offset=1,lag=9\r\n";
         let c = run_on(lagging, &[], 1);
         assert_eq!(c.verdict, Verdict::Warn);
         assert!(c.found.contains("a:1 (online, lag 9 s)"), "{}", c.found);

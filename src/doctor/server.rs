@@ -55,9 +55,10 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
             found: "the server's version not readable".to_owned(),
             verdict: Verdict::Unknown {
                 reason,
-                confirm_by_hand: "the engine and version in the service's console: Redis 5.0 or newer (7.0+ for \
+                confirm_by_hand:
+                    "the engine and version in the service's console: Redis 5.0 or newer (7.0+ for \
                                   shard channels on a cluster, 7.2+ for WAITAOF), or Valkey"
-                    .to_owned(),
+                        .to_owned(),
             },
             meaning: "keyholder runs on Redis 5 or newer, or Valkey".to_owned(),
             ..blank(NAME, GUARANTEE, DOCS)
@@ -85,7 +86,8 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
         .or_else(|| facts.config_number("lua-time-limit"))
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
-    let mut figures = vec![("server", Figure::Text(server.to_owned())), ("version", Figure::Text(version.to_string()))];
+    let mut figures =
+        vec![("server", Figure::Text(server.to_owned())), ("version", Figure::Text(version.to_string()))];
     let names: Vec<&str> = lacks.iter().map(|(name, _)| *name).collect();
     figures.push(("lacks", Figure::Text(names.join(","))));
     if let Some(threshold) = threshold {
@@ -120,7 +122,9 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
     let (verdict, meaning, fix) = if !valkey && version < Version(MINIMUM.0, MINIMUM.1, 0) {
         (
             Verdict::Fail,
-            format!("Redis {version} is older than the oldest keyholder supports (5.0): its scripts may fail"),
+            format!(
+                "Redis {version} is older than the oldest keyholder supports (5.0): its scripts may fail"
+            ),
             Some("upgrade to Redis 7.2 or newer, or Valkey".to_owned()),
         )
     } else if settings.acks.aof && !waitaof {
@@ -166,7 +170,11 @@ mod tests {
     fn redis_below_five_fails_and_newer_passes() {
         let old = run_on("redis_version:4.0.14\r\n", &[], Settings::default_for_tests());
         assert_eq!(old.verdict, Verdict::Fail);
-        let seven = run_on("redis_version:7.0.15\r\n", &[("busy-reply-threshold", "5000")], Settings::default_for_tests());
+        let seven = run_on(
+            "redis_version:7.0.15\r\n",
+            &[("busy-reply-threshold", "5000")],
+            Settings::default_for_tests(),
+        );
         assert_eq!(seven.verdict, Verdict::Ok);
         assert!(seven.found.contains("WAITAOF"), "{}", seven.found);
         assert!(seven.found.contains("time out before the server answers BUSY"), "{}", seven.found);

@@ -623,7 +623,8 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
     assert!(table.contains("persistence: WARN"), "{table}");
     assert!(table.contains("fix          appendonly yes"), "{table}");
 
-    let evicting = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let evicting =
+        RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
     let parsed = json(&expect_exit(&run(&["--url", &evicting.url(), "--json", "doctor"]), 6));
     assert_eq!(parsed["worst"], "fail");
     let checks = parsed["checks"].as_array().unwrap();
@@ -639,7 +640,16 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
 
     // The services' settings: one replica acknowledgement asked of none.
     let parsed = json(&expect_exit(
-        &run(&["--url", &durable.url(), "--json", "doctor", "--replica-acks", "1", "--command-timeout", "1.5"]),
+        &run(&[
+            "--url",
+            &durable.url(),
+            "--json",
+            "doctor",
+            "--replica-acks",
+            "1",
+            "--command-timeout",
+            "1.5",
+        ]),
         6,
     ));
     let replication = &parsed["checks"][2];

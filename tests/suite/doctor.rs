@@ -48,7 +48,8 @@ fn eviction_fails_with_an_evicting_policy_and_passes_without_a_limit_or_with_noe
     let unlimited = RedisServer::start();
     let eviction = the(&doctor(&unlimited.client(), &DoctorOptions::default()), "eviction").clone();
     assert_eq!(eviction.verdict, Verdict::Ok, "{eviction:#?}");
-    let noeviction = RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]);
+    let noeviction =
+        RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]);
     let eviction = the(&doctor(&noeviction.client(), &DoctorOptions::default()), "eviction").clone();
     assert_eq!(eviction.verdict, Verdict::Ok, "{eviction:#?}");
     assert_eq!(eviction.fix, None);
@@ -132,7 +133,8 @@ fn replication_checks_the_acknowledgements_asked_against_the_replicas_present() 
 
 #[test]
 fn min_replicas_to_write_above_the_replicas_present_fails() {
-    let primary = RedisServer::start_with_args(&["--min-replicas-to-write", "2", "--min-replicas-max-lag", "10"]);
+    let primary =
+        RedisServer::start_with_args(&["--min-replicas-to-write", "2", "--min-replicas-max-lag", "10"]);
     // The client connects before any write; the doctor writes nothing.
     let client = primary.client();
     let check = the(&doctor(&client, &DoctorOptions::default()), "replication").clone();

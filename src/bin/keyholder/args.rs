@@ -7,7 +7,9 @@ use clap::{Args, Parser, Subcommand};
 /// semaphores and latches on Redis, and check the deployment.
 #[derive(Debug, Parser)]
 #[command(name = "keyholder", version, long_about = None)]
-#[command(about = "Inspect, list, force-unlock and watch keyholder and Redisson locks on Redis, and check the deployment")]
+#[command(
+    about = "Inspect, list, force-unlock and watch keyholder and Redisson locks on Redis, and check the deployment"
+)]
 #[command(after_help = "Exit status: 0 done (doctor: every check ok), 1 an error (Redis unreachable, ...), \
 2 a usage error, 3 a force-unlock not confirmed, 4 a watch whose --timeout passed before --count messages, \
 5 doctor: warnings (or checks that could not tell) and no failure, 6 doctor: at least one failure.")]

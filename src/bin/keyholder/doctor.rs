@@ -24,7 +24,10 @@ pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Resu
         .ok()
         .filter(|t| !t.is_zero())
         .ok_or_else(|| {
-            Failure::Usage(format!("--command-timeout {} is no positive number of seconds", services.command_timeout))
+            Failure::Usage(format!(
+                "--command-timeout {} is no positive number of seconds",
+                services.command_timeout
+            ))
         })?;
     let mut options = DoctorOptions::new().command_timeout(timeout).replica_acks(0);
     if let Some(n) = services.replica_acks {
@@ -104,7 +107,9 @@ fn check_json(check: &Check) -> Value {
     for (name, figure) in &check.figures {
         let (key, value) = match figure {
             Figure::Number(n) => ((*name).to_owned(), json!(n)),
-            Figure::Duration(d) => (format!("{name}_ms"), json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+            Figure::Duration(d) => {
+                (format!("{name}_ms"), json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+            }
             Figure::Flag(b) => ((*name).to_owned(), json!(b)),
             Figure::Text(t) => ((*name).to_owned(), json!(t)),
             other => ((*name).to_owned(), json!(other.to_string())),
