@@ -93,8 +93,10 @@ pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
 /// Bytes in words: `10 MiB`.
 fn size(bytes: i64) -> String {
     const MIB: i64 = 1024 * 1024;
+    const GIB: i64 = 1024 * MIB;
     match bytes {
         0 => "no limit".to_owned(),
+        b if b % GIB == 0 => format!("{} GiB", b / GIB),
         b if b % MIB == 0 => format!("{} MiB", b / MIB),
         b => format!("{b} bytes"),
     }
@@ -119,6 +121,8 @@ mod tests {
         }
         let volatile = verdict("", &[("maxmemory", "1"), ("maxmemory-policy", "volatile-lru")], None);
         assert!(volatile.meaning.contains("with a TTL"), "{}", volatile.meaning);
+        let big = verdict("", &[("maxmemory", "2147483648"), ("maxmemory-policy", "allkeys-lfu")], None);
+        assert!(big.found.contains("(2 GiB)"), "{}", big.found);
     }
 
     #[test]

@@ -14,8 +14,10 @@ const NAME: &str = "replication";
 const GUARANTEE: &str = "Failover with asynchronous replication (replica_acks)";
 const DOCS: &str = "docs/guarantees.md#failover-with-asynchronous-replication";
 
-/// A replica whose last acknowledgement is older than this lags.
-const MAX_LAG_SECS: i64 = 1;
+/// A replica whose last acknowledgement is older than this lags. Replicas
+/// acknowledge once a second and `lag` is counted in whole seconds, so 0 to
+/// 2 is a replica in step.
+const MAX_LAG_SECS: i64 = 2;
 
 /// The replication check of one primary.
 pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
@@ -109,7 +111,15 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                 "the services wait for {acks} replica(s) but {online} are online: every acquisition waits its \
                  acknowledgement timeout and comes back unacknowledged (refused with replica_acks_required)"
             ),
-            Some(format!("add replicas, or lower replica_acks to at most {online}")),
+            Some(if connected > online {
+                format!(
+                    "{} replica(s) connected but not in sync yet (see their state): once they are online, check \
+                     again; otherwise add replicas, or ask for at most {online} acknowledgement(s)",
+                    connected - online
+                )
+            } else {
+                format!("add replicas, or ask for at most {online} acknowledgement(s)")
+            }),
         )
     } else if !lagging.is_empty() {
         (
@@ -191,10 +201,10 @@ mod tests {
     fn replicas_without_acknowledgements_or_lagging_warn() {
         assert_eq!(run_on(TWO, &[], 0).verdict, Verdict::Warn);
         let lagging =
-            "role:master\r\nconnected_slaves:1\r\nslave0:ip=a,port=1,state=online,offset=1,lag=9\r\n";
+            "role:master\r\nconnected_slaves:1\r\nslave0:ip=a,port=1,state=online,offset=1,lag=3\r\n";
         let c = run_on(lagging, &[], 1);
         assert_eq!(c.verdict, Verdict::Warn);
-        assert!(c.found.contains("a:1 (online, lag 9 s)"), "{}", c.found);
+        assert!(c.found.contains("a:1 (online, lag 3 s)"), "{}", c.found);
     }
 
     #[test]
