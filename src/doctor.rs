@@ -115,18 +115,3 @@ impl Client {
         Ok(Report { checks, notes: vec![NOT_YET.to_owned()] })
     }
 }
-
-/// A check with nothing found yet: `ok`, no figures, no fix.
-fn blank(name: &'static str, guarantee: &'static str, docs: &'static str) -> Check {
-    Check {
-        name,
-        node: None,
-        found: String::new(),
-        figures: Vec::new(),
-        verdict: Verdict::Ok,
-        meaning: String::new(),
-        guarantee,
-        docs,
-        fix: None,
-    }
-}

@@ -139,7 +139,10 @@
 //! subscribers, queued clients), [`Client::list_locks`] finds the locks
 //! matching a pattern with `SCAN` (on every primary of a cluster),
 //! [`Client::watch`] hands over a lock's unlock messages as they come, and
-//! [`Lock::force_unlock`] frees a lock whose holder died. The `keyholder`
+//! [`Lock::force_unlock`] frees a lock whose holder died.
+//! [`Client::doctor`] checks the deployment against the guarantees the
+//! locks rely on (eviction, persistence, replication, clocks, the server's
+//! version) and hands back a typed [`Report`]. The `keyholder`
 //! binary (the `cli` cargo feature) offers them from a shell, as tables or
 //! JSON; see `docs/operations.md`.
 //!

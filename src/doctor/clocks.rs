@@ -9,8 +9,8 @@
 //! which is not the assumption.
 
 use super::facts::Facts;
-use super::report::{Check, Figure, Verdict};
-use super::{Settings, blank};
+use super::options::Settings;
+use super::report::{Check, Figure, Verdict, blank};
 
 const NAME: &str = "clocks";
 const GUARANTEE: &str = "Fencing tokens never go backwards";

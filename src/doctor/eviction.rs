@@ -3,8 +3,8 @@
 //! `volatile-*` exactly the keys with a TTL, which every lock has.
 
 use super::facts::Facts;
-use super::report::{Check, Figure, Verdict};
-use super::{Settings, blank};
+use super::options::Settings;
+use super::report::{Check, Figure, Verdict, blank};
 
 const NAME: &str = "eviction";
 /// The guarantee an evicted lock breaks.
@@ -105,7 +105,6 @@ fn size(bytes: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::Settings;
 
     fn verdict(info: &str, config: &[(&str, &str)], refused: Option<&str>) -> Check {
         run(&Facts::from_parts(info, config, refused), &Settings::default_for_tests())

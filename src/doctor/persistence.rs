@@ -4,8 +4,8 @@
 //! tokens are not lost since issue 36, as they follow the server's clock.
 
 use super::facts::Facts;
-use super::report::{Check, Figure, Verdict};
-use super::{Settings, blank};
+use super::options::Settings;
+use super::report::{Check, Figure, Verdict, blank};
 
 const NAME: &str = "persistence";
 const GUARANTEE: &str = "Mutual exclusion across a restart of Redis";
@@ -135,7 +135,6 @@ pub(super) fn run(facts: &Facts, _: &Settings) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::Settings;
 
     fn run_on(info: &str, config: &[(&str, &str)], refused: Option<&str>) -> Check {
         run(&Facts::from_parts(info, config, refused), &Settings::default_for_tests())

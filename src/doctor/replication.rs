@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::facts::Facts;
-use super::report::{Check, Figure, Verdict};
-use super::{Settings, blank};
+use super::options::Settings;
+use super::report::{Check, Figure, Verdict, blank};
 
 const NAME: &str = "replication";
 const GUARANTEE: &str = "Failover with asynchronous replication (replica_acks)";

@@ -174,22 +174,28 @@ impl fmt::Display for Level {
     }
 }
 
+/// A check with nothing found yet: `ok`, no figures, no fix (the checks
+/// fill in the rest).
+pub(super) fn blank(name: &'static str, guarantee: &'static str, docs: &'static str) -> Check {
+    Check {
+        name,
+        node: None,
+        found: String::new(),
+        figures: Vec::new(),
+        verdict: Verdict::Ok,
+        meaning: String::new(),
+        guarantee,
+        docs,
+        fix: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn check(verdict: Verdict) -> Check {
-        Check {
-            name: "eviction",
-            node: None,
-            found: String::new(),
-            figures: vec![("maxmemory", Figure::Number(0))],
-            verdict,
-            meaning: String::new(),
-            guarantee: "",
-            docs: "",
-            fix: None,
-        }
+        Check { figures: vec![("maxmemory", Figure::Number(0))], verdict, ..blank("eviction", "", "") }
     }
 
     #[test]

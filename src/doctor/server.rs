@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use super::facts::Facts;
-use super::report::{Check, Figure, Verdict};
-use super::{Settings, blank};
+use super::options::Settings;
+use super::report::{Check, Figure, Verdict, blank};
 
 const NAME: &str = "server";
 const GUARANTEE: &str = "Requirements: Redis 5 or newer, or Valkey";
