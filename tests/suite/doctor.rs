@@ -5,8 +5,9 @@
 //! `min-replicas-to-write`), clocks (no replica; a replica's clock not
 //! read), the server (its version; `WAITAOF` asked of a server without
 //! it), an ACL user denied `CONFIG` (the `INFO` fallback) and `INFO` too
-//! (every check unknown, none ok), every primary of a Redis Cluster, and a
-//! server that cannot be reached (an error, no report).
+//! (every check unknown, none ok), every primary of a Redis Cluster, the
+//! primary Sentinel names, and a server that cannot be reached (an error,
+//! no report).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -202,6 +203,24 @@ fn on_a_cluster_every_primary_is_checked() {
         assert_eq!(nodes, expected, "{name}: {report:#?}");
     }
     assert!(report.checks.iter().all(|c| !is_unknown(c) || c.name == "clocks"), "{report:#?}");
+}
+
+#[test]
+fn through_sentinel_the_primary_it_names_is_checked_with_its_replica() {
+    let set = keyholder_testkit::SentinelSet::start();
+    let client = Client::builder_sentinel(set.sentinel_urls(), keyholder_testkit::sentinel::MASTER_NAME)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let report = doctor(&client, &DoctorOptions::new().replica_acks(1));
+    let replication = the(&report, "replication");
+    assert_eq!(replication.node, None);
+    assert_eq!(replication.figure("role"), Some(&Figure::Text("master".to_owned())));
+    assert_eq!(replication.figure("online_replicas"), Some(&Figure::Number(1)), "{replication:#?}");
+    assert_eq!(replication.verdict, Verdict::Ok, "{replication:#?}");
+    let clocks = the(&report, "clocks");
+    assert!(clocks.found.contains(&format!(":{}", set.replica().port())), "{clocks:#?}");
+    assert!(is_unknown(clocks), "{clocks:#?}");
 }
 
 #[test]
