@@ -163,11 +163,13 @@ pub(crate) enum Command {
         #[arg(long, value_name = "SECONDS", help_heading = "When to stop")]
         timeout: Option<f64>,
     },
-    /// Check the deployment against keyholder's guarantees, on every
-    /// primary: eviction, persistence, replication, clocks, the server.
-    /// Read-only. Exit status 0 when every check is ok, 5 with warnings
-    /// (or checks that could not tell) and no failure, 6 with a failure;
-    /// 1 or 2 when it could not check (a connection or usage error).
+    /// Check the deployment against keyholder's guarantees on every
+    /// primary (eviction, persistence, replication, clocks, the server);
+    /// read-only. Exit status 0, 5 or 6 (below).
+    ///
+    /// Each check prints what it found, its verdict (ok, warn, fail, or
+    /// unknown when the server refused to tell), what that means for held
+    /// locks, the guarantee, the docs section and the fix.
     #[command(after_help = "Exit status: 0 every check ok; 5 warnings, or checks that could not tell \
 (a command the server refused), and no failure; 6 at least one failure; 1 Redis unreachable or another \
 error; 2 a usage error. docs/operations.md, \"Checking a deployment\", explains each check.")]
