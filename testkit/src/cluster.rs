@@ -1037,6 +1037,65 @@ impl RedisCluster {
     pub fn wait_until_ready_again(&self) {
         self.wait_until_ready(Instant::now() + READY_LIMIT);
     }
+
+    // Faults that return instead of panicking, for the fault campaign
+    // (tests/campaign.rs), which goes on after a fault the cluster is slow
+    // to heal from and reports it.
+
+    /// Hangs the node on `port` (SIGSTOP): its connections stay open and
+    /// nothing is answered; the others fail it after the node timeout.
+    pub fn freeze_node(&self, port: u16) {
+        self.signal_node(port, "-STOP");
+    }
+
+    /// Lets a [`freeze_node`](RedisCluster::freeze_node)d node go on
+    /// (SIGCONT).
+    pub fn thaw_node(&self, port: u16) {
+        self.signal_node(port, "-CONT");
+    }
+
+    fn signal_node(&self, port: u16, signal: &str) {
+        let process = self.node(port).process.as_ref().unwrap_or_else(|| panic!("node {port} is not running"));
+        let pid = process.id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid} (node {port}) failed");
+    }
+
+    /// As [`restart_killed`](RedisCluster::restart_killed), bounded by
+    /// `limit` and returning what is still wrong instead of panicking.
+    pub fn try_restart_killed(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        let mut nodes = std::mem::take(&mut self.nodes);
+        let mut failed = None;
+        for node in nodes.iter_mut().filter(|n| !n.running()) {
+            while !self.spawn(node) {
+                if Instant::now() >= deadline {
+                    failed = Some(format!("node {} did not restart on its port", node.port));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.nodes = nodes;
+        match failed {
+            Some(problem) => Err(problem),
+            None => self.ready_within(deadline.saturating_duration_since(Instant::now())),
+        }
+    }
+
+    /// Waits (at most `limit`) until the cluster is as ready as
+    /// [`start`](RedisCluster::start) leaves it; returns what is still
+    /// wrong otherwise.
+    pub fn ready_within(&self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let Some(problem) = self.ready_problem() else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(problem);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for RedisCluster {
