@@ -3,8 +3,8 @@
 -- a decimal integer, no TTL): checked before a token is minted, and the
 -- replies of an acquisition that mints one. Prepended to
 -- the scripts whose header names it (see docs/design.md, "Lua scripts");
--- defines three local functions: the check, and the two reply shapes of a
--- fenced acquisition. lua/lock/acquire.lua keeps inline copies of the
+-- defines four local functions: the check, the mint, and the two reply
+-- shapes of a fenced acquisition. lua/lock/acquire.lua keeps inline copies of the
 -- marked regions (its common case builds no closure, ADR 39);
 -- tests/suite/script_headers.rs checks that the copies are identical.
 
@@ -39,13 +39,38 @@ local function fenced_refusal(counter, ms)
     -- </common:fenced_refusal>
 end
 
+-- The next token, exact, as a decimal STRING, left in `counter`: the larger
+-- of the counter plus one and the server's clock in microseconds (TIME), a
+-- hybrid logical clock (docs/design.md, ADR 58). A counter lost with a
+-- restart, a lossy failover or a DEL starts again from the clock, above
+-- every token minted before as long as the clock of the server that mints
+-- now is not behind the one that minted them by more than the loss took; a
+-- clock stepped back on a server that kept its counter costs nothing (the
+-- counter's +1 wins). One token a microsecond outruns any server's mints,
+-- so the counter stays at the clock; microseconds stay below 2^53 (exact in
+-- a double, a JSON number) until 2255. `check_counter` has passed: the
+-- counter is absent or a decimal below 2^63 - 1. Redisson's INCR on the
+-- same counter goes on from here.
+local function mint(counter)
+    -- <common:mint>
+    local now = redis.call('time')
+    local clock = now[1] .. string.format('%06d', tonumber(now[2]))
+    local stored = redis.call('get', counter)
+    if not stored or #stored < #clock or (#stored == #clock and stored < clock) then
+        redis.call('set', counter, clock)
+        return clock
+    end
+    redis.call('incr', counter)
+    return redis.call('get', counter)
+    -- </common:mint>
+end
+
 -- The reply of an acquisition: nil; with a fencing counter, {-1, token},
--- the counter incremented and its new value as a decimal STRING (exact
--- over the whole 64-bit range, where Lua's numbers are not).
+-- a token minted (see `mint`) as a decimal STRING (exact over the whole
+-- 64-bit range, where Lua's numbers are not).
 local function fenced_grant(counter)
     if counter then
-        redis.call('incr', counter)
-        return {-1, redis.call('get', counter)}
+        return {-1, mint(counter)}
     end
     return nil
 end

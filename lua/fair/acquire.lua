@@ -15,8 +15,8 @@
 --          release may hand it the lock (see fair/release.lua); no TTL
 --          (entries leave with their waiters)
 -- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}"
---          (see lock/acquire.lua): incremented on every acquisition made
---          with it
+--          (see lock/acquire.lua): every acquisition made with it mints a
+--          token into it (lua/common/fencing.lua)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[3]  wait slot in milliseconds (Redisson's fairLockWaitTimeout): how
@@ -64,7 +64,8 @@
 --            the head, the time until that head's deadline; -2 for a
 --            re-entry (ARGV[6] = "0") that found no field of ARGV[2]
 -- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
--- the counter's new value as a decimal STRING; {ms, -1} when not.
+-- the minted token, the counter's new value, as a decimal STRING; {ms, -1}
+-- when not.
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at KEYS[1], KEYS[2], KEYS[3],

@@ -43,9 +43,10 @@
 --          A client that joins the queue leaves it
 -- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock; incremented on every acquisition made with KEYS[6]
---          (the caller passes it for a new hold, and for a re-entry of a
---          hold that has no token yet)
+--          RFencedLock; every acquisition made with KEYS[6] mints a token
+--          into it (the caller passes it for a new hold, and for a re-entry
+--          of a hold that has no token yet): the larger of its value plus
+--          one and the server's clock in microseconds (lua/common/fencing.lua)
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[3]  optional mode. "1" for a new hold: the caller has no live hold
@@ -90,8 +91,8 @@
 --            the turn, at least 1); -2 for a re-entry that found the lock
 --            free
 -- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
--- the counter's new value as a decimal STRING (exact over the whole 64-bit
--- range, where Lua's numbers are not); {ms, -1} when not.
+-- the minted token, the counter's new value, as a decimal STRING (exact over
+-- the whole 64-bit range, where Lua's numbers are not); {ms, -1} when not.
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at the lock's name (with
@@ -231,11 +232,21 @@ if not free then
     ttl = redis.call('pttl', key)
 end
 
--- Mints the next token: exact, as the counter's string.
+-- Mints the next token: exact, as the counter's string (see
+-- lua/common/fencing.lua's `mint`).
 local function mint()
     if counter then
+        -- <common:mint> lua/common/fencing.lua's, inline (see the header)
+        local now = redis.call('time')
+        local clock = now[1] .. string.format('%06d', tonumber(now[2]))
+        local stored = redis.call('get', counter)
+        if not stored or #stored < #clock or (#stored == #clock and stored < clock) then
+            redis.call('set', counter, clock)
+            return clock
+        end
         redis.call('incr', counter)
         return redis.call('get', counter)
+        -- </common:mint>
     end
 end
 

@@ -12,8 +12,9 @@
 --          (read_acquire.lua). A key of another type is ignored, never written
 -- KEYS[3]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock and keyholder's fenced Lock; incremented on every
---          acquisition made with KEYS[3] (requires KEYS[2])
+--          RFencedLock and keyholder's fenced Lock; every acquisition made
+--          with KEYS[3] mints a token into it (lua/common/fencing.lua;
+--          requires KEYS[2])
 -- ARGV[1]  lease in milliseconds (the watchdog timeout, or a fixed lease)
 -- ARGV[2]  write owner id "<client-uuid>:<thread-id>:write"
 -- ARGV[3]  optional read owner id of the same thread "<client-uuid>:<thread-id>"
@@ -35,8 +36,8 @@
 --            foreign writer left it without a TTL); -3 for a refused upgrade
 --            (nothing changed, not recorded as waiting)
 -- and with KEYS[3] the same as a pair: {-1, token} when acquired, token being
--- the counter's new value as a decimal STRING (exact over the whole 64-bit
--- range); {ms, -1} when not.
+-- the minted token, the counter's new value, as a decimal STRING (exact over
+-- the whole 64-bit range); {ms, -1} when not.
 --
 -- Errors (nothing is changed)
 --   WRONGTYPE when a key of another type sits at the lock's name, or at the

@@ -531,17 +531,21 @@ impl<K: TokenOwned> Handle<K> {
 impl<K: Fenced> Handle<K> {
     /// A handle to the same lock whose fresh acquisitions also mint a
     /// fencing token: a 64-bit number, strictly larger for each fresh
-    /// acquisition, taken in the same script call from the counter
+    /// acquisition, minted in the same script call into the counter
     /// `redisson_lock_token:{<name>}` (Redisson's `RFencedLock` counter,
     /// shared by fenced [`Lock`](crate::Lock)s, [`FairLock`](crate::FairLock)s
     /// and [`WriteLock`](crate::WriteLock)s, Java's and Rust's: one
-    /// sequence). Re-entries keep the token of the hold (a fenced re-entry
-    /// of a hold taken without one mints one). Read it with
-    /// [`Guard::fencing_token`]; have the protected resource refuse writes
-    /// carrying a token lower than the highest it has seen.
-    /// `docs/guarantees.md` explains what a Redis restart without
-    /// persistence does to the sequence. A fenced lock is never handed
-    /// over by a release: each acquisition mints its own token. No I/O.
+    /// sequence). A token is the larger of the counter plus one and the
+    /// server's clock in microseconds, so the sequence goes on above every
+    /// earlier token after a restart without persistence, a failover that
+    /// lost the counter's latest writes or a `DEL` of the counter, provided
+    /// the new server's clock is not behind the old one's by more than the
+    /// outage lasted (`docs/guarantees.md`, "Fencing tokens"). Re-entries
+    /// keep the token of the hold (a fenced re-entry of a hold taken
+    /// without one mints one). Read it with [`Guard::fencing_token`]; have
+    /// the protected resource refuse writes carrying a token lower than the
+    /// highest it has seen. A fenced lock is never handed over by a
+    /// release: each acquisition mints its own token. No I/O.
     pub fn fenced(&self) -> Self {
         self.with_kind(self.kind.fence())
     }

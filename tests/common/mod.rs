@@ -142,6 +142,13 @@ pub fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }
 
+/// The server's clock (`TIME`) in microseconds: what a fencing token is
+/// minted from when the counter is below it.
+pub fn server_micros(con: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1_000_000 + micros
+}
+
 /// `EXISTS key`.
 pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1

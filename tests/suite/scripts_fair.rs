@@ -477,17 +477,25 @@ fn fencing_tokens_are_minted_on_each_acquisition_made_with_the_counter() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let fenced = |owner| Try { fenced: true, ..Try::waiting(owner, NOW) };
-    let reply = acquire(&mut con, "tok", fenced(A)).unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"1".to_vec())]));
+    let token = |reply: Value| -> u64 {
+        let Value::Array(pair) = &reply else { panic!("expected a pair, got {reply:?}") };
+        assert_eq!(pair[0], Value::Int(-1), "not acquired: {reply:?}");
+        let Value::BulkString(digits) = &pair[1] else { panic!("expected a decimal string, got {reply:?}") };
+        std::str::from_utf8(digits).unwrap().parse().unwrap()
+    };
+    // No counter yet: the token is the server's clock in microseconds.
+    let before = common::server_micros(&mut con);
+    let first = token(acquire(&mut con, "tok", fenced(A)).unwrap());
+    assert!((before..=common::server_micros(&mut con)).contains(&first), "{first} is not the clock");
     let refused = acquire(&mut con, "tok", fenced(B)).unwrap();
     let Value::Array(pair) = refused else { panic!("expected a pair, got {refused:?}") };
     assert_eq!(pair[1], Value::Int(-1));
     assert!(int(pair[0].clone()) > 0);
     assert_eq!(release(&mut con, "tok", A, NOW).unwrap(), Value::Int(1));
-    let reply = acquire(&mut con, "tok", fenced(B)).unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"2".to_vec())]));
+    let second = token(acquire(&mut con, "tok", fenced(B)).unwrap());
+    assert!(second > first);
     let value: String = redis::cmd("GET").arg(token_of("tok")).query(&mut con).unwrap();
-    assert_eq!(value, "2");
+    assert_eq!(value, second.to_string(), "the counter holds the last token");
     assert_eq!(pttl(&mut con, &token_of("tok")), -1, "the counter has no TTL");
     // A counter with no next token is refused before anything changes.
     let _: () = redis::cmd("SET").arg(token_of("tok")).arg("9223372036854775807").query(&mut con).unwrap();

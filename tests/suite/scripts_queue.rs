@@ -321,17 +321,26 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
             .arg(owner)
             .invoke(con)
     };
-    let minted =
-        |token: &str| Value::Array(vec![Value::Int(-1), Value::BulkString(token.as_bytes().to_vec())]);
-    assert_eq!(fenced(&mut con, OWNER_A).unwrap(), minted("1"));
+    let minted = |reply: Value| -> String {
+        match &reply {
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(-1), Value::BulkString(digits)] => String::from_utf8(digits.clone()).unwrap(),
+                _ => panic!("not a token: {reply:?}"),
+            },
+            _ => panic!("not a token: {reply:?}"),
+        }
+    };
+    let first = minted(fenced(&mut con, OWNER_A).unwrap());
     let reply = fenced(&mut con, OWNER_B).unwrap();
     assert!(
         matches!(&reply, Value::Array(items) if matches!(items[..], [Value::Int(ms), Value::Int(-1)] if ms > 0)),
         "{reply:?}"
     );
-    assert_eq!(get(&mut con, counter).as_deref(), Some("1"), "a refused acquisition minted a token");
+    assert_eq!(get(&mut con, counter), Some(first.clone()), "a refused acquisition minted a token");
     assert_eq!(release(&mut con, "fenced", 10_000, OWNER_A).unwrap(), Value::Int(1));
-    assert_eq!(fenced(&mut con, OWNER_B).unwrap(), minted("2"));
+    let second = minted(fenced(&mut con, OWNER_B).unwrap());
+    assert!(second.parse::<u64>().unwrap() > first.parse::<u64>().unwrap(), "{second} after {first}");
+    assert_eq!(get(&mut con, counter), Some(second));
     assert_eq!(pttl(&mut con, counter), -1, "the counter must not expire");
 
     // A counter of the wrong type is refused before anything changes.
@@ -462,7 +471,7 @@ fn a_reentry_takes_only_the_owners_own_field_and_never_shortens_the_lease() {
 }
 
 #[test]
-fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
+fn fencing_tokens_follow_the_servers_clock_are_exact_and_a_counter_without_a_next_token_is_refused() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let counter = "redisson_lock_token:{t}";
@@ -480,6 +489,40 @@ fn fencing_tokens_are_exact_and_a_counter_without_a_next_token_is_refused() {
             .arg(client_of(OWNER_A))
             .invoke(con)
     };
+    let minted = |con: &mut redis::Connection| -> u64 {
+        let reply = fenced(con).unwrap();
+        assert_eq!(release(con, "t", 10_000, OWNER_A).unwrap(), Value::Int(1));
+        match &reply {
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Int(-1), Value::BulkString(digits)] => {
+                    std::str::from_utf8(digits).unwrap().parse().unwrap()
+                }
+                _ => panic!("not a token: {reply:?}"),
+            },
+            _ => panic!("not a token: {reply:?}"),
+        }
+    };
+    // A counter below the server's clock (none, one restarted at 0, one an
+    // older keyholder or Redisson left counting from 1) gives way to the
+    // clock in microseconds; the counter keeps the token.
+    for left in [None, Some("0"), Some("1810")] {
+        match left {
+            Some(value) => redis::cmd("SET").arg(counter).arg(value).query::<()>(&mut con).unwrap(),
+            None => redis::cmd("DEL").arg(counter).query::<()>(&mut con).unwrap(),
+        }
+        let before = common::server_micros(&mut con);
+        let token = minted(&mut con);
+        assert!(
+            (before..=common::server_micros(&mut con)).contains(&token),
+            "{left:?}: {token} is not the clock"
+        );
+        assert_eq!(get(&mut con, counter), Some(token.to_string()));
+    }
+    // A counter ahead of the clock (a clock stepped back since it was last
+    // minted into, or a Redisson counter raised by hand) goes on by one.
+    let ahead = common::server_micros(&mut con) + 3_600_000_000;
+    redis::cmd("SET").arg(counter).arg(ahead).query::<()>(&mut con).unwrap();
+    assert_eq!([minted(&mut con), minted(&mut con)], [ahead + 1, ahead + 2]);
     // Past 2^53 Lua's numbers round; the token comes back as the exact string.
     let _: () = redis::cmd("SET").arg(counter).arg("9007199254740992").query(&mut con).unwrap();
     for expected in ["9007199254740993", "9007199254740994", "9007199254740995"] {

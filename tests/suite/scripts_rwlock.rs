@@ -527,16 +527,23 @@ fn an_upgrade_is_refused_with_minus_three_and_not_queued() {
 fn a_fenced_writer_mints_a_token_per_acquisition_from_the_shared_counter() {
     let server = RedisServer::start();
     let mut con = server.conn();
+    // A counter below the server's clock (Redisson's, counting from 1)
+    // gives way to the clock in microseconds; one ahead of it goes on by 1.
     let _: () = redis::cmd("SET").arg(token_key("rw")).arg(41).query(&mut con).unwrap();
+    let before = common::server_micros(&mut con);
+    let Value::Array(reply) = write_acquire_fenced(&mut con, "rw", 10_000, A).unwrap() else { panic!() };
+    let Value::BulkString(digits) = &reply[1] else { panic!("{reply:?}") };
+    let token: u64 = std::str::from_utf8(digits).unwrap().parse().unwrap();
+    assert_eq!(reply[0], Value::Int(-1));
+    assert!((before..=common::server_micros(&mut con)).contains(&token), "{token} is not the clock");
+    let _: () = redis::cmd("SET").arg(token_key("rw")).arg("9000000000000000042").query(&mut con).unwrap();
     let reply = write_acquire_fenced(&mut con, "rw", 10_000, A).unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"42".to_vec())]));
-    let reply = write_acquire_fenced(&mut con, "rw", 10_000, A).unwrap();
-    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"43".to_vec())]));
+    assert_eq!(reply, Value::Array(vec![Value::Int(-1), Value::BulkString(b"9000000000000000043".to_vec())]));
     let Value::Array(refused) = write_acquire_fenced(&mut con, "rw", 10_000, B).unwrap() else { panic!() };
     assert!(int(&refused[0]) > 0);
     assert_eq!(refused[1], Value::Int(-1));
     let token: String = redis::cmd("GET").arg(token_key("rw")).query(&mut con).unwrap();
-    assert_eq!(token, "43");
+    assert_eq!(token, "9000000000000000043");
     assert_eq!(pttl(&mut con, &token_key("rw")), -1, "the counter has no TTL");
 }
 
