@@ -117,7 +117,7 @@ fn env_u64(var: &str) -> Option<u64> {
 struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -126,7 +126,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 
     fn millis(&mut self, low: u64, high: u64) -> Duration {
@@ -304,7 +304,11 @@ fn worker_thread(client: &Client, store_url: &str, process: u32, thread: u32, un
                         emit(&h, "write_refused", &format!("token={token} highest={highest}"));
                     }
                     Err(e) => {
-                        emit(&h, "write_err", &format!("token={token} err={}", e.to_string().replace(' ', "_")));
+                        emit(
+                            &h,
+                            "write_err",
+                            &format!("token={token} err={}", e.to_string().replace(' ', "_")),
+                        );
                         con = store_connection(store_url);
                     }
                 }
@@ -321,7 +325,9 @@ fn worker_thread(client: &Client, store_url: &str, process: u32, thread: u32, un
         emit(&h, "rel_invoke", "");
         match guard.unlock() {
             Ok(()) => emit(&h, "rel_ok", ""),
-            Err(e) if e.is_lock_lost() || e.is_not_owner() => emit(&h, "rel_lost", &format!("kind={:?}", e.kind())),
+            Err(e) if e.is_lock_lost() || e.is_not_owner() => {
+                emit(&h, "rel_lost", &format!("kind={:?}", e.kind()))
+            }
             Err(e) => emit(&h, "rel_err", &format!("kind={:?}", e.kind())),
         }
     }
@@ -377,7 +383,13 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(process: u32, target: &str, store: &str, until: u64, history: &Arc<Mutex<Vec<Event>>>) -> Worker {
+    fn spawn(
+        process: u32,
+        target: &str,
+        store: &str,
+        until: u64,
+        history: &Arc<Mutex<Vec<Event>>>,
+    ) -> Worker {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env(WORKER, process.to_string())
             .env(WORKER_TARGET, target)
@@ -443,8 +455,14 @@ enum Fault {
     PauseWorker,
 }
 
-const FAULTS: [Fault; 6] =
-    [Fault::KillPrimary, Fault::PausePrimary, Fault::Failover, Fault::CutConnections, Fault::KillWorker, Fault::PauseWorker];
+const FAULTS: [Fault; 6] = [
+    Fault::KillPrimary,
+    Fault::PausePrimary,
+    Fault::Failover,
+    Fault::CutConnections,
+    Fault::KillWorker,
+    Fault::PauseWorker,
+];
 const WEIGHTS: [u64; 6] = [3, 3, 3, 2, 2, 2];
 
 /// The servers the lock lives on.
@@ -493,7 +511,10 @@ impl Servers {
                 let now = set.agreed_primary_port();
                 let replica_of = now.filter(|&p| p != primary);
                 set.restart_server(primary, replica_of).map_err(|e| e.to_string())?;
-                Ok(format!("{primary} down {down:?}, back as {}", replica_of.map_or("primary".into(), |p| format!("replica of {p}"))))
+                Ok(format!(
+                    "{primary} down {down:?}, back as {}",
+                    replica_of.map_or("primary".into(), |p| format!("replica of {p}"))
+                ))
             }
             Servers::Cluster(cluster) => {
                 cluster.kill_node(primary);
@@ -565,7 +586,8 @@ impl Servers {
             };
             let Ok(mut con) = con else { continue };
             let _ = con.set_read_timeout(Some(5 * SECOND));
-            killed += redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg(kind).query::<i64>(&mut con).unwrap_or(0);
+            killed +=
+                redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg(kind).query::<i64>(&mut con).unwrap_or(0);
         }
         Ok(format!("CLIENT KILL TYPE {kind}: {killed} connections"))
     }
@@ -606,14 +628,16 @@ fn orchestrate() -> i32 {
             continue;
         }
         // Each phase has a schedule of its own, from the one seed.
-        let phase_seed = Rng(seed ^ (0x5eed_0000 + i as u64)).next();
+        let phase_seed = Rng(seed ^ (0x5eed_0000 + i as u64)).next_u64();
         let begun = Instant::now();
         let report = run_phase(phase, phase_seed, Duration::from_secs(secs));
         println!("{}", report.text);
         println!("phase {label}: {:.1} s in all", begun.elapsed().as_secs_f64());
         if !report.ok {
             failed = true;
-            println!("phase {label} FAILED; replay with KEYHOLDER_CAMPAIGN_SEED={seed} KEYHOLDER_CAMPAIGN_PHASES={label}");
+            println!(
+                "phase {label} FAILED; replay with KEYHOLDER_CAMPAIGN_SEED={seed} KEYHOLDER_CAMPAIGN_PHASES={label}"
+            );
         }
     }
     if failed {
@@ -632,6 +656,7 @@ struct Report {
 
 fn run_phase(phase: Phase, seed: u64, budget: Duration) -> Report {
     let mut rng = Rng(seed);
+    let started = Instant::now();
     let store_server = RedisServer::start();
     let store = FencedStore::new(NAME);
     let mut servers = match phase {
@@ -664,7 +689,7 @@ fn run_phase(phase: Phase, seed: u64, budget: Duration) -> Report {
         let fault = FAULTS[rng.weighted(&WEIGHTS)];
         // Draw every parameter whether used or not: the schedule stays the
         // seed's whatever the faults' outcomes.
-        let (duration, pick, flag) = (rng.millis(300, 4000), rng.next(), rng.below(2) == 0);
+        let (duration, pick, flag) = (rng.millis(300, 4000), rng.next_u64(), rng.below(2) == 0);
         let start = now_ns();
         let what = match fault {
             Fault::KillPrimary => servers.kill_primary(duration),
@@ -698,6 +723,7 @@ fn run_phase(phase: Phase, seed: u64, budget: Duration) -> Report {
         applied.push(Applied { fault, start, end, what, healed });
     }
 
+    let faults_done = begun.elapsed();
     // Drain: every worker ends its last iteration and exits.
     let drain = Instant::now() + budget.saturating_sub(begun.elapsed()) + DRAIN_LIMIT;
     for w in &mut workers {
@@ -711,14 +737,19 @@ fn run_phase(phase: Phase, seed: u64, budget: Duration) -> Report {
             let _ = reader.join();
         }
     }
-    let elapsed = begun.elapsed();
+    let timing = format!(
+        "set-up {:.1} s, faults and workload {:.1} s, drain {:.1} s",
+        (begun - started).as_secs_f64(),
+        faults_done.as_secs_f64(),
+        (begun.elapsed() - faults_done).as_secs_f64()
+    );
     drop(workers);
     let mut con = store_server.conn();
     let log = store.log(&mut con);
     let value = store.value(&mut con);
     let history = std::mem::take(&mut *history.lock().unwrap());
     drop(servers);
-    check(phase, &history, &log, value.as_deref(), &applied, &killed, elapsed)
+    check(phase, &history, &log, value.as_deref(), &applied, &killed, &timing)
 }
 
 // ---------------------------------------------------------------------------
@@ -750,7 +781,7 @@ fn check(
     value: Option<&str>,
     applied: &[Applied],
     killed: &HashMap<u32, u64>,
-    elapsed: Duration,
+    timing: &str,
 ) -> Report {
     let mut text = String::new();
     let mut problems: Vec<String> = Vec::new();
@@ -798,9 +829,9 @@ fn check(
         m
     });
     let show = |hold: &str| -> String {
-        by_hold.get(hold).map_or_else(String::new, |events| {
-            events.iter().map(|e| format!("      {}\n", e.line)).collect()
-        })
+        by_hold
+            .get(hold)
+            .map_or_else(String::new, |events| events.iter().map(|e| format!("      {}\n", e.line)).collect())
     };
 
     // (b) token regressions: A done before B invoked => token(B) > token(A).
@@ -882,7 +913,8 @@ fn check(
     for e in history.iter().filter(|e| e.kind == "write_ok") {
         let entry = (e.num("token").unwrap_or(0), e.fields.get("value").cloned().unwrap_or_default());
         if !logged.contains(&entry) {
-            lost_increments.push(format!("acknowledged write {entry:?} of hold {} is not in the log", e.hold));
+            lost_increments
+                .push(format!("acknowledged write {entry:?} of hold {} is not in the log", e.hold));
         }
     }
     if value.map(str::to_owned) != log.last().map(|(_, v)| v.clone()) {
@@ -894,6 +926,7 @@ fn check(
     intervals.sort_by_key(|h| h.acq_ok);
     let (mut overlaps, mut known, mut with_killed) = (0u64, 0u64, 0u64);
     let mut unknown = Vec::new();
+    let mut overlapping: BTreeSet<&str> = BTreeSet::new();
     for (i, a) in intervals.iter().enumerate() {
         let a_end = a.end.unwrap_or(u64::MAX);
         for b in &intervals[i + 1..] {
@@ -904,6 +937,7 @@ fn check(
                 continue;
             }
             overlaps += 1;
+            overlapping.extend([a.id.as_str(), b.id.as_str()]);
             if a.knew || b.knew {
                 known += 1;
             } else if a.killed || b.killed {
@@ -923,7 +957,7 @@ fn check(
         entry.2 += u64::from(a.healed.is_err());
     }
     let c = |k: &str| counts.get(k).copied().unwrap_or(0);
-    let _ = writeln!(text, "== phase {phase:?}: {:.1} s of faults and workload", elapsed.as_secs_f64());
+    let _ = writeln!(text, "== phase {phase:?}: {timing}");
     let _ = writeln!(
         text,
         "  events {}  processes {}  acquisitions {} (timeouts {}, errors {})  tokens distinct {distinct} (duplicates {duplicate_tokens})",
@@ -954,15 +988,17 @@ fn check(
     );
     let _ = writeln!(text, "  faults (applied / refused or failed / not healed in {HEAL_LIMIT:?}):");
     for (fault, (n, refused, unhealed)) in &by_fault {
-        let _ = writeln!(text, "    {:<16} {n:>3} / {refused} / {unhealed}", format!("{fault:?}"));
+        let name = format!("{fault:?}");
+        let _ = writeln!(text, "    {name:<16} {n:>3} / {refused} / {unhealed}");
     }
     let _ = writeln!(
         text,
         "  checks: (a) stale writes accepted {}  (b) token regressions {}  (c) lost increments {}  \
-         (d) overlaps {overlaps}: known {known}, with a killed holder {with_killed}, unknown {}",
+         (d) overlapping pairs {overlaps} (of {} holds): known {known}, with a killed holder {with_killed}, unknown {}",
         stale.len(),
         regressions.len(),
         lost_increments.len(),
+        overlapping.len(),
         unknown.len(),
     );
     let ok = stale.is_empty()

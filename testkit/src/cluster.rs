@@ -1055,7 +1055,8 @@ impl RedisCluster {
     }
 
     fn signal_node(&self, port: u16, signal: &str) {
-        let process = self.node(port).process.as_ref().unwrap_or_else(|| panic!("node {port} is not running"));
+        let process =
+            self.node(port).process.as_ref().unwrap_or_else(|| panic!("node {port} is not running"));
         let pid = process.id().to_string();
         let status = Command::new("kill").args([signal, &pid]).status().unwrap();
         assert!(status.success(), "kill {signal} {pid} (node {port}) failed");

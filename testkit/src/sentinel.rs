@@ -285,7 +285,8 @@ impl SentinelSet {
                 .map_err(|e| format!("server {port}: {e}"))?;
             let role = if port == primary { "role:master" } else { "role:slave" };
             let linked = port == primary
-                || (info.contains(&format!("master_port:{primary}")) && info.contains("master_link_status:up"));
+                || (info.contains(&format!("master_port:{primary}"))
+                    && info.contains("master_link_status:up"));
             if !info.contains(role) || !linked {
                 return Err(format!("server {port} (primary {primary}):\n{info}"));
             }
