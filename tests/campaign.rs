@@ -1006,15 +1006,13 @@ fn check(
         && lost_increments.is_empty()
         && unknown.is_empty()
         && problems.is_empty();
+    // The schedule as applied, always: a replay's should match it.
+    let _ = writeln!(text, "  fault log (ns since the epoch):");
+    for a in applied {
+        let _ =
+            writeln!(text, "    t={}..{} {:?}: {:?} healed {:?}", a.start, a.end, a.fault, a.what, a.healed);
+    }
     if !ok {
-        let _ = writeln!(text, "  fault log:");
-        for a in applied {
-            let _ = writeln!(
-                text,
-                "    t={}..{} {:?}: {:?} healed {:?}",
-                a.start, a.end, a.fault, a.what, a.healed
-            );
-        }
         for p in problems.iter().take(10) {
             let _ = writeln!(text, "  PROBLEM {p}");
         }
