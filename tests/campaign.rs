@@ -621,6 +621,10 @@ fn orchestrate() -> i32 {
          {PROCESSES} processes x {THREADS} threads, server {}",
         keyholder_testkit::server_version()
     );
+    if let Err(problem) = self_test() {
+        println!("campaign FAILED: the checker's self-test: {problem}");
+        return 1;
+    }
     let mut failed = false;
     for (i, phase) in [Phase::Sentinel, Phase::Cluster].into_iter().enumerate() {
         let label = format!("{phase:?}").to_lowercase();
@@ -652,6 +656,8 @@ fn orchestrate() -> i32 {
 struct Report {
     ok: bool,
     text: String,
+    /// How many findings of each check: (a), (b), (c), (d) unknown.
+    findings: [usize; 4],
 }
 
 fn run_phase(phase: Phase, seed: u64, budget: Duration) -> Report {
@@ -1034,5 +1040,78 @@ fn check(
             let _ = write!(text, "  UNKNOWN OVERLAP of holds {a} and {b}\n{}{}", show(a), show(b));
         }
     }
-    Report { ok, text }
+    Report { ok, text, findings: [stale.len(), regressions.len(), lost_increments.len(), unknown.len()] }
+}
+
+// ---------------------------------------------------------------------------
+// The checker's self-test: small made-up histories, each breaking one
+// property, must be caught by that check (and a sound one must pass), so a
+// green campaign cannot come from a checker that looks at nothing.
+
+/// Two holds of one increment each, as history lines: `(hold, acquired,
+/// token, value written, released)`, times in ns, each hold's store calls
+/// 1 to 4 ns after its acquisition.
+fn made_up(holds: &[(&str, u64, u64, u64, u64)], lost: &[&str]) -> Vec<Event> {
+    let mut lines = Vec::new();
+    for &(h, t, token, value, end) in holds {
+        let before = value - 1;
+        lines.push(format!("H t={} h={h} ev=acq_invoke", t - 1));
+        lines.push(format!("H t={t} h={h} ev=acq_ok token={token}"));
+        lines.push(format!("H t={} h={h} ev=read_invoke token={token}", t + 1));
+        lines.push(format!("H t={} h={h} ev=read_ok token={token} value={before}", t + 2));
+        lines.push(format!("H t={} h={h} ev=write_invoke token={token} value={value}", t + 3));
+        lines.push(format!("H t={} h={h} ev=write_ok token={token} value={value}", t + 4));
+        if lost.contains(&h) {
+            lines.push(format!("H t={} h={h} ev=lost reason=LeaseExpired", end - 1));
+        }
+        lines.push(format!("H t={end} h={h} ev=rel_invoke"));
+        lines.push(format!("H t={} h={h} ev=rel_ok", end + 1));
+    }
+    let mut events: Vec<Event> = lines.iter().map(|l| Event::parse(l).unwrap()).collect();
+    events.sort_by_key(|e| e.t);
+    events
+}
+
+fn self_test() -> Result<(), String> {
+    let log = |entries: &[(u64, &str)]| -> Vec<(u64, String)> {
+        entries.iter().map(|&(t, v)| (t, v.to_owned())).collect()
+    };
+    let run = |holds: &[(&str, u64, u64, u64, u64)], lost: &[&str], entries: &[(u64, &str)]| {
+        let history = made_up(holds, lost);
+        let log = log(entries);
+        let last = log.last().map(|(_, v)| v.clone());
+        check(Phase::Sentinel, &history, &log, last.as_deref(), &[], &HashMap::new(), "self-test").findings
+    };
+    let cases: [(&str, [usize; 4]); 5] = [
+        // Sound: one after the other, rising tokens.
+        ("sound", run(&[("1.0.0", 20, 5, 1, 30), ("2.0.0", 40, 6, 2, 50)], &[], &[(5, "1"), (6, "2")])),
+        // (b) the second acquisition's token is not above the first's.
+        ("regression", run(&[("1.0.0", 20, 5, 1, 30), ("2.0.0", 40, 5, 2, 50)], &[], &[(5, "1"), (5, "2")])),
+        // (a) token 5 written after token 6 was accepted (the first, lost,
+        // hold writes late; (d) is then known through its loss).
+        (
+            "stale",
+            run(&[("1.0.0", 20, 5, 2, 100), ("2.0.0", 40, 6, 1, 50)], &["1.0.0"], &[(6, "1"), (5, "2")]),
+        ),
+        // (c) two increments of the same value.
+        (
+            "lost increment",
+            run(&[("1.0.0", 20, 5, 1, 30), ("2.0.0", 40, 6, 1, 50)], &[], &[(5, "1"), (6, "1")]),
+        ),
+        // (d) the holds overlap and neither learned of it.
+        (
+            "unknown overlap",
+            run(&[("1.0.0", 20, 5, 1, 60), ("2.0.0", 40, 6, 2, 50)], &[], &[(5, "1"), (6, "2")]),
+        ),
+    ];
+    let expected: [[usize; 4]; 5] = [[0, 0, 0, 0], [0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]];
+    for ((name, found), want) in cases.iter().zip(expected) {
+        let caught = found.iter().zip(want).all(|(&f, w)| (f > 0) == (w > 0));
+        if !caught {
+            return Err(format!(
+                "case {name:?}: findings (a, b, c, d) {found:?}, expected {want:?} (0 or not)"
+            ));
+        }
+    }
+    Ok(())
 }
