@@ -1038,29 +1038,34 @@ impl RedisCluster {
         self.wait_until_ready(Instant::now() + READY_LIMIT);
     }
 
-    // Faults that return instead of panicking, for the fault campaign
-    // (tests/campaign.rs), which goes on after a fault the cluster is slow
-    // to heal from and reports it.
-
-    /// Hangs the node on `port` (SIGSTOP): its connections stay open and
-    /// nothing is answered; the others fail it after the node timeout.
-    pub fn freeze_node(&self, port: u16) {
+    /// Hangs the node on `port` (SIGSTOP), as [`RedisServer::freeze`]
+    /// does: its connections stay open and it answers nothing, reads
+    /// nothing (a replica falls behind its primary) and pings no one; past
+    /// the node timeout the others flag it as failing. A frozen node is
+    /// still killed by [`kill_node`](RedisCluster::kill_node) and the drop.
+    ///
+    /// [`RedisServer::freeze`]: crate::RedisServer::freeze
+    pub fn freeze_node(&mut self, port: u16) {
         self.signal_node(port, "-STOP");
     }
 
     /// Lets a [`freeze_node`](RedisCluster::freeze_node)d node go on
     /// (SIGCONT).
-    pub fn thaw_node(&self, port: u16) {
+    pub fn thaw_node(&mut self, port: u16) {
         self.signal_node(port, "-CONT");
     }
 
     fn signal_node(&self, port: u16, signal: &str) {
-        let process =
-            self.node(port).process.as_ref().unwrap_or_else(|| panic!("node {port} is not running"));
-        let pid = process.id().to_string();
-        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
-        assert!(status.success(), "kill {signal} {pid} (node {port}) failed");
+        let node = self.nodes.iter().find(|n| n.port == port).unwrap_or_else(|| panic!("no node on {port}"));
+        // The wrapper `exec`s the server: the child's PID is the server's.
+        let pid = node.process.as_ref().unwrap_or_else(|| panic!("node {port} is not running")).id();
+        let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid} failed");
     }
+
+    // Faults that return instead of panicking, for the fault campaign
+    // (tests/campaign.rs), which goes on after a fault the cluster is slow
+    // to heal from and reports it.
 
     /// As [`restart_killed`](RedisCluster::restart_killed), bounded by
     /// `limit` and returning what is still wrong instead of panicking.

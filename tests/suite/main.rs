@@ -74,10 +74,12 @@ mod redlock;
 mod sentinel;
 
 // Faults: Redis stopped, paused or cut off; processes killed and stopped;
-// errors that say what went wrong (bad URLs, bad servers, TLS mismatches).
+// errors that say what went wrong (bad URLs, bad servers, TLS mismatches);
+// fencing tokens that never go backwards across restarts and failovers.
 mod errors;
 mod failures;
 mod faults;
+mod fencing;
 mod outage;
 mod processes;
 

@@ -41,6 +41,20 @@ redis.call('publish', KEYS[2], ARGV[1])
 return 1
 ";
 
+/// Redisson `RFencedLock`'s acquire (`RedissonFencedLock.tryLockInnerAsync`),
+/// KEYS = [name, token counter `redisson_lock_token:{<name>}`], ARGV =
+/// [lease ms, owner id]: `{-1, token}` when acquired or re-entered (a
+/// re-entry mints a token too), the counter `INCR`ed; else `{pttl, -1}`.
+pub const FENCED_ACQUIRE: &str = r"
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    local token = redis.call('incr', KEYS[2])
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {-1, token}
+end
+return {redis.call('pttl', KEYS[1]), -1}
+";
+
 /// Redisson's watchdog lease, in milliseconds.
 pub const LEASE_MS: i64 = 30_000;
 
@@ -111,6 +125,21 @@ impl RedissonClient {
     pub fn try_acquire(&mut self, name: &str, thread: u64) -> Option<i64> {
         let owner = self.owner(thread);
         self.acquire.key(name).arg(LEASE_MS).arg(owner).invoke(&mut self.cmd).unwrap()
+    }
+
+    /// One attempt of Redisson `RFencedLock`'s acquire ([`FENCED_ACQUIRE`]):
+    /// `Ok(token)` when acquired or re-entered, else `Err(pttl)`.
+    pub fn try_acquire_fenced(&mut self, name: &str, thread: u64) -> Result<u64, i64> {
+        let owner = self.owner(thread);
+        let counter = format!("redisson_lock_token:{{{name}}}");
+        let (ttl, token): (i64, i64) = redis::Script::new(FENCED_ACQUIRE)
+            .key(name)
+            .key(counter)
+            .arg(LEASE_MS)
+            .arg(owner)
+            .invoke(&mut self.cmd)
+            .unwrap();
+        if ttl == -1 { Ok(token.unsigned_abs()) } else { Err(ttl) }
     }
 
     /// Redisson's `lock()`: try; subscribe (waiting for Redis to confirm);
