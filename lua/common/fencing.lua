@@ -3,14 +3,20 @@
 -- a decimal integer, no TTL): checked before a token is minted, and the
 -- replies of an acquisition that mints one. Prepended to
 -- the scripts whose header names it (see docs/design.md, "Lua scripts");
--- defines four local functions: the check, the mint, and the two reply
--- shapes of a fenced acquisition. lua/lock/acquire.lua keeps inline copies of the
--- marked regions (its common case builds no closure, ADR 39);
--- tests/suite/script_headers.rs checks that the copies are identical.
+-- defines four local functions (the check, the mint, and the two reply
+-- shapes of a fenced acquisition) and the value the check read.
+-- lua/lock/acquire.lua keeps inline copies of the marked regions (its
+-- common case builds no closure, ADR 39); tests/suite/script_headers.rs
+-- checks that the copies are identical.
+
+-- The counter's value as `check_counter` read it (false: absent), which
+-- `mint` goes on from: nothing writes the counter between the two.
+local checked_counter = false
 
 -- An error reply when `counter` cannot give a next token: WRONGTYPE for a
 -- key of another type, BADCOUNTER for anything but a decimal integer from
--- 0 to 2^63 - 2; else nil (an absent counter starts at 0).
+-- 0 to 2^63 - 2; else nil (an absent counter starts at 0). Leaves the
+-- value in `checked_counter`.
 local function check_counter(counter)
     -- <common:check_counter>
     local kind = redis.call('type', counter).ok
@@ -23,6 +29,7 @@ local function check_counter(counter)
         if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
             return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
         end
+        checked_counter = value
     end
     -- </common:check_counter>
     return nil
@@ -49,13 +56,15 @@ end
 -- counter's +1 wins). One token a microsecond outruns any server's mints,
 -- so the counter stays at the clock; microseconds stay below 2^53 (exact in
 -- a double, a JSON number) until 2255. `check_counter` has passed: the
--- counter is absent or a decimal below 2^63 - 1. Redisson's INCR on the
--- same counter goes on from here.
+-- counter is absent or a decimal below 2^63 - 1, and `checked_counter`
+-- holds its value. The clock is built as a string (the seconds, then the
+-- microseconds padded to six digits): exact, and compared with the counter
+-- as strings. Redisson's INCR on the same counter goes on from here.
 local function mint(counter)
     -- <common:mint>
     local now = redis.call('time')
-    local clock = now[1] .. string.format('%06d', tonumber(now[2]))
-    local stored = redis.call('get', counter)
+    local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+    local stored = checked_counter
     if not stored or #stored < #clock or (#stored == #clock and stored < clock) then
         redis.call('set', counter, clock)
         return clock

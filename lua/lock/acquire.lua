@@ -191,6 +191,9 @@ local function read_marker()
     return named, math.max(0, tonumber(ends) - ms), true, left
 end
 
+-- The counter's value as the check below read it (see
+-- lua/common/fencing.lua's `checked_counter`).
+local checked_counter = false
 if counter then
     -- <common:check_counter> lua/common/fencing.lua's, inline (see the header)
     local kind = redis.call('type', counter).ok
@@ -203,6 +206,7 @@ if counter then
         if not digits or #value > 19 or (#value == 19 and value >= '9223372036854775807') then
             return redis.error_reply('BADCOUNTER fencing counter ' .. counter .. ' holds no next token')
         end
+        checked_counter = value
     end
     -- </common:check_counter>
 end
@@ -238,8 +242,8 @@ local function mint()
     if counter then
         -- <common:mint> lua/common/fencing.lua's, inline (see the header)
         local now = redis.call('time')
-        local clock = now[1] .. string.format('%06d', tonumber(now[2]))
-        local stored = redis.call('get', counter)
+        local clock = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+        local stored = checked_counter
         if not stored or #stored < #clock or (#stored == #clock and stored < clock) then
             redis.call('set', counter, clock)
             return clock
