@@ -1062,6 +1062,46 @@ impl RedisCluster {
         let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
         assert!(status.success(), "kill {signal} {pid} failed");
     }
+
+    // Faults that return instead of panicking, for the fault campaign
+    // (tests/campaign.rs), which goes on after a fault the cluster is slow
+    // to heal from and reports it.
+
+    /// As [`restart_killed`](RedisCluster::restart_killed), bounded by
+    /// `limit` and returning what is still wrong instead of panicking.
+    pub fn try_restart_killed(&mut self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        let mut nodes = std::mem::take(&mut self.nodes);
+        let mut failed = None;
+        for node in nodes.iter_mut().filter(|n| !n.running()) {
+            while !self.spawn(node) {
+                if Instant::now() >= deadline {
+                    failed = Some(format!("node {} did not restart on its port", node.port));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.nodes = nodes;
+        match failed {
+            Some(problem) => Err(problem),
+            None => self.ready_within(deadline.saturating_duration_since(Instant::now())),
+        }
+    }
+
+    /// Waits (at most `limit`) until the cluster is as ready as
+    /// [`start`](RedisCluster::start) leaves it; returns what is still
+    /// wrong otherwise.
+    pub fn ready_within(&self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let Some(problem) = self.ready_problem() else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(problem);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for RedisCluster {

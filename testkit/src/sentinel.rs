@@ -187,6 +187,112 @@ impl SentinelSet {
     pub fn logs(&self) -> String {
         self.sentinels.iter().map(|s| format!("--- sentinel {}\n{}", s.port, s.log())).collect()
     }
+
+    // Role-agnostic faults, for the fault campaign (tests/campaign.rs):
+    // after failovers either server may be the primary, so these address a
+    // server by its port and ask the sentinels for the roles.
+
+    /// The ports of the two data servers (the one started as the primary
+    /// first, unless [`kill_primary`](SentinelSet::kill_primary) dropped
+    /// it), whatever their roles now.
+    pub fn server_ports(&self) -> Vec<u16> {
+        self.primary.iter().chain(std::iter::once(&self.replica)).map(RedisServer::port).collect()
+    }
+
+    /// The data server on `port`, whatever its role now.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.primary
+            .iter()
+            .chain(std::iter::once(&self.replica))
+            .find(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no data server on port {port}"))
+    }
+
+    fn server_mut(&mut self, port: u16) -> &mut RedisServer {
+        self.primary
+            .iter_mut()
+            .chain(std::iter::once(&mut self.replica))
+            .find(|s| s.port() == port)
+            .unwrap_or_else(|| panic!("no data server on port {port}"))
+    }
+
+    /// The primary's port if every sentinel names the same one.
+    pub fn agreed_primary_port(&self) -> Option<u16> {
+        let ports: Vec<Option<u16>> = self.sentinels.iter().map(Sentinel::master_port).collect();
+        let first = *ports.first()?;
+        (first.is_some() && ports.iter().all(|p| *p == first)).then_some(first).flatten()
+    }
+
+    /// Kills (SIGKILL) the data server on `port`, whatever its role,
+    /// keeping it for [`restart_server`](SentinelSet::restart_server).
+    pub fn kill_server(&mut self, port: u16) {
+        self.server_mut(port).stop();
+    }
+
+    /// Starts the data server on `port` again on the same port, empty (the
+    /// harness's servers keep nothing on disk), then makes it a replica of
+    /// the server on `replica_of`, or a primary (`REPLICAOF NO ONE`) when
+    /// `None`: a primary restarted before the sentinels failed it over
+    /// comes back empty as the primary, and its replica resyncs from it.
+    pub fn restart_server(&mut self, port: u16, replica_of: Option<u16>) -> redis::RedisResult<()> {
+        let server = self.server_mut(port);
+        server.restart();
+        let mut con = server.conn();
+        let mut cmd = redis::cmd("REPLICAOF");
+        match replica_of {
+            Some(primary) => cmd.arg("127.0.0.1").arg(primary),
+            None => cmd.arg("NO").arg("ONE"),
+        };
+        cmd.query(&mut con)
+    }
+
+    /// As [`failover`](SentinelSet::failover), the sentinel's refusal
+    /// (`-INPROG`, `-NOGOODSLAVE`) returned instead of panicking.
+    pub fn try_failover(&self) -> redis::RedisResult<()> {
+        let mut con = self.sentinels[0].try_conn()?;
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME).query(&mut con)
+    }
+
+    /// Waits (at most `limit`) until the set is whole again: every sentinel
+    /// names the same running server as the primary, which says it is one
+    /// (`ROLE`), and the other server runs as its replica with its link up;
+    /// returns the primary's port, or what is still wrong.
+    pub fn wait_until_healthy(&self, limit: Duration) -> Result<u16, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let problem = match self.health_problem() {
+                Ok(primary) => return Ok(primary),
+                Err(problem) => problem,
+            };
+            if Instant::now() >= deadline {
+                return Err(problem);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn health_problem(&self) -> Result<u16, String> {
+        let primary = self.agreed_primary_port().ok_or("the sentinels do not agree on a primary")?;
+        for port in self.server_ports() {
+            let server = self.server(port);
+            if !server.is_running() {
+                return Err(format!("server {port} is not running"));
+            }
+            let mut con = crate::server::open(&server.url()).map_err(|e| format!("server {port}: {e}"))?;
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut con)
+                .map_err(|e| format!("server {port}: {e}"))?;
+            let role = if port == primary { "role:master" } else { "role:slave" };
+            let linked = port == primary
+                || (info.contains(&format!("master_port:{primary}"))
+                    && info.contains("master_link_status:up"));
+            if !info.contains(role) || !linked {
+                return Err(format!("server {port} (primary {primary}):\n{info}"));
+            }
+        }
+        Ok(primary)
+    }
 }
 
 /// One `redis-server --sentinel`.

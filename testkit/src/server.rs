@@ -456,6 +456,12 @@ impl RedisServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
+
+    /// Whether the server runs: started and not [`stop`](Self::stop)ped
+    /// since (a [`freeze`](Self::freeze)d server runs).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
 }
 
 /// A harness connection to `url`: connect within 1 s, replies within 5 s.
