@@ -15,8 +15,9 @@ use keyholder::{Client, ErrorKind};
 
 const SECOND: Duration = Duration::from_secs(1);
 
-/// Creates (or resets) the ACL user `name` with password `pw` and `rules`.
-fn set_user(con: &mut redis::Connection, name: &str, rules: &[&str]) {
+/// Creates (or resets) the ACL user `name` with password `pw` and `rules`
+/// (also the doctor's tests').
+pub(crate) fn set_user(con: &mut redis::Connection, name: &str, rules: &[&str]) {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
     for rule in rules {

@@ -18,6 +18,8 @@ use common::{RedisServer, ServerExt};
 use keyholder::{Check, Client, DoctorOptions, ErrorKind, Figure, Level, Report, Verdict};
 use keyholder_testkit::cluster::RedisCluster;
 
+use crate::acl::set_user;
+
 fn doctor(client: &Client, options: &DoctorOptions) -> Report {
     client.doctor(options).unwrap()
 }
@@ -142,16 +144,6 @@ fn min_replicas_to_write_above_the_replicas_present_fails() {
     assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
     assert_eq!(check.figure("min_replicas_to_write"), Some(&Figure::Number(2)));
     assert!(check.meaning.contains("NOREPLICAS"), "{check:#?}");
-}
-
-/// Creates (or resets) the ACL user `name` with password `pw` and `rules`.
-fn set_user(con: &mut redis::Connection, name: &str, rules: &[&str]) {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg(name).arg("reset").arg("on").arg(">pw");
-    for rule in rules {
-        cmd.arg(*rule);
-    }
-    let _: () = cmd.query(con).unwrap();
 }
 
 #[test]
