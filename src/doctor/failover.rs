@@ -31,13 +31,16 @@ const DOCS: &str = "docs/operations.md#failover";
 /// kill; a cluster client hears of a promotion within about a second.
 const PROMOTION: Duration = Duration::from_secs(2);
 
+/// One sentinel's `SENTINEL MASTER` fields, or why it gave none.
+type Answer = Result<BTreeMap<String, String>, String>;
+
 /// What the sentinels said of the master, each sentinel's answer or why it
 /// gave none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct SentinelView {
     /// By sentinel (`host:port`): the `SENTINEL MASTER` fields, or the
     /// error.
-    pub(super) answers: Vec<(String, Result<BTreeMap<String, String>, String>)>,
+    pub(super) answers: Vec<(String, Answer)>,
 }
 
 impl SentinelView {
@@ -82,7 +85,12 @@ fn millis(n: i64) -> Option<Duration> {
 
 /// The failover check of one primary.
 pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
-    let replicas = facts.replicas().len() as i64;
+    // The primary's replicas (INFO replication), or the sentinels' count.
+    let replicas: Option<i64> = if facts.info("role").is_some() {
+        Some(facts.replicas().len() as i64)
+    } else {
+        facts.sentinel.as_ref().and_then(|view| view.number("num-slaves"))
+    };
     let mut figures = vec![
         ("watchdog_timeout", Figure::Duration(settings.watchdog_timeout)),
         ("command_timeout", Figure::Duration(settings.command_timeout)),
@@ -188,12 +196,15 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
     let switch = detection + PROMOTION;
     figures.push(("unavailable", Figure::Duration(switch)));
     figures.push(("overlap", Figure::Duration(switch)));
-    figures.push(("replicas", Figure::Number(replicas)));
+    if let Some(n) = replicas {
+        figures.push(("replicas", Figure::Number(n)));
+    }
+    let listed = replicas.map_or_else(|| "replicas not listed".to_owned(), |n| format!("{n} replica(s)"));
     let acks = settings.acks.replicas;
     found.push_str(&format!(
         "; after a primary dies, new acquisitions fail for about {} (detection + about {} of promotion); after \
          a lossy failover two holders overlap for about {} (the old holder is told at its client's switch), or \
-         {cut_off}; watchdog timeout {}, command timeout {}, {replicas} replica(s), {acks} acknowledgement(s) \
+         {cut_off}; watchdog timeout {}, command timeout {}, {listed}, {acks} acknowledgement(s) \
          asked",
         ms(switch),
         ms(PROMOTION),
@@ -228,7 +239,7 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                  or lower the services' command timeout"
             )),
         )
-    } else if replicas > 0 && acks == 0 {
+    } else if replicas.is_none_or(|n| n > 0) && acks == 0 {
         (
             Verdict::Warn,
             format!(
@@ -249,7 +260,7 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                 "failovers are detected after {} and take about {} in all; {}",
                 ms(detection),
                 ms(switch),
-                if replicas == 0 {
+                if replicas == Some(0) {
                     "no replica to promote: a dead primary stays down until it returns".to_owned()
                 } else {
                     "holds acknowledged by the promoted replica survive it".to_owned()
@@ -367,5 +378,10 @@ mod tests {
         assert_eq!(run(&facts, &settings(Deployment::Cluster, 1)).verdict, Verdict::Warn);
         let quick = Settings { command_timeout: Duration::from_secs(1), ..settings(Deployment::Cluster, 1) };
         assert_eq!(run(&facts, &quick).verdict, Verdict::Ok);
+        // INFO refused: the replicas unknown, never taken for none.
+        let blind = Facts::from_parts("", &[("cluster-node-timeout", "15000")], None);
+        let c = run(&blind, &settings(Deployment::Cluster, 0));
+        assert_eq!(c.verdict, Verdict::Warn, "{c:?}");
+        assert!(c.found.contains("replicas not listed"), "{}", c.found);
     }
 }

@@ -67,6 +67,19 @@ pub(super) fn parse_buffer_limit(value: &str) -> Option<BufferLimit> {
     })
 }
 
+/// How far behind a subscriber is disconnected: `more than 33554432
+/// bytes behind, or 8388608 bytes for 60 s`.
+fn behind(limit: BufferLimit) -> String {
+    let mut text = Vec::new();
+    if limit.hard > 0 {
+        text.push(format!("more than {} bytes behind", limit.hard));
+    }
+    if limit.soft > 0 {
+        text.push(format!("more than {} bytes behind for {} s", limit.soft, limit.seconds));
+    }
+    text.join(", or ")
+}
+
 /// The idle-drop rule: a stated NAT idle timeout against the longest
 /// silence of the client's idle pub/sub connection and the command
 /// connections' idle timeout (`None`: never). `Some(what)` when a flow the
@@ -130,10 +143,11 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                 Some(n) if n < SMALL_LIMIT => parts.push((
                     2,
                     format!(
-                        "a subscriber more than {n} bytes behind is disconnected: a burst of unlock messages \
-                         (many locks released at once) can cut the client's pub/sub connection; it reconnects, \
-                         resubscribes and wakes every waiter to try again, and a missed unlock is covered by the \
-                         lease-end wake, so waiters lose time, never correctness"
+                        "a subscriber {} is disconnected: a burst of unlock messages (many locks released at \
+                         once) can cut the client's pub/sub connection; it reconnects, resubscribes and wakes \
+                         every waiter to try again, and a missed unlock is covered by the lease-end wake, so \
+                         waiters lose time, never correctness (a limit of {n} bytes, under 1 MiB)",
+                        behind(limit)
                     ),
                     Some(
                         "CONFIG SET client-output-buffer-limit \"pubsub 32mb 8mb 60\" (the default), or at least \
@@ -141,11 +155,12 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                             .to_owned(),
                     ),
                 )),
-                Some(n) => parts.push((
+                Some(_) => parts.push((
                     0,
                     format!(
-                        "a subscriber is disconnected only more than {n} bytes behind (then it reconnects, \
-                         resubscribes and wakes its waiters)"
+                        "only a subscriber {} is disconnected (it then reconnects, resubscribes and wakes its \
+                         waiters: they lose time, never correctness)",
+                        behind(limit)
                     ),
                     None,
                 )),
