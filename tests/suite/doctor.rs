@@ -296,6 +296,23 @@ fn failover_on_a_cluster_holds_the_node_timeout_against_the_command_timeout() {
             "the node timeout and the default watchdog"
         );
     }
+    // A cluster with a 10 s node timeout passes the default 3 s command
+    // timeout; without acknowledgements its replicas make failovers lossy.
+    let long = RedisCluster::options().node_timeout(Duration::from_secs(10)).start();
+    let client = Client::builder_cluster(long.seed_urls()).build().unwrap();
+    let acknowledged = doctor(&client, &DoctorOptions::new().replica_acks(1));
+    let unacknowledged = doctor(&client, &DoctorOptions::new().replica_acks(0));
+    for (check, lossy) in
+        acknowledged.checks.iter().zip(unacknowledged.checks.iter()).filter(|(c, _)| c.name == "failover")
+    {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        assert_eq!(check.figure("node_timeout"), Some(&Figure::Duration(Duration::from_secs(10))));
+        assert_eq!(check.figure("unavailable"), Some(&Figure::Duration(Duration::from_secs(12))));
+        // One replica a primary (the testkit's), unacknowledged.
+        assert_eq!(lossy.figure("replicas"), Some(&Figure::Number(1)), "{lossy:#?}");
+        assert_eq!(lossy.verdict, Verdict::Warn, "{lossy:#?}");
+        assert!(lossy.meaning.contains("overlap for about 12000 ms"), "{lossy:#?}");
+    }
     // Shard channels where the servers have them (Redis 7+, Valkey).
     for check in report.checks.iter().filter(|c| c.name == "pubsub") {
         let sharded = check.figure("sharded");
