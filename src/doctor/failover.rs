@@ -164,7 +164,7 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
                     )
                 }
                 _ => "an old holder cut off with the old primary (a partition, not a crash): until the partition \
-                      heals, as the old primary goes on renewing its hold (min-replicas-to-write 0)"
+                      heals, as the old primary goes on renewing its hold (min-replicas-to-write 0, or not read)"
                     .to_owned(),
             };
             (down_after, "the sentinels' down-after-milliseconds", found, cut_off)

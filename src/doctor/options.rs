@@ -17,8 +17,10 @@ use crate::config::Config;
 /// use std::time::Duration;
 ///
 /// let options = keyholder::DoctorOptions::new()
-///     .command_timeout(Duration::from_secs(1))  // default: the client's
-///     .replica_acks(1);                          // default: the client's (none)
+///     .command_timeout(Duration::from_secs(1))   // default: the client's
+///     .replica_acks(1)                           // default: the client's (none)
+///     .watchdog_timeout(Duration::from_secs(30)) // default: the client's
+///     .idle_drop(Duration::from_secs(350));      // default: not stated
 /// # let _ = options;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
