@@ -8,7 +8,7 @@
 //! primary (`INFO`, `CONFIG GET`; pure parsing, unit-tested), and one file
 //! per check, each a pure function of a primary's facts and the settings:
 //! `eviction.rs`, `persistence.rs`, `server.rs`, `replication.rs`,
-//! `clocks.rs`.
+//! `clocks.rs`, `failover.rs` (which also asks the sentinels), `pubsub.rs`.
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
@@ -17,8 +17,10 @@
 mod clocks;
 mod eviction;
 mod facts;
+mod failover;
 mod options;
 mod persistence;
+mod pubsub;
 mod replication;
 mod report;
 mod server;
@@ -37,13 +39,12 @@ use crate::store::routes::Routes;
 type Run = fn(&Facts, &Settings) -> Check;
 
 /// The checks, in the order the report lists them.
-const CHECKS: [Run; 5] = [eviction::run, persistence::run, replication::run, clocks::run, server::run];
+const CHECKS: [Run; 7] =
+    [eviction::run, persistence::run, replication::run, clocks::run, server::run, failover::run, pubsub::run];
 
 /// What this version does not check yet (issue 37's later items).
-const NOT_YET: &str = "not checked in this version: Sentinel down-after-milliseconds and failover-timeout or \
-                       cluster-node-timeout against the lease; the replicas' clocks; pub/sub output buffers \
-                       and idle drops; the ACL user's access to every script and channel; latency; cluster \
-                       slot coverage";
+const NOT_YET: &str = "not checked in this version: the replicas' clocks; the ACL user's access to every \
+                       script and channel; latency; cluster slot coverage";
 
 impl Client {
     /// Checks the deployment this client talks to against the guarantees
@@ -51,8 +52,11 @@ impl Client {
     /// each): whether the server may evict a held lock (`eviction`), what a
     /// restart loses (`persistence`), the replicas and the
     /// acknowledgements the services wait for (`replication`), the clocks
-    /// the fencing tokens rest on (`clocks`), and the server's version and
-    /// what it lacks (`server`). Each [`Check`] says what it found, its
+    /// the fencing tokens rest on (`clocks`), the server's version and
+    /// what it lacks (`server`), how fast a primary is failed over against
+    /// the services' timeouts and lease (`failover`), and what the server
+    /// and the network do to the pub/sub connection that wakes waiters
+    /// (`pubsub`). Each [`Check`] says what it found, its
     /// [`Verdict`], the guarantee, the docs section and the fix;
     /// [`Report::worst`] sums them up.
     ///
@@ -60,7 +64,8 @@ impl Client {
     /// against; [`DoctorOptions::default`] takes this client's own.
     ///
     /// One pipelined round trip per primary of read-only commands (`INFO`
-    /// of four sections, `CONFIG GET` of nine settings). A command the
+    /// of four sections, `CONFIG GET` of eleven settings; through Sentinel,
+    /// `SENTINEL MASTER` on each sentinel). A command the
     /// server refuses (managed services refuse `CONFIG` and trim `INFO`)
     /// is no error: the check falls back on `INFO`, or answers
     /// [`Verdict::Unknown`] with the refusal and what to confirm by hand.
@@ -94,7 +99,9 @@ impl Client {
         match inner.routes() {
             Routes::Primary(_) => {
                 let mut session = inner.routes().session("")?;
-                nodes.push((None, Facts::read(&mut session)?));
+                let mut facts = Facts::read(&mut session)?;
+                facts.sentinel = failover::ask_sentinels(&inner.config);
+                nodes.push((None, facts));
             }
             Routes::Cluster(cluster) => {
                 let mut shards = cluster.shards();

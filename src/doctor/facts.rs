@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::failover::SentinelView;
 use crate::admin::send;
 use crate::error::Result;
 use crate::store::lanes::Session;
@@ -20,7 +21,7 @@ use crate::store::lanes::Session;
 const SECTIONS: [&str; 4] = ["server", "memory", "persistence", "replication"];
 
 /// The settings read with `CONFIG GET`.
-pub(super) const SETTINGS: [&str; 9] = [
+pub(super) const SETTINGS: [&str; 11] = [
     "maxmemory",
     "maxmemory-policy",
     "appendonly",
@@ -30,6 +31,8 @@ pub(super) const SETTINGS: [&str; 9] = [
     "min-replicas-max-lag",
     "busy-reply-threshold",
     "lua-time-limit",
+    "cluster-node-timeout",
+    "client-output-buffer-limit",
 ];
 
 /// What one primary said.
@@ -43,6 +46,9 @@ pub(super) struct Facts {
     config: BTreeMap<String, String>,
     /// Why `CONFIG GET` was refused (the first refusal).
     config_refused: Option<String>,
+    /// What the sentinels say of the master, for a client built with
+    /// Sentinel (`failover.rs` asks them).
+    pub(super) sentinel: Option<SentinelView>,
 }
 
 impl Facts {
@@ -86,6 +92,7 @@ impl Facts {
             info_refused: BTreeMap::new(),
             config: config.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             config_refused: config_refused.map(str::to_owned),
+            sentinel: None,
         }
     }
 

@@ -72,6 +72,7 @@ use channel::{Channel, Kind, Listener};
 pub(crate) use grant::Grant;
 use grant::parse_grant;
 use probes::Probes;
+pub(crate) use probes::longest_idle_silence;
 pub(crate) use subscription::Subscription;
 
 /// What a subscription wakes: the waiting threads of one lock name in this

@@ -134,6 +134,24 @@ impl Sentinels {
         self.preferred.load(Ordering::Relaxed)
     }
 
+    /// What each sentinel says of the master (`SENTINEL MASTER`: its
+    /// `down-after-milliseconds`, `failover-timeout`, `quorum`, the other
+    /// sentinels it knows), by sentinel (`host:port`), in the order they
+    /// were given; a sentinel that could not be reached or refused, its
+    /// error. For the doctor: every sentinel is asked, each bounded by the
+    /// connect and command timeouts.
+    pub(crate) fn masters(&self) -> Vec<(String, redis::RedisResult<redis::Value>)> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let reply = self.connect(node).and_then(|mut con| {
+                    redis::cmd("SENTINEL").arg("MASTER").arg(&self.master).query::<redis::Value>(&mut con)
+                });
+                (describe(node), reply)
+            })
+            .collect()
+    }
+
     fn ask_one(&self, node: &redis::Client) -> redis::RedisResult<Option<MasterAddr>> {
         let mut con = self.connect(node)?;
         redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.master).query(&mut con)

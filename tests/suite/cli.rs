@@ -612,11 +612,19 @@ fn force_unlock_on_a_cluster_frees_the_lock_on_its_node_and_wakes_the_waiter() {
 fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() {
     let durable = RedisServer::start_with_args(&["--appendonly", "yes"]);
     let table = expect_exit(&run(&["--url", &durable.url(), "doctor"]), 0);
-    for block in ["eviction: OK", "persistence: OK", "replication: OK", "clocks: OK", "server: OK"] {
+    for block in [
+        "eviction: OK",
+        "persistence: OK",
+        "replication: OK",
+        "clocks: OK",
+        "server: OK",
+        "failover: OK",
+        "pubsub: OK",
+    ] {
         assert!(table.contains(block), "{block}: {table}");
     }
     assert!(table.contains("guarantee    Mutual exclusion while the lease holds"), "{table}");
-    assert!(table.trim_end().ends_with("verdict: ok (5 ok, 0 warn or unknown, 0 fail)"), "{table}");
+    assert!(table.trim_end().ends_with("verdict: ok (7 ok, 0 warn or unknown, 0 fail)"), "{table}");
 
     let volatile = RedisServer::start();
     let table = expect_exit(&run(&["--url", &volatile.url(), "doctor"]), 5);
@@ -629,7 +637,7 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
     assert_eq!(parsed["worst"], "fail");
     let checks = parsed["checks"].as_array().unwrap();
     let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["eviction", "persistence", "replication", "clocks", "server"]);
+    assert_eq!(names, ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub"]);
     let eviction = &checks[0];
     assert_eq!(eviction["verdict"], "fail");
     assert_eq!(eviction["figures"]["maxmemory"], 10 * 1024 * 1024);
@@ -675,6 +683,31 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
     }
 }
 
+/// `--idle-drop` and `--watchdog-timeout`: a NAT's idle timeout below the
+/// connections' 3 min idle timeout fails the pubsub check (exit 6), one
+/// above it passes (exit 0); the watchdog timeout shows in the failover
+/// check's figures; a duration that is none is a usage error (exit 2).
+#[test]
+fn doctor_holds_a_stated_idle_drop_against_the_clients_idle_settings() {
+    let durable = RedisServer::start_with_args(&["--appendonly", "yes"]);
+    let url = durable.url();
+    let parsed = json(&expect_exit(&run(&["--url", &url, "--json", "doctor", "--idle-drop", "2m"]), 6));
+    let pubsub = &parsed["checks"][6];
+    assert_eq!((&pubsub["name"], &pubsub["verdict"]), (&"pubsub".into(), &"fail".into()), "{parsed}");
+    assert_eq!(pubsub["figures"]["idle_drop_ms"], 120_000);
+    assert!(pubsub["fix"].as_str().unwrap().contains("connection_idle_timeout"), "{pubsub}");
+    let args = ["--url", &url, "--json", "doctor", "--idle-drop", "350s", "--watchdog-timeout", "10"];
+    let parsed = json(&expect_exit(&run(&args), 0));
+    assert_eq!(parsed["checks"][6]["figures"]["idle_drop_ms"], 350_000, "{parsed}");
+    assert_eq!(parsed["checks"][5]["figures"]["watchdog_timeout_ms"], 10_000, "{parsed}");
+    for bad in [&["--idle-drop", "5 parsecs"][..], &["--idle-drop", "0s"], &["--watchdog-timeout", "0"]] {
+        let mut args = vec!["--url", url.as_str(), "doctor"];
+        args.extend_from_slice(bad);
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));
+    }
+}
+
 /// An ACL user denied `CONFIG` and `INFO`: every check says what to
 /// confirm by hand, and the tool exits 5, never 0.
 #[test]
@@ -687,8 +720,10 @@ fn doctor_as_a_user_denied_config_and_info_reports_unknowns_and_exits_5() {
         .unwrap();
     let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
     let table = expect_exit(&run(&["--url", &url, "doctor"]), 5);
-    assert_eq!(table.matches(": UNKNOWN").count(), 5, "{table}");
-    assert_eq!(table.matches("  confirm      ").count(), 5, "{table}");
+    // Every check but failover (one server's URL: no automatic failover).
+    assert_eq!(table.matches(": UNKNOWN").count(), 6, "{table}");
+    assert_eq!(table.matches("  confirm      ").count(), 6, "{table}");
+    assert!(table.contains("failover: OK"), "{table}");
     assert!(table.contains("NOPERM"), "{table}");
 }
 
@@ -703,9 +738,9 @@ fn doctor_on_a_cluster_checks_every_primary() {
     assert!(matches!(output.status.code(), Some(0 | 5 | 6)), "{}", text(&output.stderr));
     let parsed = json(&text(&output.stdout));
     let checks = parsed["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 5 * cluster.primaries().len(), "{parsed}");
+    assert_eq!(checks.len(), 7 * cluster.primaries().len(), "{parsed}");
     for port in cluster.primaries() {
         let node = format!("127.0.0.1:{port}");
-        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 5, "{node}: {parsed}");
+        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 7, "{node}: {parsed}");
     }
 }

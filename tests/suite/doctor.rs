@@ -1,4 +1,4 @@
-//! `Client::doctor` (issue 37, first slice) against real servers, each
+//! `Client::doctor` (issue 37) against real servers, each
 //! configured to pass and to fail a check: eviction (`maxmemory` with
 //! `allkeys-lru`, `volatile-lru`, `noeviction`), persistence (AOF off and
 //! on), replication (a replica, the acknowledgements asked of it,
@@ -7,7 +7,11 @@
 //! it), an ACL user denied `CONFIG` (the `INFO` fallback) and `INFO` too
 //! (every check unknown, none ok), every primary of a Redis Cluster, the
 //! primary Sentinel names, and a server that cannot be reached (an error,
-//! no report).
+//! no report). The failover timing (the testkit's short Sentinel
+//! `down-after-milliseconds` and a long one; a cluster's node timeout
+//! against the command timeout) and pub/sub (a small `pubsub` output
+//! buffer limit and the default; an idle drop against the client's idle
+//! settings; shard channels on a cluster).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -169,14 +173,16 @@ fn a_user_denied_config_is_checked_from_info_and_one_denied_info_too_gets_unknow
 
     // CONFIG and INFO refused: nothing can be told, and nothing is ok.
     let report = doctor(&client(&["~*", "&*", "+@all", "-config", "-info"]), &DoctorOptions::default());
-    for check in &report.checks {
+    // One server's URL: no automatic failover, whatever the server says.
+    assert_eq!(the(&report, "failover").verdict, Verdict::Ok, "{report:#?}");
+    for check in report.checks.iter().filter(|c| c.name != "failover") {
         let Verdict::Unknown { reason, confirm_by_hand } = &check.verdict else {
             panic!("{} is not unknown: {check:#?}", check.name)
         };
         assert!(reason.contains("NOPERM"), "{}: {reason}", check.name);
         assert!(!confirm_by_hand.is_empty(), "{}", check.name);
     }
-    assert_eq!(report.checks.len(), 5, "{report:#?}");
+    assert_eq!(report.checks.len(), 7, "{report:#?}");
     assert_eq!(report.worst(), Level::Warn);
 }
 
@@ -186,7 +192,7 @@ fn on_a_cluster_every_primary_is_checked() {
     let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
     let report = doctor(&client, &DoctorOptions::default());
     let primaries = cluster.primaries();
-    for name in ["eviction", "persistence", "replication", "clocks", "server"] {
+    for name in ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub"] {
         let mut nodes: Vec<&str> =
             report.checks.iter().filter(|c| c.name == name).filter_map(|c| c.node.as_deref()).collect();
         nodes.sort_unstable();
@@ -222,4 +228,144 @@ fn a_server_that_cannot_be_reached_is_an_error_not_a_report() {
     server.stop();
     let err = client.doctor(&DoctorOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err:?}");
+}
+
+#[test]
+fn failover_through_sentinel_warns_on_the_testkits_short_detection_and_passes_a_long_one() {
+    use keyholder_testkit::sentinel::{DOWN_AFTER, MASTER_NAME};
+    let set = keyholder_testkit::SentinelSet::start();
+    let client = Client::builder_sentinel(set.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    // The testkit's 1 s detection against the default 3 s command timeout.
+    let check = the(&doctor(&client, &DoctorOptions::new().replica_acks(1)), "failover").clone();
+    assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+    assert_eq!(check.figure("down_after"), Some(&Figure::Duration(DOWN_AFTER)));
+    assert_eq!(check.figure("failover_timeout"), Some(&Figure::Duration(Duration::from_secs(5))));
+    assert_eq!(check.figure("quorum"), Some(&Figure::Number(2)));
+    assert_eq!(check.figure("sentinels"), Some(&Figure::Number(3)));
+    assert_eq!(check.figure("sentinels_answered"), Some(&Figure::Number(3)));
+    assert!(check.meaning.contains("shorter than the services' command timeout"), "{check:#?}");
+
+    for url in set.sentinel_urls() {
+        let mut con =
+            redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+        let _: () = redis::cmd("SENTINEL")
+            .arg("SET")
+            .arg(MASTER_NAME)
+            .arg("down-after-milliseconds")
+            .arg(30_000)
+            .query(&mut con)
+            .unwrap();
+    }
+    // A long detection, the replica acknowledging: ok, with the figures.
+    let options = DoctorOptions::new().replica_acks(1).watchdog_timeout(Duration::from_secs(10));
+    let check = the(&doctor(&client, &options), "failover").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    assert_eq!(check.figure("down_after"), Some(&Figure::Duration(Duration::from_secs(30))));
+    assert_eq!(check.figure("unavailable"), Some(&Figure::Duration(Duration::from_secs(32))));
+    assert_eq!(check.figure("watchdog_timeout"), Some(&Figure::Duration(Duration::from_secs(10))));
+    // No acknowledgement with a replica present: lossy, the overlap named.
+    let check = the(&doctor(&client, &DoctorOptions::default()), "failover").clone();
+    assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+    assert!(check.meaning.contains("overlap for about 32000 ms"), "{check:#?}");
+}
+
+#[test]
+fn failover_on_a_cluster_holds_the_node_timeout_against_the_command_timeout() {
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    let node_timeout = keyholder_testkit::cluster::NODE_TIMEOUT;
+    // The testkit's 2 s node timeout against the default 3 s command timeout.
+    let report = doctor(&client, &DoctorOptions::new().replica_acks(1));
+    let checks: Vec<&Check> = report.checks.iter().filter(|c| c.name == "failover").collect();
+    assert_eq!(checks.len(), cluster.primaries().len(), "{report:#?}");
+    for check in checks {
+        assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+        assert_eq!(check.figure("node_timeout"), Some(&Figure::Duration(node_timeout)));
+    }
+    // Services that ride out 1 s at most: the node timeout is above it.
+    let options = DoctorOptions::new().replica_acks(1).command_timeout(Duration::from_secs(1));
+    let report = doctor(&client, &options);
+    for check in report.checks.iter().filter(|c| c.name == "failover") {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        assert_eq!(
+            check.figure("overlap_cut_off"),
+            Some(&Figure::Duration(node_timeout + Duration::from_secs(30))),
+            "the node timeout and the default watchdog"
+        );
+    }
+    // A cluster with a 10 s node timeout passes the default 3 s command
+    // timeout; without acknowledgements its replicas make failovers lossy.
+    let long = RedisCluster::options().node_timeout(Duration::from_secs(10)).start();
+    let client = Client::builder_cluster(long.seed_urls()).build().unwrap();
+    let acknowledged = doctor(&client, &DoctorOptions::new().replica_acks(1));
+    let unacknowledged = doctor(&client, &DoctorOptions::new().replica_acks(0));
+    for (check, lossy) in
+        acknowledged.checks.iter().zip(unacknowledged.checks.iter()).filter(|(c, _)| c.name == "failover")
+    {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        assert_eq!(check.figure("node_timeout"), Some(&Figure::Duration(Duration::from_secs(10))));
+        assert_eq!(check.figure("unavailable"), Some(&Figure::Duration(Duration::from_secs(12))));
+        // One replica a primary (the testkit's), unacknowledged.
+        assert_eq!(lossy.figure("replicas"), Some(&Figure::Number(1)), "{lossy:#?}");
+        assert_eq!(lossy.verdict, Verdict::Warn, "{lossy:#?}");
+        assert!(lossy.meaning.contains("overlap for about 12000 ms"), "{lossy:#?}");
+    }
+    // Shard channels where the servers have them (Redis 7+, Valkey).
+    for check in report.checks.iter().filter(|c| c.name == "pubsub") {
+        let sharded = check.figure("sharded");
+        assert!(sharded.is_some(), "{check:#?}");
+        if sharded == Some(&Figure::Flag(true)) {
+            assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        } else {
+            assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+        }
+    }
+}
+
+#[test]
+fn pubsub_warns_on_a_small_output_buffer_limit_and_passes_the_default() {
+    let small =
+        RedisServer::start_with_args(&["--client-output-buffer-limit", "pubsub", "64kb", "32kb", "10"]);
+    let check = the(&doctor(&small.client(), &DoctorOptions::default()), "pubsub").clone();
+    assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+    assert_eq!(check.figure("pubsub_hard_limit"), Some(&Figure::Number(64 * 1024)));
+    assert_eq!(check.figure("pubsub_soft_seconds"), Some(&Figure::Number(10)));
+    assert!(check.meaning.contains("lease-end wake"), "{check:#?}");
+    assert!(check.fix.as_deref().unwrap().contains("client-output-buffer-limit"), "{check:#?}");
+
+    let default = RedisServer::start();
+    let check = the(&doctor(&default.client(), &DoctorOptions::default()), "pubsub").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    assert_eq!(check.figure("pubsub_hard_limit"), Some(&Figure::Number(32 * 1024 * 1024)));
+    assert!(check.found.contains("idle drop not stated"), "{check:#?}");
+}
+
+#[test]
+fn an_idle_drop_shorter_than_the_clients_idle_settings_fails() {
+    let server = RedisServer::start();
+    let client = server.client();
+    // The default 3 min connection idle timeout: a command connection idle
+    // for 2 min is used again on a flow a 2 min NAT has dropped.
+    let check =
+        the(&doctor(&client, &DoctorOptions::new().idle_drop(Duration::from_secs(120))), "pubsub").clone();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+    assert_eq!(check.figure("idle_drop"), Some(&Figure::Duration(Duration::from_secs(120))));
+    assert!(check.fix.as_deref().unwrap().contains("connection_idle_timeout"), "{check:#?}");
+    // AWS's NAT gateway, 350 s: the defaults are below it.
+    let check =
+        the(&doctor(&client, &DoctorOptions::new().idle_drop(Duration::from_secs(350))), "pubsub").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    // A client that idles out sooner passes the 2 min drop.
+    let quick = server.builder().connection_idle_timeout(Some(Duration::from_secs(60))).build().unwrap();
+    let check =
+        the(&doctor(&quick, &DoctorOptions::new().idle_drop(Duration::from_secs(120))), "pubsub").clone();
+    assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+    assert_eq!(
+        check.figure("idle_ping"),
+        Some(&Figure::Duration(Duration::from_secs(32))),
+        "30 s + a 2 s look"
+    );
 }

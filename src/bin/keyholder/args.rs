@@ -164,7 +164,8 @@ pub(crate) enum Command {
         timeout: Option<f64>,
     },
     /// Check the deployment against keyholder's guarantees on every
-    /// primary (eviction, persistence, replication, clocks, the server);
+    /// primary (eviction, persistence, replication, clocks, the server,
+    /// failover timing, pub/sub);
     /// read-only. Exit status 0, 5 or 6 (below).
     ///
     /// Each check prints what it found, its verdict (ok, warn, fail, or
@@ -192,5 +193,17 @@ error; 2 a usage error. docs/operations.md, \"Checking a deployment\", explains 
         /// (ClientBuilder::replica_acks_aof).
         #[arg(long, value_name = "N", help_heading = "The services' settings")]
         replica_acks_aof: Option<u32>,
+        /// The services' watchdog timeout, the lease their holds are
+        /// renewed to (ClientBuilder::watchdog_timeout), in seconds, counted
+        /// in how long two holders may overlap after a failover; the
+        /// library's default.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30.0, help_heading = "The services' settings")]
+        watchdog_timeout: f64,
+        /// The idle timeout of a NAT, firewall or load balancer between
+        /// the services and Redis (350s, 4m, 500ms; seconds without a
+        /// unit): the pubsub check fails when the client's connections may
+        /// stay silent that long. Not stated by default.
+        #[arg(long, value_name = "DURATION", help_heading = "The deployment")]
+        idle_drop: Option<String>,
     },
 }

@@ -15,21 +15,51 @@ pub(crate) struct Services {
     pub(crate) command_timeout: f64,
     pub(crate) replica_acks: Option<u32>,
     pub(crate) replica_acks_aof: Option<u32>,
+    pub(crate) watchdog_timeout: f64,
+    /// As given: `350s`, `4m`, `500ms`, `350`.
+    pub(crate) idle_drop: Option<String>,
+}
+
+/// `--command-timeout`, `--watchdog-timeout`: a positive number of seconds.
+fn seconds(option: &str, value: f64) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| Failure::Usage(format!("{option} {value} is no positive number of seconds")))
+}
+
+/// `--idle-drop`: a positive duration, `350s`, `4m`, `500ms`, `1h`, or
+/// seconds without a unit.
+fn idle_drop(text: &str) -> Result<Duration, Failure> {
+    let trimmed = text.trim();
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let scale = match unit.trim() {
+        "" | "s" => Some(1.0),
+        "ms" => Some(0.001),
+        "m" | "min" => Some(60.0),
+        "h" => Some(3600.0),
+        _ => None,
+    };
+    scale
+        .zip(number.parse::<f64>().ok())
+        .and_then(|(scale, n)| Duration::try_from_secs_f64(n * scale).ok())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            Failure::Usage(format!("--idle-drop {text:?} is no positive duration (350s, 4m, 500ms, 1h)"))
+        })
 }
 
 /// Runs the checks and prints the report; warnings (or checks that could
 /// not tell) and failures end with their own exit statuses.
 pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Result<(), Failure> {
-    let timeout = Duration::try_from_secs_f64(services.command_timeout)
-        .ok()
-        .filter(|t| !t.is_zero())
-        .ok_or_else(|| {
-            Failure::Usage(format!(
-                "--command-timeout {} is no positive number of seconds",
-                services.command_timeout
-            ))
-        })?;
-    let mut options = DoctorOptions::new().command_timeout(timeout).replica_acks(0);
+    let timeout = seconds("--command-timeout", services.command_timeout)?;
+    let watchdog = seconds("--watchdog-timeout", services.watchdog_timeout)?;
+    let mut options =
+        DoctorOptions::new().command_timeout(timeout).watchdog_timeout(watchdog).replica_acks(0);
+    if let Some(text) = &services.idle_drop {
+        options = options.idle_drop(idle_drop(text)?);
+    }
     if let Some(n) = services.replica_acks {
         options = options.replica_acks(n);
     }
@@ -130,4 +160,22 @@ fn check_json(check: &Check) -> Value {
         "docs": check.docs,
         "fix": check.fix,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_drops_take_a_unit_or_seconds() {
+        let ok = |text: &str| idle_drop(text).ok();
+        assert_eq!(ok("350s"), Some(Duration::from_secs(350)));
+        assert_eq!(ok("350"), Some(Duration::from_secs(350)));
+        assert_eq!(ok("4m"), Some(Duration::from_secs(240)));
+        assert_eq!(ok("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(ok("1.5s"), Some(Duration::from_millis(1500)));
+        for bad in ["", "0s", "-1s", "5 parsecs", "s"] {
+            assert!(ok(bad).is_none(), "{bad}");
+        }
+    }
 }

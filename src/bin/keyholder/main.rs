@@ -131,11 +131,13 @@ fn run(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), Failure> {
             let until = Until { deadline, timeout: *timeout, count: *count };
             watch(&client, &out, name, watch_kind, until)
         }
-        Command::Doctor { command_timeout, replica_acks, replica_acks_aof } => {
+        Command::Doctor { command_timeout, replica_acks, replica_acks_aof, watchdog_timeout, idle_drop } => {
             let services = doctor::Services {
                 command_timeout: *command_timeout,
                 replica_acks: *replica_acks,
                 replica_acks_aof: *replica_acks_aof,
+                watchdog_timeout: *watchdog_timeout,
+                idle_drop: idle_drop.clone(),
             };
             doctor::doctor(&client, &out, &services)
         }

@@ -30,6 +30,18 @@ impl Probes {
     }
 }
 
+/// The longest a healthy pub/sub connection with nothing subscribed stays
+/// silent: its PING is due after [`Probes::idle`] of silence and the reader
+/// looks every [`Probes::read_timeout`]. `None`: never probed while idle.
+/// What the doctor holds a NAT's idle timeout against.
+pub(crate) fn longest_idle_silence(
+    command_timeout: Duration,
+    idle_timeout: Option<Duration>,
+) -> Option<Duration> {
+    let probes = Probes::of(command_timeout, idle_timeout);
+    probes.idle.map(|idle| idle + probes.read_timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +68,13 @@ mod tests {
         let tiny = Probes::of(ms(1), Some(ms(1)));
         assert!(tiny.subscribed >= MIN_PROBE && tiny.read_timeout >= MIN_PROBE);
         assert_eq!(tiny.idle, Some(MIN_PROBE));
+    }
+
+    #[test]
+    fn the_longest_idle_silence_is_the_ping_due_plus_one_look() {
+        let s = Duration::from_secs;
+        assert_eq!(longest_idle_silence(s(3), Some(s(180))), Some(s(93)));
+        assert_eq!(longest_idle_silence(s(3600), Some(s(180))), Some(s(135)));
+        assert_eq!(longest_idle_silence(s(3), None), None);
     }
 }
