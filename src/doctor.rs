@@ -15,8 +15,10 @@
 //! it. Read-only: it writes nothing to Redis.
 
 mod clocks;
+mod cluster;
 mod eviction;
 mod facts;
+mod latency;
 mod options;
 mod persistence;
 mod replication;
@@ -42,8 +44,11 @@ const CHECKS: [Run; 5] = [eviction::run, persistence::run, replication::run, clo
 /// What this version does not check yet (issue 37's later items).
 const NOT_YET: &str = "not checked in this version: Sentinel down-after-milliseconds and failover-timeout or \
                        cluster-node-timeout against the lease; the replicas' clocks; pub/sub output buffers \
-                       and idle drops; the ACL user's access to every script and channel; latency; cluster \
-                       slot coverage";
+                       and idle drops; the ACL user's access to every script and channel";
+
+/// Names given to a deployment that is no cluster.
+const NAMES_NOT_CLUSTER: &str = "the names given are checked on a Redis Cluster only: a single server keeps \
+                                 every key of a lock in one place";
 
 impl Client {
     /// Checks the deployment this client talks to against the guarantees
@@ -106,12 +111,18 @@ impl Client {
                 }
             }
         }
-        let checks = CHECKS
+        let mut checks: Vec<Check> = CHECKS
             .iter()
             .flat_map(|run| {
                 nodes.iter().map(move |(node, facts)| Check { node: node.clone(), ..run(facts, &settings) })
             })
             .collect();
-        Ok(Report { checks, notes: vec![NOT_YET.to_owned()] })
+        checks.extend(latency::checks(self, &settings)?);
+        checks.extend(cluster::checks(inner.routes(), options.lock_names())?);
+        let mut notes = vec![NOT_YET.to_owned()];
+        if inner.routes().cluster().is_none() && !options.lock_names().is_empty() {
+            notes.push(NAMES_NOT_CLUSTER.to_owned());
+        }
+        Ok(Report { checks, notes })
     }
 }

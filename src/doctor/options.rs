@@ -25,6 +25,7 @@ use crate::config::Config;
 pub struct DoctorOptions {
     command_timeout: Option<Duration>,
     replica_acks: Option<Acks>,
+    names: Vec<String>,
 }
 
 /// The replica acknowledgement the services wait for.
@@ -86,6 +87,25 @@ impl DoctorOptions {
     pub fn replica_acks_aof(mut self, replicas: u32) -> DoctorOptions {
         self.replica_acks = Some(Acks { replicas, aof: true });
         self
+    }
+
+    /// Lock names the `cluster_names` check looks at, on a Redis Cluster:
+    /// whether every key and channel derived from each (its unlock
+    /// channel, fencing counter, queue...) hashes to the lock key's slot.
+    /// Added to those given before. Default: none.
+    #[must_use]
+    pub fn names<I, S>(mut self, names: I) -> DoctorOptions
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.names.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// The names given.
+    pub(super) fn lock_names(&self) -> &[String] {
+        &self.names
     }
 
     /// These options, a setting not given taken from `config`.

@@ -164,8 +164,12 @@ pub(crate) enum Command {
         timeout: Option<f64>,
     },
     /// Check the deployment against keyholder's guarantees on every
-    /// primary (eviction, persistence, replication, clocks, the server);
-    /// read-only. Exit status 0, 5 or 6 (below).
+    /// primary (eviction, persistence, replication, clocks, the server,
+    /// latency, cluster slots). Exit status 0, 5 or 6 (below).
+    ///
+    /// Read-only, but for one scratch lock with a 5 s lease, removed at the
+    /// end (keyholder:doctor:<client id>, a reserved name), whose acquire,
+    /// release and wake-up are timed.
     ///
     /// Each check prints what it found, its verdict (ok, warn, fail, or
     /// unknown when the server refused to tell), what that means for held
@@ -192,5 +196,9 @@ error; 2 a usage error. docs/operations.md, \"Checking a deployment\", explains 
         /// (ClientBuilder::replica_acks_aof).
         #[arg(long, value_name = "N", help_heading = "The services' settings")]
         replica_acks_aof: Option<u32>,
+        /// On a Redis Cluster, check that every key and channel derived
+        /// from this lock name hashes to its lock key's slot (repeatable).
+        #[arg(long = "name", value_name = "NAME", help_heading = "The services' settings")]
+        names: Vec<String>,
     },
 }

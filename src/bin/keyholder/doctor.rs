@@ -15,6 +15,8 @@ pub(crate) struct Services {
     pub(crate) command_timeout: f64,
     pub(crate) replica_acks: Option<u32>,
     pub(crate) replica_acks_aof: Option<u32>,
+    /// The lock names whose slots are checked (`--name`).
+    pub(crate) names: Vec<String>,
 }
 
 /// Runs the checks and prints the report; warnings (or checks that could
@@ -29,7 +31,8 @@ pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Resu
                 services.command_timeout
             ))
         })?;
-    let mut options = DoctorOptions::new().command_timeout(timeout).replica_acks(0);
+    let mut options =
+        DoctorOptions::new().command_timeout(timeout).replica_acks(0).names(services.names.iter().cloned());
     if let Some(n) = services.replica_acks {
         options = options.replica_acks(n);
     }
