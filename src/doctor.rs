@@ -8,11 +8,15 @@
 //! primary (`INFO`, `CONFIG GET`; pure parsing, unit-tested), and one file
 //! per check, each a pure function of a primary's facts and the settings:
 //! `eviction.rs`, `persistence.rs`, `server.rs`, `replication.rs`,
-//! `clocks.rs`.
+//! `clocks.rs`; and two that measure and read beyond the facts:
+//! `latency.rs` (round trips and a scratch lock, timed) and `cluster.rs`
+//! (a Redis Cluster's slots, and the slots of the names given).
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
-//! it. Read-only: it writes nothing to Redis.
+//! it. Read-only, but for the latency check's scratch lock under the
+//! reserved name `keyholder:doctor:<client id>` (a 5 s lease, removed at
+//! the end).
 
 mod clocks;
 mod cluster;
@@ -56,8 +60,11 @@ impl Client {
     /// each): whether the server may evict a held lock (`eviction`), what a
     /// restart loses (`persistence`), the replicas and the
     /// acknowledgements the services wait for (`replication`), the clocks
-    /// the fencing tokens rest on (`clocks`), and the server's version and
-    /// what it lacks (`server`). Each [`Check`] says what it found, its
+    /// the fencing tokens rest on (`clocks`), the server's version and
+    /// what it lacks (`server`), the round trips and a scratch lock's
+    /// acquire, release and wake-up against the command timeout
+    /// (`latency`), and on a Redis Cluster its slots (`cluster`) and those
+    /// of the names given (`cluster_names`). Each [`Check`] says what it found, its
     /// [`Verdict`], the guarantee, the docs section and the fix;
     /// [`Report::worst`] sums them up.
     ///
@@ -65,7 +72,13 @@ impl Client {
     /// against; [`DoctorOptions::default`] takes this client's own.
     ///
     /// One pipelined round trip per primary of read-only commands (`INFO`
-    /// of four sections, `CONFIG GET` of nine settings). A command the
+    /// of four sections, `CONFIG GET` of nine settings); then 50 `PING`s
+    /// and a scratch lock, `keyholder:doctor:<client id>` (a reserved
+    /// name; on a cluster one per primary, tagged to land there), taken
+    /// and released twice with a fixed 5 s lease, once more with a second
+    /// client of the same settings waiting for it, and force-unlocked at
+    /// the end; on a cluster, `CLUSTER SLOTS` and `CLUSTER NODES` per
+    /// primary. A command the
     /// server refuses (managed services refuse `CONFIG` and trim `INFO`)
     /// is no error: the check falls back on `INFO`, or answers
     /// [`Verdict::Unknown`] with the refusal and what to confirm by hand.

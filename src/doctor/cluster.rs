@@ -24,7 +24,7 @@ use crate::store::slots::{self, SLOTS};
 
 const NAME: &str = "cluster";
 const NAMES: &str = "cluster_names";
-const GUARANTEE: &str = "Redis Cluster: a lock's keys live in one slot";
+const GUARANTEE: &str = "What a Redis Cluster shard failover and resharding do to locks";
 const DOCS: &str = "docs/operations.md#cluster";
 
 /// What one primary said of the cluster.

@@ -29,7 +29,7 @@ use crate::store::lanes::Session;
 use crate::store::routes::Routes;
 
 const NAME: &str = "latency";
-const GUARANTEE: &str = "Timeouts: an acquisition answers within the command timeout";
+const GUARANTEE: &str = "Time bounds with Redis unreachable";
 const DOCS: &str = "docs/operations.md#latency";
 
 /// Round trips measured per primary.
