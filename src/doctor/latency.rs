@@ -131,7 +131,14 @@ fn wake(client: &Client, scratch: &str, lease: Lease) -> Result<std::result::Res
             return Err(e);
         }
     };
-    let waiting = waiter.lock_with_lease(scratch, lease)?;
+    let waiting = match waiter.lock_with_lease(scratch, lease) {
+        Ok(waiting) => waiting,
+        Err(e) => {
+            waiter.shutdown();
+            guard.unlock()?;
+            return Err(e);
+        }
+    };
     let thread = thread::spawn(move || -> Result<Option<Instant>> {
         let guard = waiting.try_lock_for(SCRATCH_LEASE)?;
         let woken = Instant::now();
@@ -148,10 +155,13 @@ fn wake(client: &Client, scratch: &str, lease: Lease) -> Result<std::result::Res
     let queue = names::queue_key(scratch);
     let asked = [redis::cmd("ZSCORE").arg(&queue).arg(waiter.id()).clone()];
     let deadline = Instant::now() + SCRATCH_LEASE;
-    let mut queued = false;
-    while !queued && Instant::now() < deadline && !thread.is_finished() {
-        let reply = client.inner().with_conn(scratch, |session| send(session, &asked))?;
-        queued = !matches!(reply.first(), None | Some(redis::Value::Nil));
+    let mut queued = Ok(false);
+    while matches!(queued, Ok(false)) && Instant::now() < deadline && !thread.is_finished() {
+        queued = client
+            .inner()
+            .with_conn(scratch, |session| send(session, &asked))
+            .map(|reply| !matches!(reply.first(), None | Some(redis::Value::Nil)))
+            .map_err(|e| e.to_string());
     }
     let released = Instant::now();
     let unlocked = guard.unlock();
@@ -159,7 +169,8 @@ fn wake(client: &Client, scratch: &str, lease: Lease) -> Result<std::result::Res
     waiter.shutdown();
     unlocked?;
     Ok(match woken {
-        _ if !queued => Err("the waiting client never queued for the scratch lock".to_owned()),
+        _ if queued.is_err() => Err(format!("the waiter's place in the queue could not be read: {queued:?}")),
+        _ if queued != Ok(true) => Err("the waiting client never queued for the scratch lock".to_owned()),
         Ok(Ok(Some(at))) => Ok(at.saturating_duration_since(released)),
         Ok(Ok(None)) => Err(format!("the waiter was not woken within {} ms", SCRATCH_LEASE.as_millis())),
         Ok(Err(e)) => Err(e.to_string()),
