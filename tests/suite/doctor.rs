@@ -315,7 +315,7 @@ fn on_a_cluster_each_primary_is_timed_with_a_scratch_lock_of_its_own_and_its_slo
 }
 
 #[test]
-fn a_migrating_slot_warns_on_both_its_primaries() {
+fn a_migrating_slot_warns_on_both_its_primaries_and_an_unserved_slot_fails() {
     let mut cluster = RedisCluster::start();
     let slot = 100;
     let from = cluster.primary_of_slot(slot);
@@ -340,4 +340,17 @@ fn a_migrating_slot_warns_on_both_its_primaries() {
         assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16384)), "{check:#?}");
     }
     assert!(report.checks.iter().all(|c| c.name != "cluster_names"), "no names, no check: {report:#?}");
+
+    // A slot its owner gave up (`CLUSTER DELSLOTS`): served by nobody, as
+    // that primary sees the map.
+    let third = *cluster.primaries().iter().find(|p| **p != from && **p != to).unwrap();
+    let dropped = (0..16384u16).rev().find(|s| cluster.primary_of_slot(*s) == third).unwrap();
+    let _: () =
+        redis::cmd("CLUSTER").arg("DELSLOTS").arg(dropped).query(&mut cluster.conn_to(third)).unwrap();
+    let report = doctor(&client, &DoctorOptions::default());
+    let node = format!("127.0.0.1:{third}");
+    let check =
+        report.checks.iter().find(|c| c.name == "cluster" && c.node.as_deref() == Some(&node)).unwrap();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+    assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16383)), "{check:#?}");
 }
