@@ -9,7 +9,8 @@
 //! primary Sentinel names, and a server that cannot be reached (an error,
 //! no report); latency (a local server, one behind a proxy that delays
 //! replies, a command timeout below the figures) and the cluster's slots
-//! (full coverage, a migrating slot, names whose keys share a slot or not).
+//! (full coverage, a migrating slot, a slot given up, names whose keys share a
+//! slot or not).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
