@@ -16,7 +16,7 @@
 //! slot (a listing scans every primary). Nothing here writes to Redis.
 
 mod inspect;
-mod layout;
+pub(crate) mod layout;
 mod listing;
 mod queues;
 mod watch;

@@ -8,16 +8,23 @@
 //! primary (`INFO`, `CONFIG GET`; pure parsing, unit-tested), and one file
 //! per check, each a pure function of a primary's facts and the settings:
 //! `eviction.rs`, `persistence.rs`, `server.rs`, `replication.rs`,
-//! `clocks.rs`, `failover.rs` (which also asks the sentinels), `pubsub.rs`.
+//! `clocks.rs`, `failover.rs` (which also asks the sentinels), `pubsub.rs`;
+//! and two that measure and read beyond the facts:
+//! `latency.rs` (round trips and a scratch lock, timed) and `cluster.rs`
+//! (a Redis Cluster's slots, and the slots of the names given).
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
-//! it. Read-only: it writes nothing to Redis.
+//! it. Read-only, but for the latency check's scratch lock under the
+//! reserved name `keyholder:doctor:<client id>` (a 5 s lease, removed at
+//! the end).
 
 mod clocks;
+mod cluster;
 mod eviction;
 mod facts;
 mod failover;
+mod latency;
 mod options;
 mod persistence;
 mod pubsub;
@@ -44,7 +51,11 @@ const CHECKS: [Run; 7] =
 
 /// What this version does not check yet (issue 37's later items).
 const NOT_YET: &str = "not checked in this version: the replicas' clocks; the ACL user's access to every \
-                       script and channel; latency; cluster slot coverage";
+                       script and channel";
+
+/// Names given to a deployment that is no cluster.
+const NAMES_NOT_CLUSTER: &str = "the names given are checked on a Redis Cluster only: a single server keeps \
+                                 every key of a lock in one place";
 
 impl Client {
     /// Checks the deployment this client talks to against the guarantees
@@ -56,7 +67,10 @@ impl Client {
     /// what it lacks (`server`), how fast a primary is failed over against
     /// the services' timeouts and lease (`failover`), and what the server
     /// and the network do to the pub/sub connection that wakes waiters
-    /// (`pubsub`). Each [`Check`] says what it found, its
+    /// (`pubsub`), the round trips and a scratch lock's acquire, release
+    /// and wake-up against the command timeout (`latency`), and on a Redis
+    /// Cluster its slots (`cluster`) and those of the names given
+    /// (`cluster_names`). Each [`Check`] says what it found, its
     /// [`Verdict`], the guarantee, the docs section and the fix;
     /// [`Report::worst`] sums them up.
     ///
@@ -65,7 +79,13 @@ impl Client {
     ///
     /// One pipelined round trip per primary of read-only commands (`INFO`
     /// of four sections, `CONFIG GET` of eleven settings; through Sentinel,
-    /// `SENTINEL MASTER` on each sentinel). A command the
+    /// `SENTINEL MASTER` on each sentinel); then 50 `PING`s
+    /// and a scratch lock, `keyholder:doctor:<client id>` (a reserved
+    /// name; on a cluster one per primary, tagged to land there), taken
+    /// and released twice with a fixed 5 s lease, once more with a second
+    /// client of the same settings waiting for it, and force-unlocked at
+    /// the end; on a cluster, `CLUSTER SLOTS` and `CLUSTER NODES` per
+    /// primary. A command the
     /// server refuses (managed services refuse `CONFIG` and trim `INFO`)
     /// is no error: the check falls back on `INFO`, or answers
     /// [`Verdict::Unknown`] with the refusal and what to confirm by hand.
@@ -113,12 +133,18 @@ impl Client {
                 }
             }
         }
-        let checks = CHECKS
+        let mut checks: Vec<Check> = CHECKS
             .iter()
             .flat_map(|run| {
                 nodes.iter().map(move |(node, facts)| Check { node: node.clone(), ..run(facts, &settings) })
             })
             .collect();
-        Ok(Report { checks, notes: vec![NOT_YET.to_owned()] })
+        checks.extend(latency::checks(self, &settings)?);
+        checks.extend(cluster::checks(inner.routes(), options.lock_names())?);
+        let mut notes = vec![NOT_YET.to_owned()];
+        if inner.routes().cluster().is_none() && !options.lock_names().is_empty() {
+            notes.push(NAMES_NOT_CLUSTER.to_owned());
+        }
+        Ok(Report { checks, notes })
     }
 }

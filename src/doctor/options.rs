@@ -29,6 +29,7 @@ pub struct DoctorOptions {
     replica_acks: Option<Acks>,
     watchdog_timeout: Option<Duration>,
     idle_drop: Option<Duration>,
+    names: Vec<String>,
 }
 
 /// The replica acknowledgement the services wait for.
@@ -145,6 +146,25 @@ impl DoctorOptions {
     pub fn idle_drop(mut self, timeout: Duration) -> DoctorOptions {
         self.idle_drop = Some(timeout);
         self
+    }
+
+    /// Lock names the `cluster_names` check looks at, on a Redis Cluster:
+    /// whether every key and channel derived from each (its unlock
+    /// channel, fencing counter, queue...) hashes to the lock key's slot.
+    /// Added to those given before. Default: none.
+    #[must_use]
+    pub fn names<I, S>(mut self, names: I) -> DoctorOptions
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.names.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// The names given.
+    pub(super) fn lock_names(&self) -> &[String] {
+        &self.names
     }
 
     /// These options, a setting not given taken from `config`.

@@ -38,7 +38,8 @@ impl Report {
 #[non_exhaustive]
 pub struct Check {
     /// The check: `eviction`, `persistence`, `server`, `replication`,
-    /// `clocks`, `failover`, `pubsub`.
+    /// `clocks`, `failover`, `pubsub`, `latency`, and on a Redis Cluster
+    /// `cluster` and `cluster_names`.
     pub name: &'static str,
     /// On a Redis Cluster, the primary checked (`host:port`); `None` on a
     /// single server or through Sentinel.

@@ -620,11 +620,12 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
         "server: OK",
         "failover: OK",
         "pubsub: OK",
+        "latency: OK",
     ] {
         assert!(table.contains(block), "{block}: {table}");
     }
     assert!(table.contains("guarantee    Mutual exclusion while the lease holds"), "{table}");
-    assert!(table.trim_end().ends_with("verdict: ok (7 ok, 0 warn or unknown, 0 fail)"), "{table}");
+    assert!(table.trim_end().ends_with("verdict: ok (8 ok, 0 warn or unknown, 0 fail)"), "{table}");
 
     let volatile = RedisServer::start();
     let table = expect_exit(&run(&["--url", &volatile.url(), "doctor"]), 5);
@@ -637,7 +638,10 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
     assert_eq!(parsed["worst"], "fail");
     let checks = parsed["checks"].as_array().unwrap();
     let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub"]);
+    assert_eq!(
+        names,
+        ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub", "latency"]
+    );
     let eviction = &checks[0];
     assert_eq!(eviction["verdict"], "fail");
     assert_eq!(eviction["figures"]["maxmemory"], 10 * 1024 * 1024);
@@ -738,9 +742,37 @@ fn doctor_on_a_cluster_checks_every_primary() {
     assert!(matches!(output.status.code(), Some(0 | 5 | 6)), "{}", text(&output.stderr));
     let parsed = json(&text(&output.stdout));
     let checks = parsed["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7 * cluster.primaries().len(), "{parsed}");
+    // Seven checks of the facts, latency, cluster.
+    assert_eq!(checks.len(), 9 * cluster.primaries().len(), "{parsed}");
     for port in cluster.primaries() {
         let node = format!("127.0.0.1:{port}");
-        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 7, "{node}: {parsed}");
+        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 9, "{node}: {parsed}");
     }
+}
+
+/// `--name` (repeatable) on a cluster: one `cluster_names` block, failing
+/// for a name whose braces make no tag; latency figures in the JSON.
+#[test]
+fn doctor_name_checks_each_names_slots_on_a_cluster() {
+    let cluster = RedisCluster::shared();
+    let mut args = cluster_args(cluster);
+    args.extend(["doctor", "--name", "orders:42", "--name", "a{b"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let table = expect_exit(&run(&args), 6);
+    assert!(table.contains("cluster_names: FAIL"), "{table}");
+    assert!(table.contains("split: \"a{b\" (lock key in slot"), "{table}");
+    assert!(table.contains("\"orders:42\" (slot"), "{table}");
+    assert!(table.contains("latency on 127.0.0.1:"), "{table}");
+
+    let mut args = cluster_args(cluster);
+    args.extend(["--json", "doctor", "--name", "orders:42"].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&args);
+    let parsed = json(&text(&output.stdout));
+    let checks = parsed["checks"].as_array().unwrap();
+    let names = checks.iter().find(|c| c["name"] == "cluster_names").unwrap();
+    assert_eq!((&names["verdict"], &names["figures"]["names"]), (&"ok".into(), &1.into()), "{names}");
+    let latency = checks.iter().find(|c| c["name"] == "latency").unwrap();
+    assert!(latency["figures"]["rtt_p99_ms"].is_u64(), "{latency}");
+    assert!(latency["figures"]["unlock_to_wake_ms"].is_u64(), "{latency}");
 }

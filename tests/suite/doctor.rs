@@ -11,7 +11,11 @@
 //! `down-after-milliseconds` and a long one; a cluster's node timeout
 //! against the command timeout) and pub/sub (a small `pubsub` output
 //! buffer limit and the default; an idle drop against the client's idle
-//! settings; shard channels on a cluster).
+//! settings; shard channels on a cluster);
+//! latency (a local server, one behind a proxy that delays
+//! replies, a command timeout below the figures) and the cluster's slots
+//! (full coverage, a migrating slot, a slot given up, names whose keys share a
+//! slot or not).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -21,6 +25,7 @@ use std::time::Duration;
 use common::{RedisServer, ServerExt};
 use keyholder::{Check, Client, DoctorOptions, ErrorKind, Figure, Level, Report, Verdict};
 use keyholder_testkit::cluster::RedisCluster;
+use keyholder_testkit::proxy::{Fault, FaultProxy};
 
 use crate::acl::set_user;
 
@@ -171,18 +176,20 @@ fn a_user_denied_config_is_checked_from_info_and_one_denied_info_too_gets_unknow
     assert_eq!(server_check.verdict, Verdict::Ok, "{server_check:#?}");
     assert!(server_check.found.contains("busy-reply-threshold not read"), "{server_check:#?}");
 
-    // CONFIG and INFO refused: nothing can be told, and nothing is ok.
+    // CONFIG and INFO refused: nothing can be told, and nothing is ok (but
+    // the latency, which needs neither).
     let report = doctor(&client(&["~*", "&*", "+@all", "-config", "-info"]), &DoctorOptions::default());
     // One server's URL: no automatic failover, whatever the server says.
     assert_eq!(the(&report, "failover").verdict, Verdict::Ok, "{report:#?}");
-    for check in report.checks.iter().filter(|c| c.name != "failover") {
+    assert_eq!(the(&report, "latency").verdict, Verdict::Ok, "{report:#?}");
+    for check in report.checks.iter().filter(|c| c.name != "failover" && c.name != "latency") {
         let Verdict::Unknown { reason, confirm_by_hand } = &check.verdict else {
             panic!("{} is not unknown: {check:#?}", check.name)
         };
         assert!(reason.contains("NOPERM"), "{}: {reason}", check.name);
         assert!(!confirm_by_hand.is_empty(), "{}", check.name);
     }
-    assert_eq!(report.checks.len(), 7, "{report:#?}");
+    assert_eq!(report.checks.len(), 8, "{report:#?}");
     assert_eq!(report.worst(), Level::Warn);
 }
 
@@ -192,7 +199,17 @@ fn on_a_cluster_every_primary_is_checked() {
     let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
     let report = doctor(&client, &DoctorOptions::default());
     let primaries = cluster.primaries();
-    for name in ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub"] {
+    for name in [
+        "eviction",
+        "persistence",
+        "replication",
+        "clocks",
+        "server",
+        "failover",
+        "pubsub",
+        "latency",
+        "cluster",
+    ] {
         let mut nodes: Vec<&str> =
             report.checks.iter().filter(|c| c.name == name).filter_map(|c| c.node.as_deref()).collect();
         nodes.sort_unstable();
@@ -368,4 +385,130 @@ fn an_idle_drop_shorter_than_the_clients_idle_settings_fails() {
         Some(&Figure::Duration(Duration::from_secs(32))),
         "30 s + a 2 s look"
     );
+}
+
+#[test]
+fn latency_is_measured_with_a_scratch_lock_that_is_removed_and_held_against_the_command_timeout() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let report = doctor(&client, &DoctorOptions::default());
+    let latency = the(&report, "latency");
+    assert_eq!(latency.verdict, Verdict::Ok, "{latency:#?}");
+    assert_eq!(latency.figure("round_trips"), Some(&Figure::Number(50)));
+    for figure in ["rtt_p50", "rtt_p99", "acquire_release", "unlock_to_wake"] {
+        let Some(Figure::Duration(d)) = latency.figure(figure) else { panic!("{figure}: {latency:#?}") };
+        assert!(*d < Duration::from_secs(1), "{figure}: {latency:#?}");
+    }
+    let scratch = format!("keyholder:doctor:{}", client.id());
+    assert_eq!(latency.figure("scratch_lock"), Some(&Figure::Text(scratch.clone())));
+    // The scratch lock is gone, and nothing of it is left without a TTL.
+    let mut con = server.conn();
+    let exists: i64 = redis::cmd("EXISTS").arg(&scratch).query(&mut con).unwrap();
+    assert_eq!(exists, 0, "{scratch}");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*keyholder:doctor:*").query(&mut con).unwrap();
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+        assert!(ttl > 0, "{key} has no TTL ({ttl})");
+    }
+
+    // A command timeout below what was measured: a failure.
+    let report = doctor(&client, &DoctorOptions::new().command_timeout(Duration::from_micros(1)));
+    let latency = the(&report, "latency");
+    assert_eq!(latency.verdict, Verdict::Fail, "{latency:#?}");
+    assert!(latency.meaning.contains("round trip p99"), "{latency:#?}");
+}
+
+#[test]
+fn latency_within_a_factor_of_3_of_the_command_timeout_warns() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let client = Client::builder(proxy.url()).command_timeout(Duration::from_secs(5)).build().unwrap();
+    proxy.set(Fault::DelayReplies(Duration::from_millis(120)));
+    // p99 at least 120 ms, 3 x 120 above 359 ms; the pair and the wake (at
+    // most two delayed replies each, 240 ms) below it.
+    let report = doctor(&client, &DoctorOptions::new().command_timeout(Duration::from_millis(359)));
+    let latency = the(&report, "latency");
+    assert_eq!(latency.verdict, Verdict::Warn, "{latency:#?}");
+    let Some(Figure::Duration(p99)) = latency.figure("rtt_p99") else { panic!("{latency:#?}") };
+    assert!(*p99 >= Duration::from_millis(120), "{latency:#?}");
+    assert!(latency.figure("unlock_to_wake").is_some(), "{latency:#?}");
+    proxy.set(Fault::None);
+}
+
+#[test]
+fn on_a_cluster_each_primary_is_timed_with_a_scratch_lock_of_its_own_and_its_slots_checked() {
+    let cluster = RedisCluster::shared();
+    let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    let names = ["orders:42", "{user}:1", "a{b"];
+    let report = doctor(&client, &DoctorOptions::new().names(names));
+    let mut scratches = Vec::new();
+    for check in report.checks.iter().filter(|c| c.name == "latency") {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        let Some(Figure::Text(scratch)) = check.figure("scratch_lock") else { panic!("{check:#?}") };
+        // Its hash tag lands it on the primary timed.
+        let port = check.node.as_deref().unwrap().rsplit_once(':').unwrap().1.parse::<u16>().unwrap();
+        assert_eq!(cluster.primary_of_key(scratch), port, "{check:#?}");
+        scratches.push(scratch.clone());
+    }
+    assert_eq!(scratches.len(), cluster.primaries().len(), "{report:#?}");
+    for check in report.checks.iter().filter(|c| c.name == "cluster") {
+        assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16384)), "{check:#?}");
+    }
+    // `a{b`'s braces make no tag: its lock key and its channel fall apart.
+    let names = the(&report, "cluster_names");
+    assert_eq!(names.verdict, Verdict::Fail, "{names:#?}");
+    assert!(names.found.contains("\"a{b\" (lock key in slot"), "{names:#?}");
+    assert!(names.found.contains("\"orders:42\""), "{names:#?}");
+    assert_eq!(names.figure("names_split"), Some(&Figure::Number(1)));
+    let report = doctor(&client, &DoctorOptions::new().names(["orders:42", "jobs:nightly"]));
+    assert_eq!(the(&report, "cluster_names").verdict, Verdict::Ok, "{report:#?}");
+    // A name with its own tag: fine for every lock kind, not for a
+    // count-down latch (Redisson's latch channel adds braces), which the
+    // client refuses as such.
+    let report = doctor(&client, &DoctorOptions::new().names(["{user}:1"]));
+    let names = the(&report, "cluster_names");
+    assert_eq!(names.verdict, Verdict::Warn, "{names:#?}");
+    assert!(client.lock("{user}:1").is_ok() && client.count_down_latch("{user}:1").is_err());
+}
+
+#[test]
+fn a_migrating_slot_warns_on_both_its_primaries_and_an_unserved_slot_fails() {
+    let mut cluster = RedisCluster::start();
+    let slot = 100;
+    let from = cluster.primary_of_slot(slot);
+    let to = *cluster.primaries().iter().find(|p| **p != from).unwrap();
+    let client = Client::builder_cluster(cluster.seed_urls()).build().unwrap();
+    let _migration = cluster.begin_migration(slot, to);
+    let report = doctor(&client, &DoctorOptions::default());
+    for check in report.checks.iter().filter(|c| c.name == "cluster") {
+        let port = check.node.as_deref().unwrap().rsplit_once(':').unwrap().1.parse::<u16>().unwrap();
+        if port == from {
+            assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+            assert!(check.found.contains(&format!("slot {slot} migrating to 127.0.0.1:{to}")), "{check:#?}");
+        } else if port == to {
+            assert_eq!(check.verdict, Verdict::Warn, "{check:#?}");
+            assert!(
+                check.found.contains(&format!("slot {slot} importing from 127.0.0.1:{from}")),
+                "{check:#?}"
+            );
+        } else {
+            assert_eq!(check.verdict, Verdict::Ok, "{check:#?}");
+        }
+        assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16384)), "{check:#?}");
+    }
+    assert!(report.checks.iter().all(|c| c.name != "cluster_names"), "no names, no check: {report:#?}");
+
+    // A slot its owner gave up (`CLUSTER DELSLOTS`): served by nobody, as
+    // that primary sees the map.
+    let third = *cluster.primaries().iter().find(|p| **p != from && **p != to).unwrap();
+    let dropped = (0..16384u16).rev().find(|s| cluster.primary_of_slot(*s) == third).unwrap();
+    let _: () =
+        redis::cmd("CLUSTER").arg("DELSLOTS").arg(dropped).query(&mut cluster.conn_to(third)).unwrap();
+    let report = doctor(&client, &DoctorOptions::default());
+    let node = format!("127.0.0.1:{third}");
+    let check =
+        report.checks.iter().find(|c| c.name == "cluster" && c.node.as_deref() == Some(&node)).unwrap();
+    assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
+    assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16383)), "{check:#?}");
 }

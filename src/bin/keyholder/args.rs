@@ -165,8 +165,12 @@ pub(crate) enum Command {
     },
     /// Check the deployment against keyholder's guarantees on every
     /// primary (eviction, persistence, replication, clocks, the server,
-    /// failover timing, pub/sub);
-    /// read-only. Exit status 0, 5 or 6 (below).
+    /// failover timing, pub/sub, latency, cluster slots). Exit status 0, 5
+    /// or 6 (below).
+    ///
+    /// Read-only, but for one scratch lock with a 5 s lease, removed at the
+    /// end (keyholder:doctor:<client id>, a reserved name), whose acquire,
+    /// release and wake-up are timed.
     ///
     /// Each check prints what it found, its verdict (ok, warn, fail, or
     /// unknown when the server refused to tell), what that means for held
@@ -205,5 +209,9 @@ error; 2 a usage error. docs/operations.md, \"Checking a deployment\", explains 
         /// stay silent that long. Not stated by default.
         #[arg(long, value_name = "DURATION", help_heading = "The deployment")]
         idle_drop: Option<String>,
+        /// On a Redis Cluster, check that every key and channel derived
+        /// from this lock name hashes to its lock key's slot (repeatable).
+        #[arg(long = "name", value_name = "NAME", help_heading = "The services' settings")]
+        names: Vec<String>,
     },
 }

@@ -18,6 +18,8 @@ pub(crate) struct Services {
     pub(crate) watchdog_timeout: f64,
     /// As given: `350s`, `4m`, `500ms`, `350`.
     pub(crate) idle_drop: Option<String>,
+    /// The lock names whose slots are checked (`--name`).
+    pub(crate) names: Vec<String>,
 }
 
 /// `--command-timeout`, `--watchdog-timeout`: a positive number of seconds.
@@ -55,8 +57,11 @@ fn idle_drop(text: &str) -> Result<Duration, Failure> {
 pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Result<(), Failure> {
     let timeout = seconds("--command-timeout", services.command_timeout)?;
     let watchdog = seconds("--watchdog-timeout", services.watchdog_timeout)?;
-    let mut options =
-        DoctorOptions::new().command_timeout(timeout).watchdog_timeout(watchdog).replica_acks(0);
+    let mut options = DoctorOptions::new()
+        .command_timeout(timeout)
+        .watchdog_timeout(watchdog)
+        .replica_acks(0)
+        .names(services.names.iter().cloned());
     if let Some(text) = &services.idle_drop {
         options = options.idle_drop(idle_drop(text)?);
     }

@@ -131,8 +131,16 @@ fn run(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), Failure> {
             let until = Until { deadline, timeout: *timeout, count: *count };
             watch(&client, &out, name, watch_kind, until)
         }
-        Command::Doctor { command_timeout, replica_acks, replica_acks_aof, watchdog_timeout, idle_drop } => {
+        Command::Doctor {
+            command_timeout,
+            replica_acks,
+            replica_acks_aof,
+            watchdog_timeout,
+            idle_drop,
+            names,
+        } => {
             let services = doctor::Services {
+                names: names.clone(),
                 command_timeout: *command_timeout,
                 replica_acks: *replica_acks,
                 replica_acks_aof: *replica_acks_aof,
