@@ -8,7 +8,8 @@
 //! primary (`INFO`, `CONFIG GET`; pure parsing, unit-tested), and one file
 //! per check, each a pure function of a primary's facts and the settings:
 //! `eviction.rs`, `persistence.rs`, `server.rs`, `replication.rs`,
-//! `clocks.rs`, `failover.rs` (which also asks the sentinels), `pubsub.rs`;
+//! `clocks.rs`, `failover.rs` (over what `facts.rs` asks the sentinels),
+//! `pubsub.rs`;
 //! and two that measure and read beyond the facts:
 //! `latency.rs` (round trips and a scratch lock, timed) and `cluster.rs`
 //! (a Redis Cluster's slots, and the slots of the names given).
@@ -120,7 +121,7 @@ impl Client {
             Routes::Primary(_) => {
                 let mut session = inner.routes().session("")?;
                 let mut facts = Facts::read(&mut session)?;
-                facts.sentinel = failover::ask_sentinels(&inner.config);
+                facts.sentinel = facts::ask_sentinels(&inner.config);
                 nodes.push((None, facts));
             }
             Routes::Cluster(cluster) => {

@@ -259,6 +259,7 @@ mod net;
 mod pubsub;
 mod store;
 // Vocabulary every layer shares.
+mod durations;
 mod error;
 mod lease;
 mod names;

@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
-use super::failover::SentinelView;
 use crate::admin::send;
+use crate::config::Config;
 use crate::error::Result;
 use crate::store::lanes::Session;
+use crate::store::sentinel::Sentinels;
 
 /// The `INFO` sections read.
 const SECTIONS: [&str; 4] = ["server", "memory", "persistence", "replication"];
@@ -222,6 +223,50 @@ pub(super) fn parse_replica(value: &str) -> Replica {
     }
     replica.addr = format!("{ip}:{port}");
     replica
+}
+
+/// One sentinel's `SENTINEL MASTER` fields, or why it gave none.
+type Answer = Result<BTreeMap<String, String>, String>;
+
+/// What the sentinels said of the master, each sentinel's answer or why it
+/// gave none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct SentinelView {
+    /// By sentinel (`host:port`): the `SENTINEL MASTER` fields, or the
+    /// error.
+    pub(super) answers: Vec<(String, Answer)>,
+}
+
+impl SentinelView {
+    /// The first answer's field as a number.
+    pub(super) fn number(&self, field: &str) -> Option<i64> {
+        self.answers.iter().find_map(|(_, a)| a.as_ref().ok()?.get(field)?.trim().parse().ok())
+    }
+
+    pub(super) fn answered(&self) -> usize {
+        self.answers.iter().filter(|(_, a)| a.is_ok()).count()
+    }
+}
+
+/// Asks every sentinel of a client built with
+/// [`Client::builder_sentinel`](crate::Client::builder_sentinel) what it
+/// knows of the master; `None` for other clients.
+pub(super) fn ask_sentinels(config: &Config) -> Option<SentinelView> {
+    let sentinel = config.sentinel.as_ref()?;
+    let answers = match Sentinels::new(
+        &sentinel.urls,
+        &sentinel.master,
+        config.connect_timeout,
+        config.command_timeout,
+    ) {
+        Ok(sentinels) => sentinels
+            .masters()
+            .into_iter()
+            .map(|(at, reply)| (at, reply.map(parse_config).map_err(|e| e.to_string())))
+            .collect(),
+        Err(e) => vec![(String::new(), Err(e.to_string()))],
+    };
+    Some(SentinelView { answers })
 }
 
 #[cfg(test)]

@@ -9,14 +9,11 @@
 //! lacks), with the mechanism docs/guarantees.md measures: the old holder
 //! is told at its client's switch to the new primary.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::facts::{Facts, parse_config};
+use super::facts::Facts;
 use super::options::{Deployment, Settings};
 use super::report::{Check, Figure, Verdict, blank};
-use crate::config::Config;
-use crate::store::sentinel::Sentinels;
 
 const NAME: &str = "failover";
 const GUARANTEE: &str = "Failover with asynchronous replication (replica_acks)";
@@ -30,50 +27,6 @@ const DOCS: &str = "docs/operations.md#failover";
 /// `down-after-milliseconds 1000` moved the client 2.2 to 2.8 s after the
 /// kill; a cluster client hears of a promotion within about a second.
 const PROMOTION: Duration = Duration::from_secs(2);
-
-/// One sentinel's `SENTINEL MASTER` fields, or why it gave none.
-type Answer = Result<BTreeMap<String, String>, String>;
-
-/// What the sentinels said of the master, each sentinel's answer or why it
-/// gave none.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct SentinelView {
-    /// By sentinel (`host:port`): the `SENTINEL MASTER` fields, or the
-    /// error.
-    pub(super) answers: Vec<(String, Answer)>,
-}
-
-impl SentinelView {
-    /// The first answer's field as a number.
-    fn number(&self, field: &str) -> Option<i64> {
-        self.answers.iter().find_map(|(_, a)| a.as_ref().ok()?.get(field)?.trim().parse().ok())
-    }
-
-    fn answered(&self) -> usize {
-        self.answers.iter().filter(|(_, a)| a.is_ok()).count()
-    }
-}
-
-/// Asks every sentinel of a client built with
-/// [`Client::builder_sentinel`](crate::Client::builder_sentinel) what it
-/// knows of the master; `None` for other clients.
-pub(super) fn ask_sentinels(config: &Config) -> Option<SentinelView> {
-    let sentinel = config.sentinel.as_ref()?;
-    let answers = match Sentinels::new(
-        &sentinel.urls,
-        &sentinel.master,
-        config.connect_timeout,
-        config.command_timeout,
-    ) {
-        Ok(sentinels) => sentinels
-            .masters()
-            .into_iter()
-            .map(|(at, reply)| (at, reply.map(parse_config).map_err(|e| e.to_string())))
-            .collect(),
-        Err(e) => vec![(String::new(), Err(e.to_string()))],
-    };
-    Some(SentinelView { answers })
-}
 
 fn ms(d: Duration) -> String {
     format!("{} ms", d.as_millis())
@@ -299,7 +252,10 @@ fn unknown(figures: Vec<(&'static str, Figure)>, reason: String, settings: &Sett
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::doctor::facts::SentinelView;
     use crate::doctor::options::Acks;
 
     const ONE_REPLICA: &str =

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use redis::RedisError;
 
-use crate::lease::for_people;
+use crate::durations::for_people;
 
 /// A failure to reach a server, or to set a connection to it up.
 #[derive(Debug)]
