@@ -876,10 +876,13 @@ fn anchor(client: &Client, con: &mut redis::Connection) -> LockGuard {
 }
 
 /// Kills the client's pub/sub connection, which reconnects at once and has
-/// every hold verified (a verification pass); returns when a new one is up.
+/// every hold verified (a verification pass); returns once the pass has
+/// begun: a new pub/sub connection is up and the pass has renewed the
+/// [`anchor`] (whose lease is shortened first, so that the renewal shows).
 fn start_verification_pass(con: &mut redis::Connection) {
     let pubsub_ids = pubsub_connections;
     let before = pubsub_ids(con);
+    let _: i64 = redis::cmd("PEXPIRE").arg("anchor").arg(20_000).query(con).unwrap();
     let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query(con).unwrap();
     assert_eq!(killed, 1, "one pub/sub connection to kill");
     assert!(
@@ -888,6 +891,10 @@ fn start_verification_pass(con: &mut redis::Connection) {
             !now.is_empty() && now != before
         }),
         "the pub/sub connection never came back"
+    );
+    assert!(
+        eventually(5 * SECOND, || pttl(con, "anchor") > 25_000),
+        "no verification pass renewed the anchor"
     );
 }
 
@@ -908,11 +915,13 @@ fn an_acquisition_found_gone_as_it_returns_contends_again() {
         // The pool and the pub/sub connection are up.
         lock.lock().unwrap().unlock().unwrap();
         let _anchor = anchor(&client, &mut con);
-        // The acquire runs; its reply is held back for 2 s, long enough for
+        // The acquire runs; its reply is held back for 4 s, long enough for
         // the pass below to begin first even on a loaded machine (a pass
         // that began after the hold registered would check it too, but
-        // after the guard was returned).
-        proxy.set(Fault::DelayReplies(2 * SECOND));
+        // after the guard was returned; CI's Valkey pass once saw 2 s
+        // fall short). The test checks that the pass began in time.
+        proxy.set(Fault::DelayReplies(4 * SECOND));
+        let sent = Instant::now();
         let mut check = server.conn();
         let acquiring = spawn(move || {
             let guard = lock.try_lock_for(10 * SECOND).unwrap().expect("never acquired");
@@ -927,6 +936,10 @@ fn an_acquisition_found_gone_as_it_returns_contends_again() {
         // acquire's reply is back.
         let _: i64 = redis::cmd("DEL").arg("born").query(&mut con).unwrap();
         start_verification_pass(&mut con);
+        assert!(
+            sent.elapsed() < 4 * SECOND,
+            "{lease:?}: the pass began after the reply was due: retry on a quieter machine"
+        );
         let ((lost, reason), count, unlocked) = recv_within(&acquiring, 20 * SECOND, "acquiring thread");
         assert!(!lost, "{lease:?}: the guard was returned already lost ({reason:?})");
         assert_eq!(count.as_deref(), Some("1"), "{lease:?}: the guard's key is gone");
