@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::skew::Clock;
 use crate::admin::send;
 use crate::config::Config;
 use crate::error::Result;
@@ -50,6 +51,9 @@ pub(super) struct Facts {
     /// What the sentinels say of the master, for a client built with
     /// Sentinel (`failover.rs` asks them).
     pub(super) sentinel: Option<SentinelView>,
+    /// The replicas' clocks (and on a cluster, this primary's against the
+    /// first primary's), read by `skew.rs`.
+    pub(super) clocks: Vec<Clock>,
 }
 
 impl Facts {
@@ -94,6 +98,7 @@ impl Facts {
             config: config.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             config_refused: config_refused.map(str::to_owned),
             sentinel: None,
+            clocks: Vec::new(),
         }
     }
 
@@ -126,6 +131,11 @@ impl Facts {
     /// Why an `INFO` section was refused, if it was.
     pub(super) fn info_refused(&self, section: &str) -> Option<&str> {
         self.info_refused.get(section).map(String::as_str)
+    }
+
+    /// The replicas' addresses (`host:port`).
+    pub(super) fn replica_addrs(&self) -> Vec<String> {
+        self.replicas().into_iter().map(|r| r.addr).collect()
     }
 
     /// The `INFO replication` lines of the replicas (`slave0:ip=...`), in

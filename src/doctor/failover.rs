@@ -36,6 +36,19 @@ fn millis(n: i64) -> Option<Duration> {
     u64::try_from(n).ok().map(Duration::from_millis)
 }
 
+/// How long the deployment takes to notice a dead primary: the sentinels'
+/// `down-after-milliseconds` or the cluster's `cluster-node-timeout`
+/// (`None` for one server, whose replicas are promoted by hand, or when
+/// it could not be read). An outage lasts at least this long (the clock
+/// check's tolerance).
+pub(super) fn detection(facts: &Facts, settings: &Settings) -> Option<Duration> {
+    match settings.deployment {
+        Deployment::Single => None,
+        Deployment::Sentinel => facts.sentinel.as_ref()?.number("down-after-milliseconds").and_then(millis),
+        Deployment::Cluster => facts.config_number("cluster-node-timeout").and_then(millis),
+    }
+}
+
 /// The failover check of one primary.
 pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
     // The primary's replicas (INFO replication), or the sentinels' count.

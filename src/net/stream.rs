@@ -106,6 +106,17 @@ impl Address {
         }
     }
 
+    /// The same kind of address (TCP, or TLS with the same configuration)
+    /// at another node, `host:port`: one a primary names as its replica.
+    /// A Unix socket's node names its replicas by TCP address.
+    pub(crate) fn at(&self, host: String, port: u16) -> Address {
+        match self {
+            #[cfg(feature = "tls")]
+            Address::Tls { config, .. } => Address::Tls { host, port, config: Arc::clone(config) },
+            _ => Address::Tcp { host, port },
+        }
+    }
+
     /// A failure at this address.
     pub(crate) fn failure(&self, what: What, cause: Option<io::Error>) -> NetError {
         match cause {

@@ -340,6 +340,12 @@ impl Shard {
     pub(crate) fn session(&self) -> Result<Session<'static>> {
         self.lanes.session()
     }
+
+    /// What opens this node's connections (and one-off connections to its
+    /// replicas: the doctor's).
+    pub(crate) fn connector(&self) -> &Connector {
+        self.lanes.connector()
+    }
 }
 
 impl Redirects for Cluster {

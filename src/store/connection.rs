@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::net::commands::write_packed;
 use crate::net::handshake::{self, Opened, Setup};
 use crate::net::replies::ReplyReader;
-use crate::net::stream::Stream;
+use crate::net::stream::{Address, Stream};
 use crate::store::primary::{Node, Primary};
 
 /// A command connection that remembers whether an I/O error left it in an
@@ -359,20 +359,41 @@ impl Connector {
     /// sentinel named (a discovered one), checks with `ROLE` that it is a
     /// master; a fixed one is taken as it is.
     fn open(&self, node: &Node, generation: u64) -> redis::RedisResult<Conn> {
+        self.open_address(node, node.address(), self.primary.is_discovered(), generation)
+    }
+
+    /// One connection of its own to the node at `host:port` (one the
+    /// primary names as its replica), set up as the primary's are (its
+    /// credentials, database and TLS settings): the doctor reads a
+    /// replica's clock on it. Not pooled; no check that it is a master.
+    pub(crate) fn open_at(&self, host: &str, port: u16) -> redis::RedisResult<Conn> {
+        let node = self.primary.locate()?;
+        let address = node.address().at(host.to_owned(), port);
+        self.open_address(&node, &address, false, self.generation.current())
+    }
+
+    /// Connects to `address` with `node`'s credentials and database.
+    fn open_address(
+        &self,
+        node: &Node,
+        address: &Address,
+        require_master: bool,
+        generation: u64,
+    ) -> redis::RedisResult<Conn> {
         let settings = node.info().redis_settings();
         let setup = Setup {
             username: settings.username(),
             password: settings.password(),
             db: settings.db(),
             name: &self.name,
-            require_master: self.primary.is_discovered(),
+            require_master,
         };
         let Opened { stream, replies } =
-            handshake::open(node.address(), &setup, self.connect_timeout, self.command_timeout)?;
+            handshake::open(address, &setup, self.connect_timeout, self.command_timeout)?;
         let now = Instant::now();
         Ok(Conn {
             stream,
-            address: Arc::from(node.address().shown()),
+            address: Arc::from(address.shown()),
             command_timeout: self.command_timeout,
             replies,
             broken: false,

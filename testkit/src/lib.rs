@@ -8,6 +8,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod child;
+pub mod clock_shim;
 pub mod cluster;
 pub mod proxy;
 pub mod sentinel;

@@ -34,6 +34,8 @@ pub struct RedisServer {
     /// Listens for TLS only, with these certificates.
     #[cfg(feature = "tls")]
     tls: Option<Arc<TlsSetup>>,
+    /// Environment variables of the server's process (a clock offset).
+    env: Vec<(String, String)>,
 }
 
 /// Whether a TLS test server asks clients for a certificate
@@ -217,7 +219,7 @@ impl RedisServer {
         let args = ["--replicaof", "127.0.0.1", &primary.port.to_string(), "--tls-replication", "yes"]
             .map(str::to_owned)
             .to_vec();
-        primary.start_replica(|| RedisServer::start_configured(args, false, Some(tls)))
+        primary.start_replica(|| RedisServer::start_configured(args, Vec::new(), false, Some(tls)))
     }
 
     fn start_replica(&self, start: impl FnOnce() -> RedisServer) -> RedisServer {
@@ -250,7 +252,7 @@ impl RedisServer {
     #[cfg(feature = "tls")]
     pub fn start_tls(auth: ClientAuth) -> RedisServer {
         let setup = TlsSetup::new("keyholder test CA", auth);
-        RedisServer::start_configured(Vec::new(), false, Some(Arc::new(setup)))
+        RedisServer::start_configured(Vec::new(), Vec::new(), false, Some(Arc::new(setup)))
     }
 
     /// A TLS server's certificates.
@@ -267,20 +269,41 @@ impl RedisServer {
     /// [`start`](RedisServer::start) where there is no `setsid`.
     pub fn start_standalone() -> RedisServer {
         #[cfg(feature = "tls")]
-        return RedisServer::start_configured(Vec::new(), true, None);
+        return RedisServer::start_configured(Vec::new(), Vec::new(), true, None);
         #[cfg(not(feature = "tls"))]
-        RedisServer::start_configured(Vec::new(), true)
+        RedisServer::start_configured(Vec::new(), Vec::new(), true)
     }
 
     fn start_with(extra: Vec<String>) -> RedisServer {
+        RedisServer::start_with_env(extra, Vec::new())
+    }
+
+    fn start_with_env(extra: Vec<String>, env: Vec<(String, String)>) -> RedisServer {
         #[cfg(feature = "tls")]
-        return RedisServer::start_configured(extra, false, None);
+        return RedisServer::start_configured(extra, env, false, None);
         #[cfg(not(feature = "tls"))]
-        RedisServer::start_configured(extra, false)
+        RedisServer::start_configured(extra, env, false)
+    }
+
+    /// Starts a replica of `primary` whose clock (`TIME`, and every other
+    /// reading of the wall clock) is `offset_ms` ahead of this machine's
+    /// (behind when negative), and waits until the primary counts it as a
+    /// connected replica. The offset is a small `LD_PRELOAD` library the
+    /// harness compiles with the system's C compiler (`cc`) on first use
+    /// ([`crate::clock_shim`]): the real server, with a really wrong clock.
+    pub fn start_replica_of_with_clock_offset(primary: &RedisServer, offset_ms: i64) -> RedisServer {
+        let shim = crate::clock_shim::library();
+        let extra = vec!["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port.to_string()];
+        let env = vec![
+            ("LD_PRELOAD".to_owned(), shim.display().to_string()),
+            (crate::clock_shim::OFFSET_VAR.to_owned(), offset_ms.to_string()),
+        ];
+        primary.start_replica(|| RedisServer::start_with_env(extra, env))
     }
 
     fn start_configured(
         extra: Vec<String>,
+        env: Vec<(String, String)>,
         own_session: bool,
         #[cfg(feature = "tls")] tls: Option<Arc<TlsSetup>>,
     ) -> RedisServer {
@@ -296,6 +319,7 @@ impl RedisServer {
                 port: free_port(),
                 dir: dir.clone(),
                 extra: extra.clone(),
+                env: env.clone(),
                 own_session,
                 #[cfg(feature = "tls")]
                 tls: tls.clone(),
@@ -324,6 +348,7 @@ impl RedisServer {
         } else {
             Command::new(server_bin())
         };
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd.args(self.listen_args())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
