@@ -10,16 +10,20 @@
 //! `eviction.rs`, `persistence.rs`, `server.rs`, `replication.rs`,
 //! `clocks.rs`, `failover.rs` (over what `facts.rs` asks the sentinels),
 //! `pubsub.rs`;
-//! and two that measure and read beyond the facts:
-//! `latency.rs` (round trips and a scratch lock, timed) and `cluster.rs`
-//! (a Redis Cluster's slots, and the slots of the names given).
+//! and three that measure and read beyond the facts:
+//! `latency.rs` (round trips and a scratch lock, timed), `access.rs` (a
+//! dry run of every kind's scripts as the ACL user) and `cluster.rs`
+//! (a Redis Cluster's slots, and the slots of the names given). The
+//! clocks are read by `skew.rs` (each replica's `TIME`, on a connection of
+//! its own, against its primary's) into the facts before the checks run.
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
 //! it. Read-only, but for the latency check's scratch lock under the
-//! reserved name `keyholder:doctor:<client id>` (a 5 s lease, removed at
-//! the end).
+//! reserved name `keyholder:doctor:<client id>` and the access check's
+//! under the same prefix (a 5 s lease or TTL, removed at the end).
 
+mod access;
 mod clocks;
 mod cluster;
 mod eviction;
@@ -53,7 +57,8 @@ const CHECKS: [Run; 7] =
     [eviction::run, persistence::run, replication::run, clocks::run, server::run, failover::run, pubsub::run];
 
 /// What this version does not check yet (issue 37's later items).
-const NOT_YET: &str = "not checked in this version: the ACL user's access to every script and channel";
+const NOT_YET: &str = "not checked in this version: the replicas' own eviction and persistence settings (a \
+                       promoted replica brings its own)";
 
 /// Names given to a deployment that is no cluster.
 const NAMES_NOT_CLUSTER: &str = "the names given are checked on a Redis Cluster only: a single server keeps \
@@ -70,7 +75,8 @@ impl Client {
     /// the services' timeouts and lease (`failover`), and what the server
     /// and the network do to the pub/sub connection that wakes waiters
     /// (`pubsub`), the round trips and a scratch lock's acquire, release
-    /// and wake-up against the command timeout (`latency`), and on a Redis
+    /// and wake-up against the command timeout (`latency`), whether the ACL
+    /// user may run every kind's scripts (`access`), and on a Redis
     /// Cluster its slots (`cluster`) and those of the names given
     /// (`cluster_names`). Each [`Check`] says what it found, its
     /// [`Verdict`], the guarantee, the docs section and the fix;
@@ -81,12 +87,14 @@ impl Client {
     ///
     /// One pipelined round trip per primary of read-only commands (`INFO`
     /// of four sections, `CONFIG GET` of eleven settings; through Sentinel,
-    /// `SENTINEL MASTER` on each sentinel); then 50 `PING`s
+    /// `SENTINEL MASTER` on each sentinel); each replica's `TIME` on a
+    /// connection of its own, between two of its primary's; then 50 `PING`s
     /// and a scratch lock, `keyholder:doctor:<client id>` (a reserved
     /// name; on a cluster one per primary, tagged to land there), taken
     /// and released twice with a fixed 5 s lease, once more with a second
     /// client of the same settings waiting for it, and force-unlocked at
-    /// the end; on a cluster, `CLUSTER SLOTS` and `CLUSTER NODES` per
+    /// the end; a dry run of every kind's scripts on scratch names under
+    /// the same prefix, removed after; on a cluster, `CLUSTER SLOTS` and `CLUSTER NODES` per
     /// primary. A command the
     /// server refuses (managed services refuse `CONFIG` and trim `INFO`)
     /// is no error: the check falls back on `INFO`, or answers
@@ -151,6 +159,7 @@ impl Client {
             })
             .collect();
         checks.extend(latency::checks(self, &settings)?);
+        checks.extend(access::checks(self, options.lock_names())?);
         checks.extend(cluster::checks(inner.routes(), options.lock_names())?);
         let mut notes = vec![NOT_YET.to_owned()];
         if inner.routes().cluster().is_none() && !options.lock_names().is_empty() {

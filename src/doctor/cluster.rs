@@ -207,7 +207,7 @@ pub(super) fn run(view: &View) -> Check {
 }
 
 /// Every key and channel derived from `name`, by role, the lock key first.
-fn derived(name: &str) -> Vec<(&'static str, String)> {
+pub(super) fn derived(name: &str) -> Vec<(&'static str, String)> {
     let c = Companions::of(name);
     let keys = LockKeys::new(&std::sync::Arc::from(name), "client");
     vec![

@@ -25,8 +25,10 @@ use crate::client::Client;
 use crate::error::Result;
 use crate::lease::Lease;
 use crate::names;
+use crate::store::cluster::Cluster;
 use crate::store::lanes::Session;
 use crate::store::routes::Routes;
+use crate::store::slots::Addr;
 
 const NAME: &str = "latency";
 const GUARANTEE: &str = "Time bounds with Redis unreachable";
@@ -204,23 +206,7 @@ pub(super) fn checks(client: &Client, settings: &Settings) -> Result<Vec<Check>>
             for shard in shards {
                 let round_trips = round_trips(&mut shard.session()?)?;
                 let node = format!("{}:{}", shard.addr.0, shard.addr.1);
-                let tagged = (0..TAGS_TRIED)
-                    .map(|tag| scratch_name(id, Some(tag)))
-                    .find(|name| cluster.node_of(name).as_ref() == Some(&shard.addr));
-                let (scratch, placement) = match tagged {
-                    Some(name) => (name, None),
-                    None => {
-                        let name = scratch_name(id, None);
-                        let lands = cluster
-                            .node_of(&name)
-                            .map_or_else(|| "no node".to_owned(), |(host, port)| format!("{host}:{port}"));
-                        let note = format!(
-                            "no hash tag tried lands on this primary: the scratch lock measured on {lands} \
-                             only"
-                        );
-                        (name, Some(note))
-                    }
-                };
+                let (scratch, placement) = scratch_on(cluster, &shard.addr, id);
                 let (pair, wake) = lock_figures(client, &scratch);
                 let measured = Measured { round_trips, pair, wake, scratch, placement };
                 checks.push(Check { node: Some(node), ..run(&measured, settings) });
@@ -228,6 +214,30 @@ pub(super) fn checks(client: &Client, settings: &Settings) -> Result<Vec<Check>>
         }
     }
     Ok(checks)
+}
+
+/// A scratch name for this client whose hash tag lands on the primary at
+/// `addr`, and, when no tag tried does, the untagged name with a note of
+/// where it landed instead.
+pub(super) fn scratch_on(cluster: &Cluster, addr: &Addr, id: &str) -> (String, Option<String>) {
+    let tagged = (0..TAGS_TRIED)
+        .map(|tag| scratch_name(id, Some(tag)))
+        .find(|name| cluster.node_of(name).as_ref() == Some(addr));
+    match tagged {
+        Some(name) => (name, None),
+        None => {
+            let name = scratch_name(id, None);
+            let lands = cluster
+                .node_of(&name)
+                .map_or_else(|| "no node".to_owned(), |(host, port)| format!("{host}:{port}"));
+            (
+                name,
+                Some(format!(
+                    "no hash tag tried lands on this primary: the scratch lock used on {lands} only"
+                )),
+            )
+        }
+    }
 }
 
 /// Hash tags tried for a scratch name that lands on a given primary (a

@@ -621,11 +621,12 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
         "failover: OK",
         "pubsub: OK",
         "latency: OK",
+        "access: OK",
     ] {
         assert!(table.contains(block), "{block}: {table}");
     }
     assert!(table.contains("guarantee    Mutual exclusion while the lease holds"), "{table}");
-    assert!(table.trim_end().ends_with("verdict: ok (8 ok, 0 warn or unknown, 0 fail)"), "{table}");
+    assert!(table.trim_end().ends_with("verdict: ok (9 ok, 0 warn or unknown, 0 fail)"), "{table}");
 
     let volatile = RedisServer::start();
     let table = expect_exit(&run(&["--url", &volatile.url(), "doctor"]), 5);
@@ -640,7 +641,17 @@ fn doctor_exits_0_5_or_6_by_its_worst_verdict_and_1_or_2_when_it_cannot_check() 
     let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["eviction", "persistence", "replication", "clocks", "server", "failover", "pubsub", "latency"]
+        [
+            "eviction",
+            "persistence",
+            "replication",
+            "clocks",
+            "server",
+            "failover",
+            "pubsub",
+            "latency",
+            "access"
+        ]
     );
     let eviction = &checks[0];
     assert_eq!(eviction["verdict"], "fail");
@@ -724,11 +735,38 @@ fn doctor_as_a_user_denied_config_and_info_reports_unknowns_and_exits_5() {
         .unwrap();
     let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
     let table = expect_exit(&run(&["--url", &url, "doctor"]), 5);
-    // Every check but failover (one server's URL: no automatic failover).
+    // Every check but failover (one server's URL: no automatic failover),
+    // latency and access (which need neither).
     assert_eq!(table.matches(": UNKNOWN").count(), 6, "{table}");
     assert_eq!(table.matches("  confirm      ").count(), 6, "{table}");
     assert!(table.contains("failover: OK"), "{table}");
+    assert!(table.contains("access: OK"), "{table}");
     assert!(table.contains("NOPERM"), "{table}");
+}
+
+/// A user who may not run `EVALSHA` gets no client: the tool reports that
+/// as the access check's failure, naming the command, and exits 6; a
+/// user who may not run a command the reentrant lock's scripts call
+/// inside Redis fails the dry run, named too.
+#[test]
+fn doctor_as_a_user_denied_evalsha_or_a_scripts_command_fails_the_access_check() {
+    let server = RedisServer::start_with_args(&["--appendonly", "yes"]);
+    let mut con = server.conn();
+    let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
+    for (denied, named) in [("-evalsha", "EVALSHA"), ("-hincrby", "lock re-entry")] {
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "doctor", "reset", "on", ">pw", "~*", "&*", "+@all", denied])
+            .query(&mut con)
+            .unwrap();
+        let table = expect_exit(&run(&["--url", &url, "doctor"]), 6);
+        assert!(table.contains("access: FAIL"), "{denied}: {table}");
+        assert!(table.contains(named), "{denied}: {table}");
+    }
+    let parsed = json(&expect_exit(&run(&["--url", &url, "--json", "doctor"]), 6));
+    let access: Vec<&serde_json::Value> =
+        parsed["checks"].as_array().unwrap().iter().filter(|c| c["name"] == "access").collect();
+    assert_eq!(access.len(), 1, "{parsed}");
+    assert_eq!(access[0]["verdict"], "fail", "{parsed}");
 }
 
 /// On a cluster the tool checks every primary, each block naming its node.
@@ -742,11 +780,11 @@ fn doctor_on_a_cluster_checks_every_primary() {
     assert!(matches!(output.status.code(), Some(0 | 5 | 6)), "{}", text(&output.stderr));
     let parsed = json(&text(&output.stdout));
     let checks = parsed["checks"].as_array().unwrap();
-    // Seven checks of the facts, latency, cluster.
-    assert_eq!(checks.len(), 9 * cluster.primaries().len(), "{parsed}");
+    // Seven checks of the facts, latency, access, cluster.
+    assert_eq!(checks.len(), 10 * cluster.primaries().len(), "{parsed}");
     for port in cluster.primaries() {
         let node = format!("127.0.0.1:{port}");
-        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 9, "{node}: {parsed}");
+        assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 10, "{node}: {parsed}");
     }
 }
 

@@ -214,19 +214,19 @@ fn a_user_denied_config_is_checked_from_info_and_one_denied_info_too_gets_unknow
     assert!(server_check.found.contains("busy-reply-threshold not read"), "{server_check:#?}");
 
     // CONFIG and INFO refused: nothing can be told, and nothing is ok (but
-    // the latency, which needs neither).
+    // the latency and the access, which need neither).
     let report = doctor(&client(&["~*", "&*", "+@all", "-config", "-info"]), &DoctorOptions::default());
     // One server's URL: no automatic failover, whatever the server says.
     assert_eq!(the(&report, "failover").verdict, Verdict::Ok, "{report:#?}");
     assert_eq!(the(&report, "latency").verdict, Verdict::Ok, "{report:#?}");
-    for check in report.checks.iter().filter(|c| c.name != "failover" && c.name != "latency") {
+    for check in report.checks.iter().filter(|c| !["failover", "latency", "access"].contains(&c.name)) {
         let Verdict::Unknown { reason, confirm_by_hand } = &check.verdict else {
             panic!("{} is not unknown: {check:#?}", check.name)
         };
         assert!(reason.contains("NOPERM"), "{}: {reason}", check.name);
         assert!(!confirm_by_hand.is_empty(), "{}", check.name);
     }
-    assert_eq!(report.checks.len(), 8, "{report:#?}");
+    assert_eq!(report.checks.len(), 9, "{report:#?}");
     assert_eq!(report.worst(), Level::Warn);
 }
 
@@ -245,6 +245,7 @@ fn on_a_cluster_every_primary_is_checked() {
         "failover",
         "pubsub",
         "latency",
+        "access",
         "cluster",
     ] {
         let mut nodes: Vec<&str> =
@@ -566,4 +567,71 @@ fn a_migrating_slot_warns_on_both_its_primaries_and_an_unserved_slot_fails() {
         report.checks.iter().find(|c| c.name == "cluster" && c.node.as_deref() == Some(&node)).unwrap();
     assert_eq!(check.verdict, Verdict::Fail, "{check:#?}");
     assert_eq!(check.figure("slots_served"), Some(&Figure::Number(16383)), "{check:#?}");
+}
+
+/// The access check's dry run: every kind's script paths run for a user
+/// with every right, and nothing of the scratch names is left; a user
+/// denied a command the reentrant lock's scripts call fails it, one denied
+/// a command only the semaphores' call gets a warning naming them; a user whose key patterns leave out the scratch names cannot be
+/// dry-run (unknown), and the names given are probed instead: a derived
+/// key outside the patterns fails, named.
+#[test]
+fn access_dry_runs_every_kind_and_names_what_the_acl_user_is_refused() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    let report = doctor(&server.client(), &DoctorOptions::default());
+    let access = the(&report, "access");
+    assert_eq!(access.verdict, Verdict::Ok, "{access:#?}");
+    assert_eq!(access.figure("refused"), Some(&Figure::Number(0)), "{access:#?}");
+    assert_eq!(access.figure("dry_run_ran"), access.figure("dry_run_steps"), "{access:#?}");
+    // What is left of the scratch names is the release's bookkeeping, each
+    // key with a TTL of at most the scratch lease.
+    let left: Vec<String> = redis::cmd("KEYS").arg("*doctor*").query(&mut con).unwrap();
+    for key in &left {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+        assert!((1..=10_000).contains(&pttl), "{key} left with PTTL {pttl}");
+    }
+
+    let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
+    let mut client = |rules: &[&str]| {
+        set_user(&mut con, "doctor", rules);
+        Client::builder(url.clone()).connect_timeout(Duration::from_secs(2)).build().unwrap()
+    };
+    let report = doctor(&client(&["~*", "&*", "+@all", "-hincrby"]), &DoctorOptions::default());
+    let access = the(&report, "access");
+    assert_eq!(access.verdict, Verdict::Fail, "{access:#?}");
+    // Redis 7.0 does not name the command a script was refused (Valkey
+    // does); the step and the script's line are named.
+    assert!(access.found.contains("lock re-entry"), "{access:#?}");
+
+    let report = doctor(&client(&["~*", "&*", "+@all", "-decrby"]), &DoctorOptions::default());
+    let access = the(&report, "access");
+    assert_eq!(access.verdict, Verdict::Warn, "{access:#?}");
+    assert!(access.meaning.contains("semaphore"), "{access:#?}");
+    assert!(!access.meaning.contains("fair lock"), "{access:#?}");
+
+    let app_only = ["~app:*", "&*", "+@all"];
+    let report = doctor(&client(&app_only), &DoctorOptions::default());
+    assert!(is_unknown(the(&report, "access")), "{report:#?}");
+    let report = doctor(&client(&app_only), &DoctorOptions::new().names(["app:1".to_owned()]));
+    let access = the(&report, "access");
+    assert_eq!(access.verdict, Verdict::Fail, "{access:#?}");
+    assert!(access.found.contains("redisson_lock_token:{app:1}"), "{access:#?}");
+}
+
+/// A user who may not run `EVALSHA` gets no client; the refusal is the
+/// access check's failure.
+#[test]
+fn a_user_denied_evalsha_gets_a_report_of_the_refusal() {
+    let server = RedisServer::start();
+    let mut con = server.conn();
+    set_user(&mut con, "doctor", &["~*", "&*", "+@all", "-evalsha"]);
+    let url = format!("redis://doctor:pw@127.0.0.1:{}/", server.port());
+    let e = Client::builder(url).connect_timeout(Duration::from_secs(2)).build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AccessDenied);
+    let report = Report::refused_access(&e).unwrap();
+    let access = the(&report, "access");
+    assert_eq!(access.verdict, Verdict::Fail, "{access:#?}");
+    assert!(access.found.contains("EVALSHA"), "{access:#?}");
+    assert_eq!(report.worst(), Level::Fail);
 }

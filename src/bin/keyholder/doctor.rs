@@ -71,11 +71,15 @@ pub(crate) fn doctor(client: &Client, out: &Output, services: &Services) -> Resu
     if let Some(n) = services.replica_acks_aof {
         options = options.replica_acks_aof(n);
     }
-    let report = client.doctor(&options).map_err(failure)?;
+    print(out, &client.doctor(&options).map_err(failure)?)
+}
+
+/// Prints `report` and sums it up in the exit status.
+pub(crate) fn print(out: &Output, report: &Report) -> Result<(), Failure> {
     if out.json {
-        print_json(&report_json(&report))?;
+        print_json(&report_json(report))?;
     } else {
-        print_text(&report_text(&report))?;
+        print_text(&report_text(report))?;
     }
     match report.worst() {
         Level::Ok => Ok(()),

@@ -119,8 +119,23 @@ fn run(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), Failure> {
         ),
         _ => None,
     };
-    let client = connect(&cli.connection, matches)?;
     let out = Output { json: cli.json };
+    let client = match connect(&cli.connection, matches)?.build() {
+        Ok(client) => client,
+        // A user Redis refuses what every lock needs is the doctor's
+        // finding, not a failure to check.
+        Err(e) if matches!(cli.command, Command::Doctor { .. }) && e.kind() == ErrorKind::AccessDenied => {
+            return match keyholder::Report::refused_access(&e) {
+                Some(report) => doctor::print(&out, &report),
+                None => Err(failure(e)),
+            };
+        }
+        // A configuration the library refuses comes from the connection
+        // options given (a URL that does not parse, a database the server
+        // lacks): a bad option value, so a usage error.
+        Err(e) if e.kind() == ErrorKind::InvalidConfig => return Err(Failure::Usage(e.to_string())),
+        Err(e) => return Err(failure(e)),
+    };
     match &cli.command {
         Command::Inspect { name } => out.inspect(&client.inspect(name).map_err(failure)?),
         Command::List { pattern, limit } => {
@@ -154,8 +169,8 @@ fn run(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), Failure> {
 
 /// Which deployment the options name: those given on the command line
 /// win over those from the environment; more than one at the same level
-/// is a usage error.
-fn connect(c: &Connection, matches: &clap::ArgMatches) -> Result<Client, Failure> {
+/// is a usage error. The client is built by the caller.
+fn connect(c: &Connection, matches: &clap::ArgMatches) -> Result<keyholder::ClientBuilder, Failure> {
     let source = |id: &str| matches.value_source(id);
     let given = |from: ValueSource| {
         let mut kinds = Vec::new();
@@ -227,13 +242,7 @@ fn connect(c: &Connection, matches: &clap::ArgMatches) -> Result<Client, Failure
             builder = builder.tls_client_certificate(read(cert)?, read(key)?);
         }
     }
-    // A configuration the library refuses comes from the connection
-    // options given (a URL that does not parse, a database the server
-    // lacks): a bad option value, so a usage error.
-    builder.build().map_err(|e| match e.kind() {
-        ErrorKind::InvalidConfig => Failure::Usage(e.to_string()),
-        _ => failure(e),
-    })
+    Ok(builder)
 }
 
 fn force_unlock(client: &Client, out: &Output, name: &str, yes: bool) -> Result<(), Failure> {
