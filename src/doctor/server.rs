@@ -76,6 +76,10 @@ pub(super) fn run(facts: &Facts, settings: &Settings) -> Check {
     }
     if !at_least(7, 0) {
         lacks.push(("SPUBLISH", "SPUBLISH (Redis 7.0+): on a cluster, waiters listen on ordinary channels"));
+        lacks.push((
+            "script flags",
+            "script flags (Redis 7.0+): nothing lost, keyholder's scripts declare none and run the same on 5.0",
+        ));
     }
     let waitaof = at_least(7, 2);
     if !waitaof {
