@@ -613,6 +613,11 @@ fn access_dry_runs_every_kind_and_names_what_the_acl_user_is_refused() {
     let app_only = ["~app:*", "&*", "+@all"];
     let report = doctor(&client(&app_only), &DoctorOptions::default());
     assert!(is_unknown(the(&report, "access")), "{report:#?}");
+    // Nor can the latency check's scratch lock be taken: its round trips
+    // are measured, the lock's figures unknown, never ok.
+    let latency = the(&report, "latency");
+    assert!(is_unknown(latency), "{latency:#?}");
+    assert!(latency.figure("rtt_p99").is_some(), "{latency:#?}");
     let report = doctor(&client(&app_only), &DoctorOptions::new().names(["app:1".to_owned()]));
     let access = the(&report, "access");
     assert_eq!(access.verdict, Verdict::Fail, "{access:#?}");
