@@ -1,8 +1,9 @@
 //! Child processes for multi-process tests.
 //!
-//! The parent re-runs its own test binary with `--exact <test> --nocapture`
-//! and an environment variable set; that `#[test]` acts as the child when the
-//! variable is there and does nothing otherwise. The child talks back with
+//! The parent re-runs its own test binary with `--exact <test> --nocapture
+//! --include-ignored` and an environment variable set; that `#[test]`,
+//! marked `#[ignore]` so that a normal run neither runs nor counts it as a
+//! test, acts as the child when the variable is there. The child talks back with
 //! [`say`] (protocol lines on stdout, marked, since libtest writes there too)
 //! and reads the parent's lines from stdin with [`stdin_lines`]. The parent
 //! reads the child's lines with [`ChildProcess::expect`], signals it (SIGKILL,
@@ -35,7 +36,7 @@ impl ChildProcess {
     pub fn spawn(test: &str, env: &[(&str, &str)]) -> ChildProcess {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .args(["--exact", test, "--nocapture", "--include-ignored", "--test-threads=1"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -599,6 +599,7 @@ fn child_client(url: &str) -> Client {
 /// Child: takes the fair lock, says `LOCKED <owner>`, holds it (renewed)
 /// until killed.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_fair_holder() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();
@@ -613,6 +614,7 @@ fn child_fair_holder() {
 /// Child: says `WAITING`, queues with the slot given, says `ACQUIRED
 /// <owner>`, and releases on `RELEASE`.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_fair_waiter() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();

@@ -231,6 +231,7 @@ fn works_across_the_shards_of_a_cluster_and_a_separate_server() {
 /// Child: takes a MultiLock over `a` on each server (watchdog 500 ms), says
 /// `LOCKED`, and holds it until killed.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_multi_holder() {
     let Some(urls) = child::child_env(CHILD_URLS) else { return };
     let clients: Vec<Client> = urls

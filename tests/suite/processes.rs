@@ -70,6 +70,7 @@ fn field(fields: &BTreeMap<String, String>, key: &str) -> u64 {
 /// Child: takes the lock, says `LOCKED <owner>`, and holds it (renewed)
 /// until killed.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_holder() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();
@@ -85,6 +86,7 @@ fn child_holder() {
 /// Child: says `WAITING`, blocks in `lock()`, says `ACQUIRED <owner>`, and
 /// releases on `RELEASE`, saying `RELEASED ok` (or the error).
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_waiter() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();
@@ -105,6 +107,7 @@ fn child_waiter() {
 /// `WROTE <token>`; a thread reports the lost signal as `SIGNAL <reason>`;
 /// on `WRITE` it makes a late write with its old token and reports it.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_stopped_writer() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();
@@ -169,6 +172,7 @@ struct Tally {
 /// of a fenced counter for `CHILD_RUN_MS` after the parent's `GO`, then each
 /// reports a `DONE` line; then `EXIT`.
 #[test]
+#[ignore = "a child-process mode, run by its parent test"]
 fn child_worker() {
     let Some(url) = child::child_env(CHILD_URL) else { return };
     let name = child::child_env(CHILD_LOCK).unwrap();
