@@ -1,0 +1,360 @@
+//! The hot paths, as the worker process runs them: each path calls one
+//! `#[inline(never)]` function per operation (its *measured function*),
+//! which the parent names to callgrind (`--toggle-collect`, so only the
+//! instructions inside it count, in the thread that calls it, and
+//! `--dump-after`, so each call's count lands in a file of its own). Around
+//! each call the worker reads `INFO commandstats`, outside the measured
+//! function, so the server's count of the call's commands is exact too.
+//!
+//! What keeps a count the same from call to call: one thread per client,
+//! so no lane is ever handed between threads; the default 30 s watchdog
+//! lease, so no renewal runs during a call (the renewal path has its own
+//! short lease, and measures the renewal instead); the first [`WARM`]
+//! calls are left out (they make the lock's local entry, warm the
+//! connection's buffers and load nothing: the scripts are loaded by the
+//! client before its first call returns).
+
+use std::time::Duration;
+
+use keyholder::{Client, Lock, LockGuard};
+
+use crate::commands::{self, Calls};
+use crate::error::{Res, err};
+
+/// Calls of a measured function before those that count.
+const WARM: usize = 10;
+/// Calls that count: each one's instructions and commands must agree.
+const MEASURED: usize = 30;
+
+/// One measured path.
+pub(crate) struct Path {
+    /// Its name in the table and the baseline.
+    pub(crate) name: &'static str,
+    /// What one operation is, for the table.
+    pub(crate) about: &'static str,
+    /// The function callgrind counts in, by its full name (`--dump-after`
+    /// takes no wildcards).
+    pub(crate) toggle: &'static str,
+    /// The worker's side.
+    run: fn(&str, &str) -> Res<Outcome>,
+}
+
+const PAIR: &str = "counts::paths::measured_pair";
+const ACQUIRE: &str = "counts::paths::measured_acquire";
+const RELEASE: &str = "counts::paths::measured_release";
+const WAIT: &str = "counts::paths::measured_wait";
+/// The watchdog's round: every hold renewed, in batches of 100 keys.
+const RENEW_ALL: &str = "keyholder::holds::watchdog::renew_all";
+
+/// Every path, in the table's order.
+pub(crate) const PATHS: &[Path] = &[
+    Path { name: "pair", about: "uncontended acquire+release", toggle: PAIR, run: pair },
+    Path { name: "acquire", about: "uncontended acquire (a new hold)", toggle: ACQUIRE, run: acquire },
+    Path { name: "release-last", about: "release of the last hold", toggle: RELEASE, run: release_last },
+    Path { name: "reentry", about: "re-entry: a second acquire by the holder", toggle: ACQUIRE, run: reentry },
+    Path {
+        name: "release-nested",
+        about: "release of a nested hold (count 2 to 1)",
+        toggle: RELEASE,
+        run: release_nested,
+    },
+    Path { name: "renewal-100", about: "one watchdog round renewing 100 holds", toggle: RENEW_ALL, run: renewal },
+    Path {
+        name: "handoff-release",
+        about: "contended hand-off, the holder's release (commands: the cycle's)",
+        toggle: RELEASE,
+        run: handoff_release,
+    },
+    Path {
+        name: "handoff-wait",
+        about: "contended hand-off, the waiter's call (commands: the cycle's)",
+        toggle: WAIT,
+        run: handoff_wait,
+    },
+];
+
+/// The path called `name`.
+pub(crate) fn path(name: &str) -> Res<&'static Path> {
+    PATHS.iter().find(|p| p.name == name).ok_or_else(|| err(format!("no path {name:?}")))
+}
+
+/// What a worker reports: the commands of one operation, which of
+/// callgrind's dump files (numbered from 1 in the order of the calls) are
+/// the operations that count, and how many operations were left out for
+/// taking another path.
+pub(crate) struct Outcome {
+    pub(crate) commands: Calls,
+    pub(crate) dumps: Vec<usize>,
+    pub(crate) outliers: usize,
+}
+
+impl Path {
+    /// Runs the worker's side against the server at `url`; `dir` is where
+    /// callgrind writes its dumps.
+    pub(crate) fn work(&self, url: &str, dir: &str) -> Res<Outcome> {
+        (self.run)(url, dir)
+    }
+}
+
+// ---- The measured functions: one operation each, nothing else ----------
+
+#[inline(never)]
+fn measured_pair(lock: &Lock) -> keyholder::Result<()> {
+    lock.lock()?.unlock()
+}
+
+#[inline(never)]
+fn measured_acquire(lock: &Lock) -> keyholder::Result<LockGuard> {
+    lock.lock()
+}
+
+#[inline(never)]
+fn measured_release(guard: LockGuard) -> keyholder::Result<()> {
+    guard.unlock()
+}
+
+/// A contended acquisition, bounded (a body unlike [`measured_acquire`]'s,
+/// so that the two are never merged into one symbol).
+#[inline(never)]
+fn measured_wait(lock: &Lock) -> keyholder::Result<Option<LockGuard>> {
+    lock.try_lock_for(WAIT_LIMIT)
+}
+
+/// The longest a waiter waits for its hand-off.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+// ---- Counting commands per operation ------------------------------------
+
+/// Each operation's commands, with the number of its callgrind dump.
+pub(crate) struct Tally {
+    pub(crate) stats: redis::Connection,
+    /// Operations of the warm-up, not kept.
+    warm: usize,
+    before: Calls,
+    calls: usize,
+    ran: Vec<(usize, Calls)>,
+}
+
+impl Tally {
+    pub(crate) fn new(url: &str, warm: usize) -> Res<Tally> {
+        let stats = redis::Client::open(url)?.get_connection()?;
+        Ok(Tally { stats, warm, before: Calls::new(), calls: 0, ran: Vec::new() })
+    }
+
+    /// Opens an operation's window.
+    pub(crate) fn start(&mut self) -> Res<()> {
+        self.before = commands::calls(&mut self.stats)?;
+        Ok(())
+    }
+
+    /// Closes it; the warm-up's are not kept.
+    pub(crate) fn end(&mut self) -> Res<()> {
+        let ran = commands::between(&self.before, &commands::calls(&mut self.stats)?);
+        self.calls += 1;
+        if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
+            eprintln!("operation {}: {}", self.calls, commands::format(&ran));
+        }
+        if self.calls > self.warm {
+            self.ran.push((self.calls, ran));
+        }
+        Ok(())
+    }
+
+    /// The commands most operations ran, and those operations' dumps. An
+    /// operation that ran others took another path, which only timing can
+    /// cause here (a hold that grew older than `LISTEN_AFTER` on a loaded
+    /// machine is listened for): it is left out, and counted as an outlier;
+    /// if most did, the path is not deterministic and the run fails.
+    pub(crate) fn outcome(self) -> Res<Outcome> {
+        let mut modes: Vec<(&Calls, usize)> = Vec::new();
+        for (_, ran) in &self.ran {
+            match modes.iter_mut().find(|(calls, _)| *calls == ran) {
+                Some((_, n)) => *n += 1,
+                None => modes.push((ran, 1)),
+            }
+        }
+        let Some(&(commands, n)) = modes.iter().max_by_key(|(_, n)| *n) else {
+            return Err(err("no operation was measured"));
+        };
+        if n * 2 <= self.ran.len() {
+            let seen: Vec<String> = modes.iter().map(|(c, n)| format!("{n}x {}", commands::format(c))).collect();
+            return Err(err(format!("no path taken by most operations: {}", seen.join("; "))));
+        }
+        let dumps = self.ran.iter().filter(|(_, ran)| ran == commands).map(|(dump, _)| *dump).collect();
+        Ok(Outcome { commands: commands.clone(), dumps, outliers: self.ran.len() - n })
+    }
+}
+
+/// A client with the defaults (30 s watchdog lease), and a lock of it.
+fn client_and_lock(url: &str, name: &str) -> Res<(Client, Lock)> {
+    let client = Client::open(url)?;
+    let lock = client.lock(name)?;
+    Ok((client, lock))
+}
+
+/// Runs `op` (which opens and closes the window around the measured call)
+/// [`WARM`] times, waits for the server to settle with nothing listening
+/// on `lock`'s channel (the warm-up's first calls are slow enough under
+/// callgrind for a hold to be listened for), then runs it [`MEASURED`]
+/// times.
+fn stretch(url: &str, lock: &Lock, mut op: impl FnMut(&mut Tally) -> Res<()>) -> Res<Outcome> {
+    let mut tally = Tally::new(url, WARM)?;
+    for _ in 0..WARM {
+        op(&mut tally)?;
+    }
+    commands::until_quiet(&mut tally.stats, lock.channel(), false)?;
+    for _ in 0..MEASURED {
+        op(&mut tally)?;
+    }
+    tally.outcome()
+}
+
+// ---- The single-thread paths --------------------------------------------
+//
+// Every hold lives for one window here, a few milliseconds under
+// callgrind: younger than `LISTEN_AFTER`, so never listened for, as in a
+// busy loop (W1, and W5's depth-3 re-entry). An old hold is listened for,
+// and its key armed for removal alarms: a re-entry or nested release then
+// writes an armed key, and the client's background thread answers the
+// invalidation with a check and a re-arm (HSTRLEN, PTTL), asynchronously;
+// not measured here.
+
+fn pair(url: &str, _dir: &str) -> Res<Outcome> {
+    let (_client, lock) = client_and_lock(url, "counts:pair")?;
+    stretch(url, &lock, |tally| {
+        tally.start()?;
+        measured_pair(&lock)?;
+        tally.end()
+    })
+}
+
+fn acquire(url: &str, _dir: &str) -> Res<Outcome> {
+    let (_client, lock) = client_and_lock(url, "counts:acquire")?;
+    stretch(url, &lock, |tally| {
+        tally.start()?;
+        let guard = measured_acquire(&lock)?;
+        tally.end()?;
+        Ok(guard.unlock()?)
+    })
+}
+
+fn release_last(url: &str, _dir: &str) -> Res<Outcome> {
+    let (_client, lock) = client_and_lock(url, "counts:release-last")?;
+    stretch(url, &lock, |tally| {
+        let guard = lock.lock()?;
+        tally.start()?;
+        measured_release(guard)?;
+        tally.end()
+    })
+}
+
+fn reentry(url: &str, _dir: &str) -> Res<Outcome> {
+    let (_client, lock) = client_and_lock(url, "counts:reentry")?;
+    stretch(url, &lock, |tally| {
+        let outer = lock.lock()?;
+        tally.start()?;
+        let guard = measured_acquire(&lock)?;
+        tally.end()?;
+        guard.unlock()?;
+        Ok(outer.unlock()?)
+    })
+}
+
+fn release_nested(url: &str, _dir: &str) -> Res<Outcome> {
+    let (_client, lock) = client_and_lock(url, "counts:release-nested")?;
+    stretch(url, &lock, |tally| {
+        let outer = lock.lock()?;
+        let guard = lock.lock()?;
+        tally.start()?;
+        measured_release(guard)?;
+        tally.end()?;
+        Ok(outer.unlock()?)
+    })
+}
+
+// ---- The watchdog's renewal ----------------------------------------------
+
+/// The renewal path's watchdog lease: renewed every 400 ms, long enough for
+/// a round under callgrind to finish well within a period.
+const RENEWAL_LEASE: Duration = Duration::from_millis(1_200);
+/// How long the 100 holds are kept: about six rounds.
+const RENEWAL_WINDOW: Duration = Duration::from_millis(2_600);
+/// Holds renewed per round: one batch (`BATCH` in src/holds/watchdog.rs).
+const RENEWED: usize = 100;
+
+/// The watchdog renews on its own thread, on its own timer: the worker
+/// takes 100 locks, sleeps through several rounds and lets callgrind count
+/// each round (`renew_all`, one dump per round). The rounds that count are
+/// those that began after the 100 holds were all registered and ended
+/// before the window's end, found by the dump files written meanwhile; the
+/// commands are the window's, divided by its rounds (one EVALSHA each).
+fn renewal(url: &str, dir: &str) -> Res<Outcome> {
+    let client = Client::builder(url).watchdog_timeout(RENEWAL_LEASE).build()?;
+    let locks = (0..RENEWED).map(|i| client.lock(&format!("counts:renewal:{i}"))).collect::<Result<Vec<_>, _>>()?;
+    let guards = locks.iter().map(Lock::lock).collect::<Result<Vec<_>, _>>()?;
+    let mut stats = redis::Client::open(url)?.get_connection()?;
+    // Every hold listened for (its channel subscribed, its key armed): only
+    // renewals from here on. Renewals keep the server busy every 400 ms, so
+    // "quiet" is a pause between two of them.
+    let last = locks.last().ok_or_else(|| err("no lock"))?;
+    commands::until_quiet(&mut stats, last.channel(), true)?;
+    let first_dumps = dumps_in(dir)?;
+    let before = commands::calls(&mut stats)?;
+    std::thread::sleep(RENEWAL_WINDOW);
+    // Ended between two rounds too, so that no round is cut in two.
+    commands::until_quiet(&mut stats, last.channel(), true)?;
+    let ran = commands::between(&before, &commands::calls(&mut stats)?);
+    let last_dumps = dumps_in(dir)?;
+    for guard in guards {
+        guard.unlock()?;
+    }
+    let rounds = ran.get("evalsha").copied().unwrap_or(0);
+    if rounds == 0 {
+        return Err(err(format!("no renewal round in {RENEWAL_WINDOW:?}")));
+    }
+    let mut per_round = Calls::new();
+    for (name, n) in &ran {
+        if n % rounds != 0 {
+            return Err(err(format!(
+                "{rounds} renewal rounds ran {}: not a whole number of each per round",
+                commands::format(&ran)
+            )));
+        }
+        per_round.insert(name.clone(), n / rounds);
+    }
+    // The round in progress at the first listing may have begun before the
+    // window: it is left out.
+    let dumps: Vec<usize> = (first_dumps + 2..=last_dumps).collect();
+    if dumps.len() < 2 {
+        return Err(err(format!("fewer than two whole renewal rounds in {RENEWAL_WINDOW:?}")));
+    }
+    Ok(Outcome { commands: per_round, dumps, outliers: 0 })
+}
+
+/// How many dump files callgrind has written to `dir` (`cg.out.<n>`).
+fn dumps_in(dir: &str) -> Res<usize> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cg.out."))
+        .count())
+}
+
+// ---- The contended hand-off ----------------------------------------------
+
+fn handoff_release(url: &str, _dir: &str) -> Res<Outcome> {
+    crate::handoff::run(url)
+}
+
+fn handoff_wait(url: &str, _dir: &str) -> Res<Outcome> {
+    crate::handoff::run(url)
+}
+
+/// The hand-off's measured functions, for `handoff.rs`.
+pub(crate) fn release_guard(guard: LockGuard) -> keyholder::Result<()> {
+    measured_release(guard)
+}
+
+/// See [`release_guard`].
+pub(crate) fn wait_for(lock: &Lock) -> keyholder::Result<Option<LockGuard>> {
+    measured_wait(lock)
+}
