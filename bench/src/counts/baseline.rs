@@ -77,8 +77,8 @@ pub(crate) fn compare(
     complete: bool,
 ) -> (String, Vec<String>) {
     let mut table = String::from(
-        "| path | instructions: baseline | now | change | spread | commands: baseline | now |\n\
-         |---|---:|---:|---:|---:|---:|---|\n",
+        "| path | instructions: baseline | now | change | spread | memset (not gated) | commands: baseline | now |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let mut failures = Vec::new();
     for (name, m) in measured {
@@ -89,7 +89,11 @@ pub(crate) fn compare(
         };
         let now_commands = format!("{total}: {}", commands::format(&m.commands));
         let Some(base) = baseline.get(*name) else {
-            let _ = writeln!(table, "| {name} | - | {} | new | {spread} | - | {now_commands} |", m.instructions);
+            let _ = writeln!(
+                table,
+                "| {name} | - | {} | new | {spread} | {} | - | {now_commands} |",
+                m.instructions, m.memset
+            );
             failures.push(format!("{name}: not in the baseline (bless it)"));
             continue;
         };
@@ -97,8 +101,8 @@ pub(crate) fn compare(
         let base_total: u64 = base.commands.values().sum();
         let _ = writeln!(
             table,
-            "| {name} | {} | {} | {change:+.2}% | {spread} | {base_total} | {now_commands} |",
-            base.instructions, m.instructions
+            "| {name} | {} | {} | {change:+.2}% | {spread} | {} | {base_total} | {now_commands} |",
+            base.instructions, m.instructions, m.memset
         );
         if change > TOLERANCE {
             failures.push(format!("{name}: instructions grew {change:+.2}% (more than {TOLERANCE}%)"));

@@ -8,6 +8,8 @@
 //! no other thread. The operations that count are the worker's to say
 //! (after a warm-up; for the renewal, whole rounds with every hold in
 //! place); the figure is their median, and their spread is reported.
+//! The C library's `memset` is counted apart, not in the figure (see
+//! [`Measured::memset`]).
 
 use std::path::{Path as FsPath, PathBuf};
 use std::process::Command;
@@ -18,8 +20,15 @@ use crate::paths::Path;
 
 /// What one path cost per operation.
 pub(crate) struct Measured {
-    /// The median of the operations' instructions.
+    /// The median of the operations' instructions, `memset`'s left out.
     pub(crate) instructions: u64,
+    /// The median of the instructions in `memset`, left out of the above:
+    /// callgrind counts each byte a `rep stosb` clears as an instruction,
+    /// so this is the size of the buffers zeroed (a connection's read
+    /// buffer, before each read, as much as it has free), which moves from
+    /// call to call with where that buffer stands and from machine to
+    /// machine with the C library's choice of variant: shown, not gated.
+    pub(crate) memset: u64,
     /// The fewest and the most instructions any counted operation took.
     pub(crate) spread: (u64, u64),
     /// Operations counted.
@@ -48,6 +57,11 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
         .output()
         .map_err(|e| err(format!("cannot run valgrind ({e}): install it (Debian: apt-get install valgrind)")))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
+    if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
+        // The worker's own lines (valgrind's start with `==`).
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        stderr.lines().filter(|l| !l.starts_with("==")).for_each(|l| eprintln!("{}: {l}", path.name));
+    }
     if !out.status.success() {
         return Err(err(format!(
             "{}: the worker failed ({}):\n{}\n{}",
@@ -70,13 +84,22 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
         .map(|n| n.parse::<usize>())
         .collect::<Result<Vec<usize>, _>>()?;
     let outliers = field("outliers ")?.parse::<usize>()?;
-    let mut counts = dumps.iter().map(|n| total_of(&dump_file(&dir, *n))).collect::<Res<Vec<u64>>>()?;
-    counts.sort_unstable();
-    let (Some(&low), Some(&high)) = (counts.first(), counts.last()) else {
+    let costs = dumps.iter().map(|n| costs_of(&dump_file(&dir, *n))).collect::<Res<Vec<Costs>>>()?;
+    let mut counted: Vec<u64> = costs.iter().map(|c| c.all - c.memset).collect();
+    let mut memset: Vec<u64> = costs.iter().map(|c| c.memset).collect();
+    counted.sort_unstable();
+    memset.sort_unstable();
+    let (Some(&low), Some(&high)) = (counted.first(), counted.last()) else {
         return Err(err(format!("{}: no operation was counted", path.name)));
     };
-    let instructions = counts[counts.len() / 2];
-    Ok(Measured { instructions, spread: (low, high), ops: counts.len(), outliers, commands })
+    Ok(Measured {
+        instructions: counted[counted.len() / 2],
+        spread: (low, high),
+        memset: memset[memset.len() / 2],
+        ops: counted.len(),
+        outliers,
+        commands,
+    })
 }
 
 /// The `n`th dump's file (callgrind numbers them from 1).
@@ -84,13 +107,64 @@ fn dump_file(dir: &FsPath, n: usize) -> PathBuf {
     dir.join(format!("cg.out.{n}"))
 }
 
-/// The instructions a dump file counted: its `totals:` line (or, from an
-/// older callgrind, `summary:`).
-fn total_of(file: &FsPath) -> Res<u64> {
+/// What a dump file counted: all instructions (its `summary:` or
+/// `totals:` line), and those of the C library's `memset`.
+fn costs_of(file: &FsPath) -> Res<Costs> {
     let text = std::fs::read_to_string(file).map_err(|e| err(format!("{}: {e}", file.display())))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+    let all = text
+        .lines()
+        .find_map(|l| l.strip_prefix("summary:").or_else(|| l.strip_prefix("totals:")))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| err(format!("{}: no totals line", file.display())))
+        .ok_or_else(|| err(format!("{}: no summary line", file.display())))?;
+    Ok(Costs { all, memset: memset_of(&text) })
+}
+
+/// One operation's instructions.
+#[derive(Clone, Copy)]
+struct Costs {
+    all: u64,
+    memset: u64,
+}
+
+/// The instructions spent in `memset` (glibc's `__memset_*` variants) in
+/// callgrind's output format: the cost lines of those functions' own
+/// blocks (`fn=`), not the inclusive costs after their `calls=` lines.
+/// Names are given once, as `fn=(id) name` or `cfn=(id) name`, and by id
+/// after.
+fn memset_of(text: &str) -> u64 {
+    let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut in_memset = false;
+    let mut after_calls = false;
+    let mut sum = 0;
+    for line in text.lines() {
+        let (is_fn, spec) = match line.split_once('=') {
+            Some(("fn", spec)) => (true, spec),
+            Some(("cfn", spec)) => (false, spec),
+            _ => (false, ""),
+        };
+        if !spec.is_empty() {
+            let (id, name) = spec.split_once(' ').unwrap_or((spec, ""));
+            if !name.is_empty() {
+                names.insert(id, name);
+            }
+            if is_fn {
+                let name = names.get(id).copied().unwrap_or("");
+                in_memset = name.starts_with("__memset_") || name == "memset";
+            }
+            continue;
+        }
+        if line.starts_with("calls=") {
+            after_calls = true;
+            continue;
+        }
+        let is_cost = line.starts_with(|c: char| c.is_ascii_digit() || c == '+' || c == '-' || c == '*');
+        if is_cost {
+            if in_memset && !after_calls {
+                sum += line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+            after_calls = false;
+        }
+    }
+    sum
 }

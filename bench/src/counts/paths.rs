@@ -309,6 +309,9 @@ fn renewal(url: &str, dir: &str) -> Res<Outcome> {
         guard.unlock()?;
     }
     let rounds = ran.get("evalsha").copied().unwrap_or(0);
+    if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
+        eprintln!("{rounds} renewal rounds: {}", commands::format(&ran));
+    }
     if rounds == 0 {
         return Err(err(format!("no renewal round in {RENEWAL_WINDOW:?}")));
     }
