@@ -52,7 +52,10 @@ pub(crate) fn read() -> Res<BTreeMap<String, Entry>> {
             let (Some(name), Some(instructions), rest) = (words.next(), words.next(), words.next()) else {
                 return Err(err(format!("{FILE}: bad line {line:?}")));
             };
-            let entry = Entry { instructions: instructions.parse()?, commands: commands::parse(rest.unwrap_or("-"))? };
+            let entry = Entry {
+                instructions: instructions.parse()?,
+                commands: commands::parse(rest.unwrap_or("-"))?,
+            };
             Ok((name.to_owned(), entry))
         })
         .collect()
@@ -97,7 +100,8 @@ pub(crate) fn compare(
             failures.push(format!("{name}: not in the baseline (bless it)"));
             continue;
         };
-        let change = (m.instructions as f64 - base.instructions as f64) / base.instructions.max(1) as f64 * 100.0;
+        let change =
+            (m.instructions as f64 - base.instructions as f64) / base.instructions.max(1) as f64 * 100.0;
         let base_total: u64 = base.commands.values().sum();
         let _ = writeln!(
             table,
@@ -111,11 +115,16 @@ pub(crate) fn compare(
                 "{name}: instructions fell {change:+.2}%: bless the baseline (--bless) in this commit"
             ));
         }
-        let names: std::collections::BTreeSet<&String> = base.commands.keys().chain(m.commands.keys()).collect();
+        let names: std::collections::BTreeSet<&String> =
+            base.commands.keys().chain(m.commands.keys()).collect();
         for command in names {
-            let (was, now) = (base.commands.get(command).copied().unwrap_or(0), m.commands.get(command).copied().unwrap_or(0));
+            let (was, now) = (
+                base.commands.get(command).copied().unwrap_or(0),
+                m.commands.get(command).copied().unwrap_or(0),
+            );
             if now > was {
-                failures.push(format!("{name}: {command} {was} -> {now} per operation (commands may not grow)"));
+                failures
+                    .push(format!("{name}: {command} {was} -> {now} per operation (commands may not grow)"));
             } else if now < was {
                 failures.push(format!(
                     "{name}: {command} {was} -> {now} per operation: fewer, bless the baseline (--bless) in this commit"

@@ -55,7 +55,9 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
         .arg(exe)
         .args(["--worker", path.name, "--url", url, "--dir", &dir_text])
         .output()
-        .map_err(|e| err(format!("cannot run valgrind ({e}): install it (Debian: apt-get install valgrind)")))?;
+        .map_err(|e| {
+            err(format!("cannot run valgrind ({e}): install it (Debian: apt-get install valgrind)"))
+        })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
         // The worker's own lines (valgrind's start with `==`).
@@ -79,10 +81,8 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
             .ok_or_else(|| err(format!("{}: the worker did not report {key:?}:\n{stdout}", path.name)))
     };
     let commands = commands::parse(field("commands ")?)?;
-    let dumps = field("dumps ")?
-        .split_whitespace()
-        .map(|n| n.parse::<usize>())
-        .collect::<Result<Vec<usize>, _>>()?;
+    let dumps =
+        field("dumps ")?.split_whitespace().map(|n| n.parse::<usize>()).collect::<Result<Vec<usize>, _>>()?;
     let outliers = field("outliers ")?.parse::<usize>()?;
     let costs = dumps.iter().map(|n| costs_of(&dump_file(&dir, *n))).collect::<Res<Vec<Costs>>>()?;
     let mut counted: Vec<u64> = costs.iter().map(|c| c.all - c.memset).collect();

@@ -99,7 +99,13 @@ fn waiter(lock: &Lock, orders: &Receiver<Order>, done: &Sender<Res<()>>, tid: &S
 }
 
 /// A's thread: the cycles, each one window.
-fn holder(url: &str, lock: &Lock, orders: Sender<Order>, done: &Receiver<Res<()>>, tid: &Receiver<String>) -> Res<Outcome> {
+fn holder(
+    url: &str,
+    lock: &Lock,
+    orders: Sender<Order>,
+    done: &Receiver<Res<()>>,
+    tid: &Receiver<String>,
+) -> Res<Outcome> {
     let tid = tid.recv_timeout(Duration::from_secs(10))?;
     if tid.is_empty() {
         return Err(err("the waiter thread's id could not be read"));

@@ -50,7 +50,8 @@ redis-server.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.first().map(String::as_str) == Some("--worker") { worker(&args) } else { parent(&args) };
+    let result =
+        if args.first().map(String::as_str) == Some("--worker") { worker(&args) } else { parent(&args) };
     match result {
         Ok(code) => code,
         Err(e) => {

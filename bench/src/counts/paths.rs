@@ -51,14 +51,24 @@ pub(crate) const PATHS: &[Path] = &[
     Path { name: "pair", about: "uncontended acquire+release", toggle: PAIR, run: pair },
     Path { name: "acquire", about: "uncontended acquire (a new hold)", toggle: ACQUIRE, run: acquire },
     Path { name: "release-last", about: "release of the last hold", toggle: RELEASE, run: release_last },
-    Path { name: "reentry", about: "re-entry: a second acquire by the holder", toggle: ACQUIRE, run: reentry },
+    Path {
+        name: "reentry",
+        about: "re-entry: a second acquire by the holder",
+        toggle: ACQUIRE,
+        run: reentry,
+    },
     Path {
         name: "release-nested",
         about: "release of a nested hold (count 2 to 1)",
         toggle: RELEASE,
         run: release_nested,
     },
-    Path { name: "renewal-100", about: "one watchdog round renewing 100 holds", toggle: RENEW_ALL, run: renewal },
+    Path {
+        name: "renewal-100",
+        about: "one watchdog round renewing 100 holds",
+        toggle: RENEW_ALL,
+        run: renewal,
+    },
     Path {
         name: "handoff-release",
         about: "contended hand-off, the holder's release (commands: the cycle's)",
@@ -177,7 +187,8 @@ impl Tally {
             return Err(err("no operation was measured"));
         };
         if n * 2 <= self.ran.len() {
-            let seen: Vec<String> = modes.iter().map(|(c, n)| format!("{n}x {}", commands::format(c))).collect();
+            let seen: Vec<String> =
+                modes.iter().map(|(c, n)| format!("{n}x {}", commands::format(c))).collect();
             return Err(err(format!("no path taken by most operations: {}", seen.join("; "))));
         }
         let dumps = self.ran.iter().filter(|(_, ran)| ran == commands).map(|(dump, _)| *dump).collect();
@@ -290,7 +301,8 @@ const RENEWED: usize = 100;
 /// commands are the window's, divided by its rounds (one EVALSHA each).
 fn renewal(url: &str, dir: &str) -> Res<Outcome> {
     let client = Client::builder(url).watchdog_timeout(RENEWAL_LEASE).build()?;
-    let locks = (0..RENEWED).map(|i| client.lock(&format!("counts:renewal:{i}"))).collect::<Result<Vec<_>, _>>()?;
+    let locks =
+        (0..RENEWED).map(|i| client.lock(&format!("counts:renewal:{i}"))).collect::<Result<Vec<_>, _>>()?;
     let guards = locks.iter().map(Lock::lock).collect::<Result<Vec<_>, _>>()?;
     let mut stats = redis::Client::open(url)?.get_connection()?;
     // Every hold listened for (its channel subscribed, its key armed): only
