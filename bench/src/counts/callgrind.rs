@@ -18,6 +18,9 @@ use crate::commands::{self, Calls};
 use crate::error::{Res, err};
 use crate::paths::Path;
 
+/// Set, the workers' own lines (each operation's commands) are shown.
+const TRACE: &str = "KEYHOLDER_COUNTS_TRACE";
+
 /// What one path cost per operation.
 pub(crate) struct Measured {
     /// The median of the operations' instructions, `memset`'s left out.
@@ -45,21 +48,25 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
     let dir = scratch.join(path.name);
     std::fs::create_dir_all(&dir)?;
     let dir_text = dir.to_string_lossy().into_owned();
-    let exe = std::env::current_exe()?;
-    let out = Command::new("valgrind")
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let args = padded(&exe, vec!["--worker", path.name, "--url", url, "--dir", &dir_text])?;
+    let mut command = Command::new(valgrind()?);
+    command.env_clear();
+    if std::env::var_os(TRACE).is_some() {
+        // Moves the counts a little (see COMMAND_LINE): for debugging.
+        command.env(TRACE, "1");
+    }
+    let out = command
         .arg("--tool=callgrind")
         .arg("--collect-atstart=no")
         .arg(format!("--toggle-collect={}", path.toggle))
         .arg(format!("--dump-after={}", path.toggle))
         .arg(format!("--callgrind-out-file={}", dir.join("cg.out").display()))
-        .arg(exe)
-        .args(["--worker", path.name, "--url", url, "--dir", &dir_text])
-        .output()
-        .map_err(|e| {
-            err(format!("cannot run valgrind ({e}): install it (Debian: apt-get install valgrind)"))
-        })?;
+        .arg(&exe)
+        .args(&args)
+        .output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
+    if std::env::var_os(TRACE).is_some() {
         // The worker's own lines (valgrind's start with `==`).
         let stderr = String::from_utf8_lossy(&out.stderr);
         stderr.lines().filter(|l| !l.starts_with("==")).for_each(|l| eprintln!("{}: {l}", path.name));
@@ -100,6 +107,42 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
         outliers,
         commands,
     })
+}
+
+/// The bytes the worker's command line takes on its initial stack (its
+/// path twice, as `argv[0]` and as the auxiliary vector's `AT_EXECFN`,
+/// and each argument, each with its NUL), made up to with a `--pad`
+/// argument. Where the stack begins moves with that size (valgrind places
+/// it at the same address every time, less what it holds), and with it the
+/// alignment of the buffers on it, which some paths' instruction counts
+/// follow: 300 instructions of a re-entry's 7 000 came and went with the
+/// length of the scratch directory's name. The environment is emptied for
+/// the same reason.
+const COMMAND_LINE: usize = 1_024;
+
+/// `args` with `--pad` and a run of `x` that bring the command line to
+/// [`COMMAND_LINE`] bytes.
+fn padded<'a>(exe: &str, mut args: Vec<&'a str>) -> Res<Vec<String>> {
+    let pad_flag = "--pad";
+    let used = 2 * (exe.len() + 1) + args.iter().map(|a| a.len() + 1).sum::<usize>() + pad_flag.len() + 1 + 1;
+    let room = COMMAND_LINE
+        .checked_sub(used)
+        .ok_or_else(|| err(format!("the worker's command line is over {COMMAND_LINE} bytes")))?;
+    args.push(pad_flag);
+    let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+    args.push("x".repeat(room));
+    Ok(args)
+}
+
+/// valgrind's path, found on `PATH` (the worker runs with an empty
+/// environment, so it is not looked up there).
+fn valgrind() -> Res<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("valgrind"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| err("valgrind is not on PATH: install it (Debian: apt-get install valgrind)"))
 }
 
 /// The `n`th dump's file (callgrind numbers them from 1).

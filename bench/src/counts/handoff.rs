@@ -29,7 +29,7 @@ use keyholder::{Client, Lock};
 
 use crate::commands;
 use crate::error::{Res, err};
-use crate::paths::{Outcome, Tally, release_guard, wait_for};
+use crate::paths::{Outcome, Tally, one_lane, release_guard, wait_for};
 
 /// Cycles of the warm-up, and cycles that count: fewer than the other
 /// paths' operations, since each cycle waits for three settled states
@@ -61,7 +61,7 @@ enum Order {
 /// Runs the cycles. Both sides' workers run the same cycles: which side
 /// is counted is callgrind's measured function (the parent's choice).
 pub(crate) fn run(url: &str) -> Res<Outcome> {
-    let (a, b) = (Client::open(url)?, Client::open(url)?);
+    let (a, b) = (one_lane(Client::builder(url)).build()?, one_lane(Client::builder(url)).build()?);
     let (lock_a, lock_b) = (a.lock("counts:handoff")?, b.lock("counts:handoff")?);
     let (orders, order_rx) = bounded::<Order>(0);
     let (done_tx, done) = bounded::<Res<()>>(0);

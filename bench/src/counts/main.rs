@@ -113,7 +113,9 @@ fn parent(args: &[String]) -> Res<ExitCode> {
     let url = server.url();
     let scratch = std::env::temp_dir().join(format!("keyholder-counts-{}", std::process::id()));
     let measured = measure_all(&chosen, &url, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
+    if std::env::var_os("KEYHOLDER_COUNTS_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     let measured = measured?;
     if bless {
         baseline::write(&measured)?;
