@@ -80,15 +80,15 @@ pub(crate) fn compare(
     complete: bool,
 ) -> (String, Vec<String>) {
     let mut table = String::from(
-        "| path | instructions: baseline | now | change | spread | memset (not gated) | commands: baseline | now |\n\
+        "| path | instructions: baseline | now | change | median / most | memset (not gated) | commands: baseline | now |\n\
          |---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let mut failures = Vec::new();
     for (name, m) in measured {
         let total: u64 = m.commands.values().sum();
         let spread = match m.outliers {
-            0 => format!("{}..{} ({})", m.spread.0, m.spread.1, m.ops),
-            n => format!("{}..{} ({}, {n} left out)", m.spread.0, m.spread.1, m.ops),
+            0 => format!("{} / {} ({})", m.median, m.most, m.ops),
+            n => format!("{} / {} ({}, {n} left out)", m.median, m.most, m.ops),
         };
         let now_commands = format!("{total}: {}", commands::format(&m.commands));
         let Some(base) = baseline.get(*name) else {

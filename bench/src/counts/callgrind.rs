@@ -7,7 +7,8 @@
 //! one operation's instructions and nothing else: no start-up, no set-up,
 //! no other thread. The operations that count are the worker's to say
 //! (after a warm-up; for the renewal, whole rounds with every hold in
-//! place); the figure is their median, and their spread is reported.
+//! place); the figure is the fewest any of them took (see
+//! [`Measured::instructions`]), with their median and most beside it.
 //! The C library's `memset` is counted apart, not in the figure (see
 //! [`Measured::memset`]).
 
@@ -23,8 +24,15 @@ const TRACE: &str = "KEYHOLDER_COUNTS_TRACE";
 
 /// What one path cost per operation.
 pub(crate) struct Measured {
-    /// The median of the operations' instructions, `memset`'s left out.
+    /// The fewest instructions an operation took, `memset`'s left out: the
+    /// path's own work. Some operations also wake one of the client's
+    /// threads (a hold registered while the thread that listens for old
+    /// holds sleeps with no deadline: a channel send and a futex wake,
+    /// about 250 instructions), as the threads' timing has it, which moved
+    /// the median of a new hold's acquire by 2.7% between two runs.
     pub(crate) instructions: u64,
+    /// Their median.
+    pub(crate) median: u64,
     /// The median of the instructions in `memset`, left out of the above:
     /// callgrind counts each byte a `rep stosb` clears as an instruction,
     /// so this is the size of the buffers zeroed (a connection's read
@@ -32,8 +40,8 @@ pub(crate) struct Measured {
     /// call to call with where that buffer stands and from machine to
     /// machine with the C library's choice of variant: shown, not gated.
     pub(crate) memset: u64,
-    /// The fewest and the most instructions any counted operation took.
-    pub(crate) spread: (u64, u64),
+    /// The most instructions a counted operation took.
+    pub(crate) most: u64,
     /// Operations counted.
     pub(crate) ops: usize,
     /// Operations left out: they took another path (see `paths::Tally`).
@@ -49,7 +57,7 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
     std::fs::create_dir_all(&dir)?;
     let dir_text = dir.to_string_lossy().into_owned();
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-    let args = padded(&exe, vec!["--worker", path.name, "--url", url, "--dir", &dir_text])?;
+    let args = padded(&exe, &["--worker", path.name, "--url", url, "--dir", &dir_text])?;
     let mut command = Command::new(valgrind()?);
     command.env_clear();
     if std::env::var_os(TRACE).is_some() {
@@ -100,8 +108,9 @@ pub(crate) fn measure(path: &Path, url: &str, scratch: &FsPath) -> Res<Measured>
         return Err(err(format!("{}: no operation was counted", path.name)));
     };
     Ok(Measured {
-        instructions: counted[counted.len() / 2],
-        spread: (low, high),
+        instructions: low,
+        median: counted[counted.len() / 2],
+        most: high,
         memset: memset[memset.len() / 2],
         ops: counted.len(),
         outliers,
@@ -122,16 +131,16 @@ const COMMAND_LINE: usize = 1_024;
 
 /// `args` with `--pad` and a run of `x` that bring the command line to
 /// [`COMMAND_LINE`] bytes.
-fn padded<'a>(exe: &str, mut args: Vec<&'a str>) -> Res<Vec<String>> {
+fn padded(exe: &str, args: &[&str]) -> Res<Vec<String>> {
     let pad_flag = "--pad";
     let used = 2 * (exe.len() + 1) + args.iter().map(|a| a.len() + 1).sum::<usize>() + pad_flag.len() + 1 + 1;
     let room = COMMAND_LINE
         .checked_sub(used)
         .ok_or_else(|| err(format!("the worker's command line is over {COMMAND_LINE} bytes")))?;
-    args.push(pad_flag);
-    let mut args: Vec<String> = args.into_iter().map(str::to_owned).collect();
-    args.push("x".repeat(room));
-    Ok(args)
+    let mut padded: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    padded.push(pad_flag.to_owned());
+    padded.push("x".repeat(room));
+    Ok(padded)
 }
 
 /// valgrind's path, found on `PATH` (the worker runs with an empty

@@ -126,8 +126,9 @@ fn parent(args: &[String]) -> Res<ExitCode> {
     let (table, failures) = baseline::compare(&measured, &baseline::read()?, only.is_none());
     println!("{table}");
     println!(
-        "Per operation. spread: the fewest and the most instructions of the operations counted (how many); \
-         memset: instructions in the C library's memset, left out of the figure (bytes zeroed, see docs/performance.md)."
+        "Per operation. instructions: the fewest any counted operation took; median / most: of the same \
+         operations (how many; above the fewest, an operation also woke a client thread); memset: instructions \
+         in the C library's memset, left out (bytes zeroed; see docs/performance.md)."
     );
     if failures.is_empty() {
         println!("Within the baseline ({}).", baseline::FILE);
@@ -150,13 +151,13 @@ fn measure_all<'p>(
         let started = std::time::Instant::now();
         let m = callgrind::measure(path, url, scratch)?;
         eprintln!(
-            "counts: {} ({}): {} instructions and {} in memset ({}..{} over {} operations, {} left out), {} commands, {:.1} s",
+            "counts: {} ({}): {} instructions and {} in memset (median {}, most {}, over {} operations, {} left out), {} commands, {:.1} s",
             path.name,
             path.about,
             m.instructions,
             m.memset,
-            m.spread.0,
-            m.spread.1,
+            m.median,
+            m.most,
             m.ops,
             m.outliers,
             m.commands.values().sum::<u64>(),
