@@ -149,7 +149,16 @@ fn measure_all<'p>(
     let mut measured = Vec::new();
     for path in chosen {
         let started = std::time::Instant::now();
-        let m = callgrind::measure(path, url, scratch)?;
+        // Once more if the worker fails: most of its operations taking
+        // another path, or a settled state not reached in time, is what a
+        // machine busy with other work can cause; twice is the path's.
+        let m = match callgrind::measure(path, url, scratch) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("counts: {} failed, measuring it once more: {e}", path.name);
+                callgrind::measure(path, url, &scratch.join("again"))?
+            }
+        };
         eprintln!(
             "counts: {} ({}): {} instructions and {} in memset (median {}, most {}, over {} operations, {} left out), {} commands, {:.1} s",
             path.name,
