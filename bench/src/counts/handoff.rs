@@ -29,7 +29,8 @@ use keyholder::{Client, Lock};
 
 use crate::commands;
 use crate::error::{Res, err};
-use crate::paths::{Outcome, Tally, one_lane, release_guard, wait_for};
+use crate::paths::{Outcome, one_lane, release_guard, wait_for};
+use crate::tally::Tally;
 
 /// Cycles of the warm-up, and cycles that count: fewer than the other
 /// paths' operations, since each cycle waits for three settled states

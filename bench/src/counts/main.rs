@@ -31,6 +31,8 @@ mod callgrind;
 mod commands;
 mod handoff;
 mod paths;
+mod renewal;
+mod tally;
 
 use std::process::ExitCode;
 

@@ -20,10 +20,13 @@ use keyholder::{Client, Lock, LockGuard};
 
 use crate::commands::{self, Calls};
 use crate::error::{Res, err};
+use crate::renewal::renewal;
+use crate::tally::Tally;
 
 /// Calls of a measured function before those that count.
 const WARM: usize = 10;
-/// Calls that count: each one's instructions and commands must agree.
+/// Calls that count (which of them, and what figure: `Tally::outcome`,
+/// `callgrind::Measured`).
 const MEASURED: usize = 30;
 
 /// One measured path.
@@ -133,69 +136,6 @@ fn measured_wait(lock: &Lock) -> keyholder::Result<Option<LockGuard>> {
 /// The longest a waiter waits for its hand-off.
 const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
-// ---- Counting commands per operation ------------------------------------
-
-/// Each operation's commands, with the number of its callgrind dump.
-pub(crate) struct Tally {
-    pub(crate) stats: redis::Connection,
-    /// Operations of the warm-up, not kept.
-    warm: usize,
-    before: Calls,
-    calls: usize,
-    ran: Vec<(usize, Calls)>,
-}
-
-impl Tally {
-    pub(crate) fn new(url: &str, warm: usize) -> Res<Tally> {
-        let stats = redis::Client::open(url)?.get_connection()?;
-        Ok(Tally { stats, warm, before: Calls::new(), calls: 0, ran: Vec::new() })
-    }
-
-    /// Opens an operation's window.
-    pub(crate) fn start(&mut self) -> Res<()> {
-        self.before = commands::calls(&mut self.stats)?;
-        Ok(())
-    }
-
-    /// Closes it; the warm-up's are not kept.
-    pub(crate) fn end(&mut self) -> Res<()> {
-        let ran = commands::between(&self.before, &commands::calls(&mut self.stats)?);
-        self.calls += 1;
-        if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
-            eprintln!("operation {}: {}", self.calls, commands::format(&ran));
-        }
-        if self.calls > self.warm {
-            self.ran.push((self.calls, ran));
-        }
-        Ok(())
-    }
-
-    /// The commands most operations ran, and those operations' dumps. An
-    /// operation that ran others took another path, which only timing can
-    /// cause here (a hold that grew older than `LISTEN_AFTER` on a loaded
-    /// machine is listened for): it is left out, and counted as an outlier;
-    /// if most did, the path is not deterministic and the run fails.
-    pub(crate) fn outcome(self) -> Res<Outcome> {
-        let mut modes: Vec<(&Calls, usize)> = Vec::new();
-        for (_, ran) in &self.ran {
-            match modes.iter_mut().find(|(calls, _)| *calls == ran) {
-                Some((_, n)) => *n += 1,
-                None => modes.push((ran, 1)),
-            }
-        }
-        let Some(&(commands, n)) = modes.iter().max_by_key(|(_, n)| *n) else {
-            return Err(err("no operation was measured"));
-        };
-        if n * 2 <= self.ran.len() {
-            let seen: Vec<String> =
-                modes.iter().map(|(c, n)| format!("{n}x {}", commands::format(c))).collect();
-            return Err(err(format!("no path taken by most operations: {}", seen.join("; "))));
-        }
-        let dumps = self.ran.iter().filter(|(_, ran)| ran == commands).map(|(dump, _)| *dump).collect();
-        Ok(Outcome { commands: commands.clone(), dumps, outliers: self.ran.len() - n })
-    }
-}
-
 /// A client with the defaults (30 s watchdog lease) but one command
 /// connection (see [`one_lane`]), and a lock of it.
 fn client_and_lock(url: &str, name: &str) -> Res<(Client, Lock)> {
@@ -295,77 +235,6 @@ fn release_nested(url: &str, _dir: &str) -> Res<Outcome> {
         tally.end()?;
         Ok(outer.unlock()?)
     })
-}
-
-// ---- The watchdog's renewal ----------------------------------------------
-
-/// The renewal path's watchdog lease: renewed every 400 ms, long enough for
-/// a round under callgrind to finish well within a period.
-const RENEWAL_LEASE: Duration = Duration::from_millis(1_200);
-/// How long the 100 holds are kept: about six rounds.
-const RENEWAL_WINDOW: Duration = Duration::from_millis(2_600);
-/// Holds renewed per round: one batch (`BATCH` in src/holds/watchdog.rs).
-const RENEWED: usize = 100;
-
-/// The watchdog renews on its own thread, on its own timer: the worker
-/// takes 100 locks, sleeps through several rounds and lets callgrind count
-/// each round (`renew_all`, one dump per round). The rounds that count are
-/// those that began after the 100 holds were all registered and ended
-/// before the window's end, found by the dump files written meanwhile; the
-/// commands are the window's, divided by its rounds (one EVALSHA each).
-fn renewal(url: &str, dir: &str) -> Res<Outcome> {
-    let client = one_lane(Client::builder(url)).watchdog_timeout(RENEWAL_LEASE).build()?;
-    let locks =
-        (0..RENEWED).map(|i| client.lock(&format!("counts:renewal:{i}"))).collect::<Result<Vec<_>, _>>()?;
-    let guards = locks.iter().map(Lock::lock).collect::<Result<Vec<_>, _>>()?;
-    let mut stats = redis::Client::open(url)?.get_connection()?;
-    // Every hold listened for (its channel subscribed, its key armed): only
-    // renewals from here on. Renewals keep the server busy every 400 ms, so
-    // "quiet" is a pause between two of them.
-    let last = locks.last().ok_or_else(|| err("no lock"))?;
-    commands::until_quiet(&mut stats, last.channel(), true)?;
-    let first_dumps = dumps_in(dir)?;
-    let before = commands::calls(&mut stats)?;
-    std::thread::sleep(RENEWAL_WINDOW);
-    // Ended between two rounds too, so that no round is cut in two.
-    commands::until_quiet(&mut stats, last.channel(), true)?;
-    let ran = commands::between(&before, &commands::calls(&mut stats)?);
-    let last_dumps = dumps_in(dir)?;
-    for guard in guards {
-        guard.unlock()?;
-    }
-    let rounds = ran.get("evalsha").copied().unwrap_or(0);
-    if std::env::var_os("KEYHOLDER_COUNTS_TRACE").is_some() {
-        eprintln!("{rounds} renewal rounds: {}", commands::format(&ran));
-    }
-    if rounds == 0 {
-        return Err(err(format!("no renewal round in {RENEWAL_WINDOW:?}")));
-    }
-    let mut per_round = Calls::new();
-    for (name, n) in &ran {
-        if n % rounds != 0 {
-            return Err(err(format!(
-                "{rounds} renewal rounds ran {}: not a whole number of each per round",
-                commands::format(&ran)
-            )));
-        }
-        per_round.insert(name.clone(), n / rounds);
-    }
-    // The round in progress at the first listing may have begun before the
-    // window: it is left out.
-    let dumps: Vec<usize> = (first_dumps + 2..=last_dumps).collect();
-    if dumps.len() < 2 {
-        return Err(err(format!("fewer than two whole renewal rounds in {RENEWAL_WINDOW:?}")));
-    }
-    Ok(Outcome { commands: per_round, dumps, outliers: 0 })
-}
-
-/// How many dump files callgrind has written to `dir` (`cg.out.<n>`).
-fn dumps_in(dir: &str) -> Res<usize> {
-    Ok(std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("cg.out."))
-        .count())
 }
 
 // ---- The contended hand-off ----------------------------------------------
