@@ -328,12 +328,14 @@ fn a_timed_wait_on_a_legacy_key_is_bounded_by_its_deadline() {
 fn a_waiter_takes_the_lock_when_the_legacy_key_expires() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    legacy_set(&mut con, "orders:5", "old-node", 600);
+    // The client first: its build is not part of the legacy key's 600 ms.
     let lock = migrating_client(&server).lock("orders:5").unwrap();
     let started = Instant::now();
+    legacy_set(&mut con, "orders:5", "old-node", 600);
     let guard = lock.try_lock_for(10 * SECOND).unwrap().expect("acquired once the legacy key expired");
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(500) && took < Duration::from_millis(600) + SLACK, "{took:?}");
+    // Not before the key expired (Redis counts whole milliseconds).
+    assert!(took >= Duration::from_millis(599) && took < Duration::from_millis(600) + SLACK, "{took:?}");
     assert_eq!(hgetall(&mut con, "orders:5").len(), 1, "keyholder's hash is at the name now");
     guard.unlock().unwrap();
 }
@@ -400,6 +402,9 @@ fn a_legacy_key_without_ttl_is_a_typed_error_naming_it() {
 fn a_setnx_holder_between_its_setnx_and_expire_is_waited_on_not_an_error() {
     let server = RedisServer::start();
     let mut con = server.conn();
+    // The client first: its build is not part of the old node's 700 ms.
+    let lock = migrating_client(&server).lock("orders:11").unwrap();
+    let started = Instant::now();
     let _: i64 = redis::cmd("SETNX").arg("orders:11").arg("old").query(&mut con).unwrap();
     let expire = {
         let mut con = server.conn();
@@ -409,11 +414,12 @@ fn a_setnx_holder_between_its_setnx_and_expire_is_waited_on_not_an_error() {
             let _: i64 = redis::cmd("PEXPIRE").arg("orders:11").arg(400).query(&mut con).unwrap();
         })
     };
-    let lock = migrating_client(&server).lock("orders:11").unwrap();
-    let (guard, took) = common::timed(|| lock.try_lock_for(10 * SECOND).unwrap());
+    let guard = lock.try_lock_for(10 * SECOND).unwrap();
+    let took = started.elapsed();
     recv_within(&expire, 5 * SECOND, "expire");
     assert!(guard.is_some(), "acquired once the key got its TTL and expired");
-    assert!(took >= Duration::from_millis(600) && took < SECOND + SLACK, "{took:?}");
+    // Not before the EXPIRE, 300 ms in, plus its 400 ms.
+    assert!(took >= Duration::from_millis(699) && took < SECOND + SLACK, "{took:?}");
 }
 
 #[test]
