@@ -15,7 +15,9 @@
 //! dry run of every kind's scripts as the ACL user) and `cluster.rs`
 //! (a Redis Cluster's slots, and the slots of the names given). The
 //! clocks are read by `skew.rs` (each replica's `TIME`, on a connection of
-//! its own, against its primary's) into the facts before the checks run.
+//! its own, against its primary's) into the facts before the checks run;
+//! `replicas.rs` reads each replica's own settings and runs the eviction
+//! and persistence checks on them.
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
@@ -33,6 +35,7 @@ mod latency;
 mod options;
 mod persistence;
 mod pubsub;
+mod replicas;
 mod replication;
 mod report;
 mod server;
@@ -55,10 +58,6 @@ type Run = fn(&Facts, &Settings) -> Check;
 /// The checks, in the order the report lists them.
 const CHECKS: [Run; 7] =
     [eviction::run, persistence::run, replication::run, clocks::run, server::run, failover::run, pubsub::run];
-
-/// What this version does not check yet (issue 37's later items).
-const NOT_YET: &str = "not checked in this version: the replicas' own eviction and persistence settings (a \
-                       promoted replica brings its own)";
 
 /// Names given to a deployment that is no cluster.
 const NAMES_NOT_CLUSTER: &str = "the names given are checked on a Redis Cluster only: a single server keeps \
@@ -126,12 +125,14 @@ impl Client {
         inner.check_running()?;
         let settings = options.settings(&inner.config);
         let mut nodes: Vec<(Option<String>, Facts)> = Vec::new();
+        let mut replica_facts = Vec::new();
         match inner.routes() {
             Routes::Primary(lanes) => {
                 let mut session = inner.routes().session("")?;
                 let mut facts = Facts::read(&mut session)?;
                 facts.sentinel = facts::ask_sentinels(&inner.config);
                 facts.clocks = skew::replicas(&mut session, lanes.connector(), &facts.replica_addrs());
+                replica_facts.extend(replicas::read(lanes.connector(), &facts.replica_addrs()));
                 nodes.push((None, facts));
             }
             Routes::Cluster(cluster) => {
@@ -144,6 +145,7 @@ impl Client {
                     let node = format!("{}:{}", shard.addr.0, shard.addr.1);
                     let mut facts = Facts::read(&mut session)?;
                     facts.clocks = skew::replicas(&mut session, shard.connector(), &facts.replica_addrs());
+                    replica_facts.extend(replicas::read(shard.connector(), &facts.replica_addrs()));
                     match first.as_mut() {
                         Some(reference) => facts.clocks.push(skew::primary(reference, &mut session, &node)),
                         None => first = Some(session),
@@ -158,10 +160,11 @@ impl Client {
                 nodes.iter().map(move |(node, facts)| Check { node: node.clone(), ..run(facts, &settings) })
             })
             .collect();
+        checks.extend(replicas::checks(&replica_facts, &settings));
         checks.extend(latency::checks(self, &settings)?);
         checks.extend(access::checks(self, options.lock_names())?);
         checks.extend(cluster::checks(inner.routes(), options.lock_names())?);
-        let mut notes = vec![NOT_YET.to_owned()];
+        let mut notes = Vec::new();
         if inner.routes().cluster().is_none() && !options.lock_names().is_empty() {
             notes.push(NAMES_NOT_CLUSTER.to_owned());
         }

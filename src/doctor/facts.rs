@@ -16,6 +16,7 @@ use super::skew::Clock;
 use crate::admin::send;
 use crate::config::Config;
 use crate::error::Result;
+use crate::store::connection::Conn;
 use crate::store::lanes::Session;
 use crate::store::sentinel::Sentinels;
 
@@ -36,6 +37,14 @@ pub(super) const SETTINGS: [&str; 11] = [
     "cluster-node-timeout",
     "client-output-buffer-limit",
 ];
+
+/// `INFO` of each section read and `CONFIG GET` of each setting read.
+fn commands() -> Vec<redis::Cmd> {
+    let mut commands: Vec<redis::Cmd> =
+        SECTIONS.iter().map(|section| redis::cmd("INFO").arg(*section).clone()).collect();
+    commands.extend(SETTINGS.iter().map(|name| redis::cmd("CONFIG").arg("GET").arg(*name).clone()));
+    commands
+}
 
 /// What one primary said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,10 +73,25 @@ impl Facts {
     /// A connection failure; a refused command is no error (see
     /// [`Facts::config_refused`]).
     pub(super) fn read(session: &mut Session<'_>) -> Result<Facts> {
-        let mut commands: Vec<redis::Cmd> =
-            SECTIONS.iter().map(|section| redis::cmd("INFO").arg(*section).clone()).collect();
-        commands.extend(SETTINGS.iter().map(|name| redis::cmd("CONFIG").arg("GET").arg(*name).clone()));
-        let mut replies = send(session, &commands)?.into_iter();
+        Ok(Facts::from_replies(send(session, &commands())?))
+    }
+
+    /// Reads one node on a connection of its own (a replica), in one round
+    /// trip; a failure is the reason.
+    pub(super) fn read_on(conn: &mut Conn) -> std::result::Result<Facts, String> {
+        let commands = commands();
+        let packed: Vec<u8> = commands.iter().flat_map(redis::Cmd::get_packed_command).collect();
+        conn.send(&packed).map_err(|e| e.to_string())?;
+        let (replies, failure) = conn.receive(commands.len());
+        match failure {
+            Some(e) => Err(e.to_string()),
+            None => Ok(Facts::from_replies(replies)),
+        }
+    }
+
+    /// The facts the replies to [`commands`] tell.
+    fn from_replies(replies: Vec<Value>) -> Facts {
+        let mut replies = replies.into_iter();
         let mut facts = Facts::default();
         for section in SECTIONS {
             match text(replies.next().unwrap_or(Value::Nil)) {
@@ -85,7 +109,7 @@ impl Facts {
                 value => facts.config.extend(parse_config(value)),
             }
         }
-        Ok(facts)
+        facts
     }
 
     /// Facts from `INFO` text and `CONFIG GET` pairs, for the checks'

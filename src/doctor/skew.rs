@@ -105,7 +105,7 @@ pub(super) fn primary(reference: &mut Session<'_>, session: &mut Session<'_>, no
 }
 
 /// `host:port` (the host may be an IPv6 address, colons and all).
-fn split(node: &str) -> Result<(&str, u16), String> {
+pub(super) fn split(node: &str) -> Result<(&str, u16), String> {
     node.rsplit_once(':')
         .and_then(|(host, port)| {
             Some((host.trim_start_matches('[').trim_end_matches(']'), port.parse().ok()?))

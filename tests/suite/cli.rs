@@ -780,8 +780,9 @@ fn doctor_on_a_cluster_checks_every_primary() {
     assert!(matches!(output.status.code(), Some(0 | 5 | 6)), "{}", text(&output.stderr));
     let parsed = json(&text(&output.stdout));
     let checks = parsed["checks"].as_array().unwrap();
-    // Seven checks of the facts, latency, access, cluster.
-    assert_eq!(checks.len(), 10 * cluster.primaries().len(), "{parsed}");
+    // Seven checks of the facts, latency, access, cluster; and each
+    // replica's eviction and persistence.
+    assert_eq!(checks.len(), 10 * cluster.primaries().len() + 2 * cluster.replicas().len(), "{parsed}");
     for port in cluster.primaries() {
         let node = format!("127.0.0.1:{port}");
         assert_eq!(checks.iter().filter(|c| c["node"] == node.as_str()).count(), 10, "{node}: {parsed}");

@@ -174,10 +174,17 @@ fn clocks_fail_with_a_replica_behind_by_more_than_a_promotion_and_are_unknown_wh
         assert!(std::time::Instant::now() < deadline, "the replica never came online: {info}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let clocks = the(&doctor(&client, &DoctorOptions::default()), "clocks").clone();
+    let report = doctor(&client, &DoctorOptions::default());
+    let clocks = the(&report, "clocks").clone();
     let Verdict::Unknown { reason, confirm_by_hand } = &clocks.verdict else { panic!("{clocks:#?}") };
     assert!(reason.contains(&format!("replica 127.0.0.1:{nowhere}")), "{reason}");
     assert!(confirm_by_hand.contains("TIME"), "{confirm_by_hand}");
+    // Nor can its own settings be read: unknown, not ok.
+    let node = format!("replica 127.0.0.1:{nowhere}");
+    let unread: Vec<&Check> =
+        report.checks.iter().filter(|c| c.node.as_deref() == Some(node.as_str())).collect();
+    assert_eq!(unread.len(), 2, "{report:#?}");
+    assert!(unread.iter().all(|c| is_unknown(c)), "{unread:#?}");
 }
 
 #[test]
@@ -248,14 +255,31 @@ fn on_a_cluster_every_primary_is_checked() {
         "access",
         "cluster",
     ] {
-        let mut nodes: Vec<&str> =
-            report.checks.iter().filter(|c| c.name == name).filter_map(|c| c.node.as_deref()).collect();
+        let mut nodes: Vec<&str> = report
+            .checks
+            .iter()
+            .filter(|c| c.name == name)
+            .filter_map(|c| c.node.as_deref())
+            .filter(|node| !node.starts_with("replica "))
+            .collect();
         nodes.sort_unstable();
         let mut expected: Vec<String> = primaries.iter().map(|port| format!("127.0.0.1:{port}")).collect();
         expected.sort_unstable();
         assert_eq!(nodes, expected, "{name}: {report:#?}");
     }
     assert!(report.checks.iter().all(|c| !is_unknown(c)), "{report:#?}");
+    // Each replica's own settings checked under its own node.
+    let mut replicas: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|c| c.name == "eviction")
+        .filter_map(|c| c.node.as_deref()?.strip_prefix("replica ").map(str::to_owned))
+        .collect();
+    replicas.sort_unstable();
+    let mut expected: Vec<String> =
+        cluster.replicas().iter().map(|port| format!("127.0.0.1:{port}")).collect();
+    expected.sort_unstable();
+    assert_eq!(replicas, expected, "{report:#?}");
     // Each primary's replica read, and every primary but the first against
     // the first.
     let read: Vec<i64> = report
@@ -639,4 +663,29 @@ fn a_user_denied_evalsha_gets_a_report_of_the_refusal() {
     assert_eq!(access.verdict, Verdict::Fail, "{access:#?}");
     assert!(access.found.contains("EVALSHA"), "{access:#?}");
     assert_eq!(report.worst(), Level::Fail);
+}
+
+/// A failover promotes a replica with its own settings: one that evicts
+/// fails the eviction check under its own node, while its primary passes;
+/// one that cannot be reached is unknown, never ok.
+#[test]
+fn a_replicas_own_eviction_and_persistence_settings_are_checked() {
+    let primary = RedisServer::start_with_args(&["--appendonly", "yes"]);
+    let client = primary.client();
+    let replica = RedisServer::start_replica_of_with_args(
+        &primary,
+        &["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"],
+    );
+    let report = doctor(&client, &DoctorOptions::default());
+    let node = format!("replica 127.0.0.1:{}", replica.port());
+    let of = |name: &str, node: Option<&str>| {
+        report.checks.iter().find(|c| c.name == name && c.node.as_deref() == node).cloned().unwrap()
+    };
+    assert_eq!(of("eviction", None).verdict, Verdict::Ok, "{report:#?}");
+    let evicting = of("eviction", Some(&node));
+    assert_eq!(evicting.verdict, Verdict::Fail, "{evicting:#?}");
+    assert!(evicting.meaning.starts_with("once this replica is promoted"), "{evicting:#?}");
+    // The replica keeps no AOF (the testkit's default), its primary does.
+    assert_eq!(of("persistence", None).verdict, Verdict::Ok, "{report:#?}");
+    assert_eq!(of("persistence", Some(&node)).verdict, Verdict::Warn, "{report:#?}");
 }
