@@ -29,11 +29,12 @@ pub(crate) struct Entry {
 const HEADER: &str = "\
 # keyholder's exact counts per operation (issue 38; docs/performance.md,
 # \"Exact counts (gated in CI)\"): the client's instructions (callgrind, the
-# release build, this toolchain: instruction counts move with the compiler)
+# `counts` profile: release in one code generation unit; this toolchain:
+# instruction counts move with the compiler)
 # and the Redis commands each operation runs, top-level and inside scripts.
 # `.ci/run` fails when a path's instructions move by more than 3% or any of
 # its command counts moves. Rewritten by
-#   cargo run --release -p keyholder-bench --bin counts -- --bless
+#   cargo run --profile counts -p keyholder-bench --bin counts -- --bless
 # path instructions commands(name=count ...)
 ";
 

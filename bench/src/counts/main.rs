@@ -8,9 +8,9 @@
 //! way.
 //!
 //! ```text
-//! cargo run --release -p keyholder-bench --bin counts              # measure, compare, exit 1 on a regression
-//! cargo run --release -p keyholder-bench --bin counts -- --bless   # measure and rewrite the baseline
-//! cargo run --release -p keyholder-bench --bin counts -- --only pair,reentry
+//! cargo run --profile counts -p keyholder-bench --bin counts              # measure, compare, exit 1 on a regression
+//! cargo run --profile counts -p keyholder-bench --bin counts -- --bless   # measure and rewrite the baseline
+//! cargo run --profile counts -p keyholder-bench --bin counts -- --only pair,reentry
 //! ```
 //!
 //! `KEYHOLDER_COUNTS_BLESS=1` does what `--bless` does. The program starts
@@ -109,7 +109,9 @@ fn parent(args: &[String]) -> Res<ExitCode> {
         return Err(err("--bless measures every path: leave --only out"));
     }
     if cfg!(debug_assertions) {
-        eprintln!("counts: a debug build; the baseline is the release build's (cargo run --release ...)");
+        eprintln!(
+            "counts: a debug build; the baseline is the counts profile's (cargo run --profile counts ...)"
+        );
     }
     let server = RedisServer::start_standalone();
     let url = server.url();
