@@ -44,7 +44,7 @@ pub(crate) struct Measured {
     pub(crate) most: u64,
     /// Operations counted.
     pub(crate) ops: usize,
-    /// Operations left out: they took another path (see `paths::Tally`).
+    /// Operations left out: they took another path (see `tally::Tally`).
     pub(crate) outliers: usize,
     /// The Redis commands of one operation.
     pub(crate) commands: Calls,

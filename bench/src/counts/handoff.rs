@@ -29,8 +29,8 @@ use keyholder::{Client, Lock};
 
 use crate::commands;
 use crate::error::{Res, err};
-use crate::paths::{Outcome, one_lane, release_guard, wait_for};
-use crate::tally::Tally;
+use crate::measured::{measured_release, measured_wait, one_lane};
+use crate::tally::{Outcome, Tally};
 
 /// Cycles of the warm-up, and cycles that count: fewer than the other
 /// paths' operations, since each cycle waits for three settled states
@@ -80,7 +80,7 @@ fn waiter(lock: &Lock, orders: &Receiver<Order>, done: &Sender<Res<()>>, tid: &S
     let mut held = None;
     while let Ok(order) = orders.recv() {
         let result = match order {
-            Order::Wait => match wait_for(lock) {
+            Order::Wait => match measured_wait(lock) {
                 Ok(Some(guard)) => {
                     held = Some(guard);
                     Ok(())
@@ -119,7 +119,7 @@ fn holder(
         tally.start()?;
         orders.send(Order::Wait)?;
         until_asleep(&mut tally.stats, &syscall)?;
-        release_guard(guard)?;
+        measured_release(guard)?;
         done.recv()??;
         orders.send(Order::Release)?;
         done.recv()??;

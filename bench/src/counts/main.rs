@@ -30,6 +30,7 @@ mod baseline;
 mod callgrind;
 mod commands;
 mod handoff;
+mod measured;
 mod paths;
 mod renewal;
 mod tally;

@@ -14,14 +14,15 @@
 //! loads the scripts, EVAL after NOSCRIPT, and callgrind's first pass over
 //! new code is slow enough for a hold to be listened for, see `stretch`).
 
-use std::time::Duration;
+use keyholder::{Client, Lock};
 
-use keyholder::{Client, Lock, LockGuard};
-
-use crate::commands::{self, Calls};
+use crate::commands;
 use crate::error::{Res, err};
+use crate::measured::{
+    ACQUIRE, PAIR, RELEASE, WAIT, measured_acquire, measured_pair, measured_release, one_lane,
+};
 use crate::renewal::renewal;
-use crate::tally::Tally;
+use crate::tally::{Outcome, Tally};
 
 /// Calls of a measured function before those that count.
 const WARM: usize = 10;
@@ -42,10 +43,6 @@ pub(crate) struct Path {
     run: fn(&str, &str) -> Res<Outcome>,
 }
 
-const PAIR: &str = "counts::paths::measured_pair";
-const ACQUIRE: &str = "counts::paths::measured_acquire";
-const RELEASE: &str = "counts::paths::measured_release";
-const WAIT: &str = "counts::paths::measured_wait";
 /// The watchdog's round: every hold renewed, in batches of 100 keys.
 const RENEW_ALL: &str = "keyholder::holds::watchdog::renew_all";
 
@@ -91,16 +88,6 @@ pub(crate) fn path(name: &str) -> Res<&'static Path> {
     PATHS.iter().find(|p| p.name == name).ok_or_else(|| err(format!("no path {name:?}")))
 }
 
-/// What a worker reports: the commands of one operation, which of
-/// callgrind's dump files (numbered from 1 in the order of the calls) are
-/// the operations that count, and how many operations were left out for
-/// taking another path.
-pub(crate) struct Outcome {
-    pub(crate) commands: Calls,
-    pub(crate) dumps: Vec<usize>,
-    pub(crate) outliers: usize,
-}
-
 impl Path {
     /// Runs the worker's side against the server at `url`; `dir` is where
     /// callgrind writes its dumps.
@@ -109,52 +96,12 @@ impl Path {
     }
 }
 
-// ---- The measured functions: one operation each, nothing else ----------
-
-#[inline(never)]
-fn measured_pair(lock: &Lock) -> keyholder::Result<()> {
-    lock.lock()?.unlock()
-}
-
-#[inline(never)]
-fn measured_acquire(lock: &Lock) -> keyholder::Result<LockGuard> {
-    lock.lock()
-}
-
-#[inline(never)]
-fn measured_release(guard: LockGuard) -> keyholder::Result<()> {
-    guard.unlock()
-}
-
-/// A contended acquisition, bounded (a body unlike [`measured_acquire`]'s,
-/// so that the two are never merged into one symbol).
-#[inline(never)]
-fn measured_wait(lock: &Lock) -> keyholder::Result<Option<LockGuard>> {
-    lock.try_lock_for(WAIT_LIMIT)
-}
-
-/// The longest a waiter waits for its hand-off.
-const WAIT_LIMIT: Duration = Duration::from_secs(60);
-
 /// A client with the defaults (30 s watchdog lease) but one command
 /// connection (see [`one_lane`]), and a lock of it.
 fn client_and_lock(url: &str, name: &str) -> Res<(Client, Lock)> {
     let client = one_lane(Client::builder(url)).build()?;
     let lock = client.lock(name)?;
     Ok((client, lock))
-}
-
-/// One command connection, so one lane. With the default 15, a call goes
-/// first to its thread's home lane (the thread's keyholder number modulo
-/// 15), and when that lane has no connection of its own (the first one
-/// goes to lane 0) it looks through the others, every call: 260
-/// instructions more, in some processes and not others, since a thread's
-/// number follows the order in which threads first call into keyholder,
-/// a race between the caller and the client's own threads. With one lane
-/// every thread is at home, as a thread whose home lane is connected is
-/// with the default.
-pub(crate) fn one_lane(builder: keyholder::ClientBuilder) -> keyholder::ClientBuilder {
-    builder.pool_max_size(1)
 }
 
 /// Runs `op` (which opens and closes the window around the measured call)
@@ -245,14 +192,4 @@ fn handoff_release(url: &str, _dir: &str) -> Res<Outcome> {
 
 fn handoff_wait(url: &str, _dir: &str) -> Res<Outcome> {
     crate::handoff::run(url)
-}
-
-/// The hand-off's measured functions, for `handoff.rs`.
-pub(crate) fn release_guard(guard: LockGuard) -> keyholder::Result<()> {
-    measured_release(guard)
-}
-
-/// See [`release_guard`].
-pub(crate) fn wait_for(lock: &Lock) -> keyholder::Result<Option<LockGuard>> {
-    measured_wait(lock)
 }

@@ -7,7 +7,8 @@ use keyholder::{Client, Lock};
 
 use crate::commands::{self, Calls};
 use crate::error::{Res, err};
-use crate::paths::{Outcome, one_lane};
+use crate::measured::one_lane;
+use crate::tally::Outcome;
 
 /// The renewal path's watchdog lease: renewed every 400 ms, long enough for
 /// a round under callgrind to finish well within a period.

@@ -4,7 +4,6 @@
 
 use crate::commands::{self, Calls};
 use crate::error::{Res, err};
-use crate::paths::Outcome;
 
 /// Each operation's commands, with the number of its callgrind dump.
 pub(crate) struct Tally {
@@ -65,4 +64,14 @@ impl Tally {
         let dumps = self.ran.iter().filter(|(_, ran)| ran == commands).map(|(dump, _)| *dump).collect();
         Ok(Outcome { commands: commands.clone(), dumps, outliers: self.ran.len() - n })
     }
+}
+
+/// What a worker reports: the commands of one operation, which of
+/// callgrind's dump files (numbered from 1 in the order of the calls) are
+/// the operations that count, and how many operations were left out for
+/// taking another path.
+pub(crate) struct Outcome {
+    pub(crate) commands: Calls,
+    pub(crate) dumps: Vec<usize>,
+    pub(crate) outliers: usize,
 }
