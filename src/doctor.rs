@@ -14,10 +14,11 @@
 //! `latency.rs` (round trips and a scratch lock, timed), `access.rs` (a
 //! dry run of every kind's scripts as the ACL user) and `cluster.rs`
 //! (a Redis Cluster's slots, and the slots of the names given). The
-//! clocks are read by `skew.rs` (each replica's `TIME`, on a connection of
-//! its own, against its primary's) into the facts before the checks run;
-//! `replicas.rs` reads each replica's own settings and runs the eviction
-//! and persistence checks on them.
+//! clocks are read by `skew.rs` (each replica's `TIME` against its
+//! primary's) into the facts before the checks run; `replicas.rs` opens
+//! one connection to each replica, on which it reads the replica's clock
+//! and its own settings, and runs the eviction and persistence checks on
+//! them.
 //!
 //! It sits above the kinds and the admin module (it reuses the admin's
 //! way of sending commands on a primary's session); nothing below imports
@@ -131,8 +132,9 @@ impl Client {
                 let mut session = inner.routes().session("")?;
                 let mut facts = Facts::read(&mut session)?;
                 facts.sentinel = facts::ask_sentinels(&inner.config);
-                facts.clocks = skew::replicas(&mut session, lanes.connector(), &facts.replica_addrs());
-                replica_facts.extend(replicas::read(lanes.connector(), &facts.replica_addrs()));
+                let (clocks, read) = replicas::read(&mut session, lanes.connector(), &facts.replica_addrs());
+                facts.clocks = clocks;
+                replica_facts.extend(read);
                 nodes.push((None, facts));
             }
             Routes::Cluster(cluster) => {
@@ -144,8 +146,10 @@ impl Client {
                     let mut session = shard.session()?;
                     let node = format!("{}:{}", shard.addr.0, shard.addr.1);
                     let mut facts = Facts::read(&mut session)?;
-                    facts.clocks = skew::replicas(&mut session, shard.connector(), &facts.replica_addrs());
-                    replica_facts.extend(replicas::read(shard.connector(), &facts.replica_addrs()));
+                    let (clocks, read) =
+                        replicas::read(&mut session, shard.connector(), &facts.replica_addrs());
+                    facts.clocks = clocks;
+                    replica_facts.extend(read);
                     match first.as_mut() {
                         Some(reference) => facts.clocks.push(skew::primary(reference, &mut session, &node)),
                         None => first = Some(session),

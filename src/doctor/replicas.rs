@@ -5,36 +5,53 @@
 //! So each replica `INFO replication` lists is read as a primary is (one
 //! round trip of `INFO` and `CONFIG GET`, on a connection of its own that
 //! `store/connection.rs` opens with the primary's credentials and TLS
-//! settings, closed after), and checked by `eviction.rs` and
-//! `persistence.rs` under its own node, `replica <host>:<port>`.
+//! settings, closed after; the same connection reads its clock for
+//! `clocks.rs`), and checked by `eviction.rs` and `persistence.rs` under
+//! its own node, `replica <host>:<port>`.
 
 use super::facts::Facts;
 use super::options::Settings;
 use super::report::{Check, Verdict};
-use super::skew::split;
+use super::skew::{self, Clock, split};
 use super::{eviction, persistence};
 use crate::store::connection::Connector;
+use crate::store::lanes::Session;
 
-/// What each replica (`host:port`) said, or why it could not be read.
-pub(super) fn read(connector: &Connector, replicas: &[String]) -> Vec<(String, Result<Facts, String>)> {
+/// What one replica said, or why it could not be read.
+pub(super) type Read = (String, Result<Facts, String>);
+
+/// Each replica (`host:port`, as `INFO replication` lists them) of the
+/// primary `session` talks to, on one connection of its own that
+/// `connector` opens and closes after: its settings, and its clock against
+/// the primary's (`skew.rs`).
+pub(super) fn read(
+    session: &mut Session<'_>,
+    connector: &Connector,
+    replicas: &[String],
+) -> (Vec<Clock>, Vec<Read>) {
     replicas
         .iter()
         .map(|node| {
-            let facts = split(node).and_then(|(host, port)| {
-                let mut conn = connector
-                    .open_at(host, port)
-                    .map_err(|e| format!("could not connect to the replica: {e}"))?;
-                let facts = Facts::read_on(&mut conn);
-                conn.retire();
-                facts
+            let opened = split(node).and_then(|(host, port)| {
+                connector.open_at(host, port).map_err(|e| format!("could not connect to the replica: {e}"))
             });
-            (node.clone(), facts)
+            let (reading, facts) = match opened {
+                Ok(mut conn) => {
+                    let facts = Facts::read_on(&mut conn);
+                    let reading =
+                        skew::measure(|| skew::time_on_session(session), || skew::time_on_conn(&mut conn));
+                    conn.retire();
+                    (reading, facts)
+                }
+                Err(reason) => (Err(reason.clone()), Err(reason)),
+            };
+            (Clock { node: node.clone(), role: "replica", reading }, (node.clone(), facts))
         })
-        .collect()
+        .unzip()
 }
 
 /// The eviction and persistence checks of each replica read.
-pub(super) fn checks(replicas: &[(String, Result<Facts, String>)], settings: &Settings) -> Vec<Check> {
+pub(super) fn checks(replicas: &[Read], settings: &Settings) -> Vec<Check> {
     let runs: [fn(&Facts, &Settings) -> Check; 2] = [eviction::run, persistence::run];
     runs.iter()
         .flat_map(|run| {

@@ -1,7 +1,6 @@
 //! Reading clocks for the clock check (`clocks.rs`): another server's
-//! `TIME` against a reference server's, on the primary's replicas (one
-//! connection of its own to each, opened by `store/connection.rs` with the
-//! primary's credentials and TLS settings) and, on a Redis Cluster, each
+//! `TIME` against a reference server's, on the primary's replicas (on the
+//! connection `replicas.rs` opens to each) and, on a Redis Cluster, each
 //! primary against the first.
 //!
 //! The other server's `TIME` is taken between two of the reference's, so
@@ -14,7 +13,7 @@
 use redis::Value;
 
 use crate::admin::send;
-use crate::store::connection::{Conn, Connector};
+use crate::store::connection::Conn;
 use crate::store::lanes::Session;
 
 /// Rounds of reference, other, reference.
@@ -79,24 +78,6 @@ pub(super) fn measure(
     best.ok_or_else(|| "the reference clock stepped back in every round".to_owned())
 }
 
-/// The clocks of `replicas` (`host:port` as `INFO replication` lists
-/// them) against the primary `session` talks to, each on a connection of
-/// its own that `connector` opens, closed after.
-pub(super) fn replicas(session: &mut Session<'_>, connector: &Connector, replicas: &[String]) -> Vec<Clock> {
-    replicas
-        .iter()
-        .map(|node| {
-            let reading = split(node).and_then(|(host, port)| {
-                let mut conn = connector
-                    .open_at(host, port)
-                    .map_err(|e| format!("could not connect to the replica: {e}"))?;
-                measure(|| time_on_session(session), || time_on_conn(&mut conn))
-            });
-            Clock { node: node.clone(), role: "replica", reading }
-        })
-        .collect()
-}
-
 /// The clock of the primary `session` talks to (`node`) against the one
 /// `reference` talks to.
 pub(super) fn primary(reference: &mut Session<'_>, session: &mut Session<'_>, node: &str) -> Clock {
@@ -113,12 +94,12 @@ pub(super) fn split(node: &str) -> Result<(&str, u16), String> {
         .ok_or_else(|| format!("not an address: {node}"))
 }
 
-fn time_on_session(session: &mut Session<'_>) -> Result<i64, String> {
+pub(super) fn time_on_session(session: &mut Session<'_>) -> Result<i64, String> {
     let reply = send(session, &[redis::cmd("TIME")]).map_err(|e| e.to_string())?;
     micros(reply.into_iter().next().unwrap_or(Value::Nil))
 }
 
-fn time_on_conn(conn: &mut Conn) -> Result<i64, String> {
+pub(super) fn time_on_conn(conn: &mut Conn) -> Result<i64, String> {
     conn.send(&redis::cmd("TIME").get_packed_command()).map_err(|e| e.to_string())?;
     let (replies, failure) = conn.receive(1);
     if let Some(e) = failure {
