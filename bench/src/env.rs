@@ -1,7 +1,8 @@
 //! What every workload shares: the Redis server (the user's or a private
 //! one) or, with `--cluster`, the primaries of a private Redis Cluster and
 //! its slot map; plain redis-rs connections to them, the scripts the two
-//! floors and the baseline run, and the key prefix of this run.
+//! floors, the baseline and the Redisson 4 row run, and the key prefix of
+//! this run.
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -105,6 +106,33 @@ pub(crate) const MINIMAL_RELEASE_LUA: &str = minimal_release!("publish");
 /// cluster client (and Redisson's sharded subscription mode) publishes.
 pub(crate) const MINIMAL_RELEASE_SHARDED_LUA: &str = minimal_release!("spublish");
 
+/// Redisson 3.24+/4's release with its unlock latch (`RedissonLock.
+/// unlockInnerAsync`, as the wire reference describes it; the Redisson 4
+/// row): KEYS lock key, channel, latch `redisson_unlock_latch:{<name>}:<request
+/// id>`; ARGV unlock message, lease ms, owner id, publish command, latch TTL
+/// ms. The latch's value when it is set (a retried call); else nil when not
+/// the owner (no latch written), 0 when still held (lease re-applied), 1 when
+/// freed (key deleted, message published); the latch then holds the reply.
+pub(crate) const REDISSON_UNLOCK_LUA: &str = "\
+local latched = redis.call('get', KEYS[3])
+if latched then
+  return tonumber(latched)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+  return nil
+end
+local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if counter > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1
+";
+
 /// The hand-rolled release: Lua compare-and-delete.
 pub(crate) const COMPARE_AND_DELETE: &str =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
@@ -112,7 +140,7 @@ pub(crate) const COMPARE_AND_DELETE: &str =
 /// Every script a measured window may run, loaded up front so that no
 /// window pays a NOSCRIPT round trip (keyholder's force_unlock.lua is not
 /// used).
-pub(crate) const PRELOADED: [&str; 9] = [
+pub(crate) const PRELOADED: [&str; 10] = [
     ACQUIRE_LUA,
     RELEASE_LUA,
     RENEW_LUA,
@@ -121,6 +149,7 @@ pub(crate) const PRELOADED: [&str; 9] = [
     MINIMAL_ACQUIRE_LUA,
     MINIMAL_RELEASE_LUA,
     MINIMAL_RELEASE_SHARDED_LUA,
+    REDISSON_UNLOCK_LUA,
     COMPARE_AND_DELETE,
 ];
 
@@ -135,6 +164,9 @@ pub(crate) struct Scripts {
     pub(crate) minimal_acquire: redis::Script,
     pub(crate) minimal_release: redis::Script,
     pub(crate) minimal_release_sharded: redis::Script,
+    /// Redisson 4's release with its unlock latch (the Redisson 4 row,
+    /// whose acquire is `minimal_acquire`).
+    pub(crate) redisson_unlock: redis::Script,
     pub(crate) compare_and_delete: redis::Script,
 }
 
@@ -147,6 +179,7 @@ impl Scripts {
             minimal_acquire: redis::Script::new(MINIMAL_ACQUIRE_LUA),
             minimal_release: redis::Script::new(MINIMAL_RELEASE_LUA),
             minimal_release_sharded: redis::Script::new(MINIMAL_RELEASE_SHARDED_LUA),
+            redisson_unlock: redis::Script::new(REDISSON_UNLOCK_LUA),
             compare_and_delete: redis::Script::new(COMPARE_AND_DELETE),
         }
     }

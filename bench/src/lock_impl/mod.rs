@@ -15,6 +15,12 @@
 //!   compare-and-delete. One connection per thread.
 //! * [`Keyholder`] with its defaults (watchdog lease, pub/sub waiting), over
 //!   one or more clients.
+//! * [`Redisson`]: what Java Redisson 4 `RLock` users run, on the wire: its
+//!   acquire script, its pub/sub waiting loop (one reference-counted
+//!   subscription per lock per client, a semaphore per lock that unlock
+//!   messages release) and its release with the unlock latch and the latch's
+//!   `DEL` after it; a connection per thread, a pub/sub connection per
+//!   client, over one or more clients.
 //!
 //! A workload asks an implementation for a [`Session`] per thread, and takes
 //! and releases locks by name through it.
@@ -22,11 +28,13 @@
 mod baseline;
 mod keyholder;
 mod minimal_floor;
+mod redisson;
 mod script_floor;
 
 pub(crate) use baseline::Baseline;
 pub(crate) use keyholder::Keyholder;
 pub(crate) use minimal_floor::MinimalFloor;
+pub(crate) use redisson::Redisson;
 pub(crate) use script_floor::ScriptFloor;
 
 use std::time::Duration;

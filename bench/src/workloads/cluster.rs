@@ -438,6 +438,7 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
                 "max wait ms",
                 "lost updates",
                 "round trips/acq",
+                "cmds/acq",
                 "acquire attempts/acq",
                 "EVALSHA/acq",
                 "(S)SUBSCRIBE/acq",
@@ -457,6 +458,8 @@ fn w2(env: &Env, stats: &mut ShardStats, names: &[Named]) -> Res<()> {
                  pair on each lock in turn, median {} µs; an implementation's handoff = {locks}/(acq/s) - \
                  mean hold. Waits are each acquisition's, over all locks. Lost updates: summed over runs \
                  and locks. Round trips: top-level commands on {}{}, less the counter's GET and SET; \
+                 cmds/acq: every command the servers ran, top-level and inside scripts (INFO \
+                 commandstats), less the counter's GET and SET and the bench's own; \
                  (S)SUBSCRIBE: SUBSCRIBE, SSUBSCRIBE and their unsubscribes (keyholder's cluster client \
                  uses shard channels on Redis 7). MOVED+ASK+ASKING: summed over runs. Redis CPU: {}. \
                  keyholder's pub/sub connections after the window: {:?} (per run, all clients together).",

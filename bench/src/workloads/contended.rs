@@ -12,7 +12,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use crate::env::Env;
 use crate::error::{Res, err};
-use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, Redisson, Session};
 use crate::measure::{Counters, Delta, longest_streak, max_of, med, median, pct, sorted, sum_of};
 use crate::report::{fmt, fmt_ratio, print_table};
 
@@ -42,6 +42,9 @@ pub(crate) struct Figures {
     pub(crate) max_ms: f64,
     pub(crate) lost: f64,
     pub(crate) rt: f64,
+    /// Every command Redis ran per acquisition, top-level and inside
+    /// scripts, but the counter's GET and SET and the bench's own.
+    pub(crate) cmds: f64,
     pub(crate) attempts: f64,
     pub(crate) evalsha: f64,
     pub(crate) subs: f64,
@@ -86,6 +89,7 @@ impl Figures {
             max_ms: pct(&waits, 100.0),
             lost,
             rt: d.round_trips(imp.script_commands(), counter_ops) / n,
+            cmds: (d.commands_run() - 2.0 * counter_ops as f64).max(0.0) / n,
             attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
             evalsha: d.calls("evalsha") / n,
             subs: subs / n,
@@ -110,6 +114,9 @@ impl Figures {
             max_ms: f64::NAN,
             lost: f64::NAN,
             rt: 2.0,
+            // Acquire: EVALSHA, EXISTS, HINCRBY, PEXPIRE; release: EVALSHA,
+            // HEXISTS, HINCRBY, DEL, PUBLISH.
+            cmds: 9.0,
             attempts: 1.0,
             evalsha: 2.0,
             subs: 0.0,
@@ -126,7 +133,8 @@ struct Contended {
     fig: Figures,
     /// Longest run of consecutive acquisitions by one thread.
     thread_streak: f64,
-    /// Longest run of consecutive acquisitions by one keyholder client.
+    /// Longest run of consecutive acquisitions by one client (keyholder's or
+    /// Redisson's).
     client_streak: f64,
     /// Acquisitions by other threads during the longest wait.
     worst_others: f64,
@@ -150,8 +158,8 @@ impl Contended {
 }
 
 /// Runs one contended configuration (`shape` spread over `clients`
-/// keyholder clients) as the minimal floor, the baseline and keyholder, and prints
-/// its table.
+/// keyholder clients, and as many Redisson clients) as the minimal floor,
+/// the baseline, keyholder and Redisson 4, and prints its table.
 pub(crate) fn contended(
     env: &Env,
     stats: &mut redis::Connection,
@@ -169,8 +177,8 @@ pub(crate) fn contended(
     } else {
         vec![None]
     };
-    let (mut ideal, mut handoffs, mut floor_loop, mut base) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ideal, mut handoffs, mut floor_loop, mut base, mut redisson_runs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut kh: Vec<Vec<Contended>> = windows.iter().map(|_| Vec::new()).collect();
     for run in 1..=c.runs {
         eprintln!("{workload} ({clients} client(s)) run {run}/{}", c.runs);
@@ -199,6 +207,11 @@ pub(crate) fn contended(
             }
             rows.push(k);
         }
+        // Redisson 4 over as many clients as keyholder: a client's threads
+        // share its pub/sub connection and its subscription to the lock.
+        let redisson = Redisson::new(env, clients)?;
+        redisson_runs.push(run_contended(env, stats, &redisson, shape, h, (clients > 1).then_some(clients))?);
+        drop(redisson);
     }
     let mut rows = vec![
         contended_row("minimal floor (ideal)", &ideal),
@@ -209,6 +222,7 @@ pub(crate) fn contended(
         let name = window.map_or("keyholder".to_owned(), |ms| format!("keyholder, barging {ms} ms"));
         rows.push(contended_row(&name, runs));
     }
+    rows.push(contended_row("Redisson 4", &redisson_runs));
     print_table(
         title,
         &[
@@ -224,6 +238,7 @@ pub(crate) fn contended(
             "longest streak thread / client",
             "lost updates",
             "round trips/acq",
+            "cmds/acq",
             "acquire attempts/acq",
             "EVALSHA/acq",
             "(UN)SUBSCRIBE/acq",
@@ -238,11 +253,15 @@ pub(crate) fn contended(
                 "ideal = 1 / (measured mean hold + one handoff); handoff = minimal floor acquire+release pair, \
                  median {} µs; an implementation's handoff = 1/(acq/s) - mean hold. vs ideal is each \
                  run's own ratio. Longest streak: most consecutive acquisitions by one thread / one \
-                 keyholder client, worst run (a streak is barging). During worst wait: in the worst run, the \
+                 client (keyholder's or Redisson's), worst run (a streak is barging). During worst wait: in the worst run, the \
                  acquisitions other threads made while the longest-waiting thread waited, and the runs \
                  of consecutive acquisitions by one client (by one thread, with one client or the \
                  baseline) they formed. Lost updates: summed over runs. \
-                 Round trips are top-level commands{}, excluding the counter's GET/SET; \
+                 Round trips are top-level commands{}, excluding the counter's GET/SET; cmds/acq: \
+                 every command Redis ran per acquisition, top-level and inside scripts (INFO commandstats \
+                 calls), less the counter's GET/SET and the bench's own INFO/SLOWLOG/CONFIG; Redis CPU \
+                 µs/acq: the server's used_cpu_user+sys (INFO cpu) over the window per acquisition, the \
+                 counter's GET/SET and the slow-log audit included alike in every row. \
                  HEXISTS: keyholder's own top-level HEXISTS (a queued thread checking a local holder \
                  after an unlock message), counted by the audit. Acquire attempts: keyholder's acquire.lua \
                  calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
@@ -250,7 +269,18 @@ pub(crate) fn contended(
                  entries taken off the queue when clients queue (about one per acquisition then). Client CPU includes the \
                  counter's GET/SET, and has a 10 ms tick resolution. The minimal floor loop is measured: \
                  one thread runs the minimal acquire script, the same critical section and the minimal \
-                 release, with no second thread to wake: what a pair costs when its round trips follow a 1 ms pause.",
+                 release, with no second thread to wake: what a pair costs when its round trips follow a 1 ms pause. \
+                 Redisson 4: what Java Redisson 4 RLock users run, on the wire, over as many clients as \
+                 keyholder's row: tryLock(wait): the acquire script by EVALSHA (EXISTS/HEXISTS, then \
+                 HINCRBY+PEXPIRE, else PTTL; lease 30 s, owner <client uuid>:<thread>); when refused, one \
+                 SUBSCRIBE per lock per client shared by its threads (reference-counted; UNSUBSCRIBE when \
+                 its last waiting thread is done), then loop (try again; wait on the client's per-lock \
+                 semaphore at most the PTTL), a 0 on the channel releasing one permit; release: the 3.24+ \
+                 unlock script with its latch (GET latch, HEXISTS, HINCRBY -1, DEL, PUBLISH 0, SET latch \
+                 PX 20000) by EVALSHA, then the DEL of the latch that Redisson sends without waiting for \
+                 it (counted as a round trip). A connection per thread, a pub/sub connection per client; \
+                 no watchdog renewal (its first comes 10 s after an acquisition) and no WAIT (replicas \
+                 only).",
                 fmt(median(handoffs), 0),
                 if c.audit {
                     " counted by the server's slow log (every command logged, script-internal ones \
@@ -264,7 +294,8 @@ pub(crate) fn contended(
                 String::new()
             } else {
                 "The baseline has no client object: each of its threads has its own connection in both \
-                 configurations."
+                 configurations. Redisson 4's client i % clients holds thread i, as keyholder's: each \
+                 client its own uuid, pub/sub connection, subscriptions and semaphores."
                     .to_owned()
             },
         ],
@@ -442,8 +473,9 @@ pub(crate) struct Cells {
     pub(crate) waits: [String; 6],
     /// The median max wait.
     pub(crate) max: String,
-    /// Lost updates, round trips, attempts, EVALSHA, subscriptions, HEXISTS.
-    pub(crate) costs: [String; 6],
+    /// Lost updates, round trips, commands run, attempts, EVALSHA,
+    /// subscriptions, HEXISTS.
+    pub(crate) costs: [String; 7],
     /// Client and Redis CPU.
     pub(crate) cpu: [String; 2],
 }
@@ -463,6 +495,7 @@ pub(crate) fn cells(runs: &[Figures]) -> Cells {
         costs: [
             fmt(sum_of(runs, |r| r.lost), 0),
             fmt(med(runs, |r| r.rt), 2),
+            fmt(med(runs, |r| r.cmds), 2),
             fmt(med(runs, |r| r.attempts), 2),
             fmt(med(runs, |r| r.evalsha), 2),
             fmt(med(runs, |r| r.subs), 2),
