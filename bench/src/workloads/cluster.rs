@@ -20,7 +20,7 @@ use super::contended::{Cells, Figures, Shape, cells, run_workers};
 use super::handoff::handoff_over;
 use super::header::{build_line, configuration_line, machine_line, p50_p99_us, ping_rtts, redis_version};
 use super::loops::{Loop, floor_gap, loop_header, loop_row};
-use super::w1::w1_runs;
+use super::w1::{redisson_note, w1_runs};
 use crate::config::Cfg;
 use crate::env::{Env, PRELOADED, Shards, connect, key_slot, raw_client};
 use crate::error::{Res, err};
@@ -275,11 +275,14 @@ fn w1(env: &Env, stats: &mut ShardStats, names: &[Named], placed: &str) -> Res<(
              redirections answered (INFO errorstats) and ASKING calls received, summed over runs: a call \
              sent to a shard that does not serve its name would add one and a second hop. Redis CPU: {}. \
              minimal floor: the minimal Redisson-semantics scripts raw (SPUBLISH on a cluster); keyholder \
-             scripts: keyholder's own, raw; the four take turns, each run starting with another.",
+             scripts: keyholder's own, raw; Redisson 4: Redisson 4's acquire and latched unlock (SPUBLISH on a \
+             cluster, as its sharded mode) and the latch's DEL; the five take turns, each run starting with \
+             another.",
                 servers(env),
                 servers(env)
             ),
             floor_gap("pair", &all[0].runs, &all[1].runs, &all[3].runs),
+            redisson_note(&all[4].runs),
         ],
     );
     if env.shards.is_none() {

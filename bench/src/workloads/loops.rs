@@ -153,6 +153,12 @@ pub(crate) fn floor_gap<P>(
     )
 }
 
+/// Medians over `runs` of the commands Redis ran, its CPU and its
+/// commands' own time, per operation.
+pub(crate) fn commands_and_cpu<P>(runs: &[Loop<P>]) -> (f64, f64, f64) {
+    (med(runs, |r| r.commands), med(runs, |r| r.server_us), med(runs, |r| r.command_us))
+}
+
 /// A difference with its sign, one decimal: `+3.2`, `-0.4`, `n/a`.
 fn signed(v: f64) -> String {
     if v.is_nan() { "n/a".to_owned() } else { format!("{v:+.1}") }

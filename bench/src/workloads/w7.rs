@@ -2,7 +2,8 @@
 //! their own lock names, with no contention: the two floors (the minimal
 //! scripts and keyholder's own) and the baseline with a connection per
 //! thread, keyholder with one client and its defaults (at most 16 command
-//! connections, shared by its threads).
+//! connections, shared by its threads), and Redisson 4 with one client (a
+//! connection per thread, and its pub/sub connection).
 
 use std::sync::Barrier;
 use std::thread;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::env::Env;
 use crate::error::Res;
-use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, ScriptFloor, Session};
+use crate::lock_impl::{Baseline, Keyholder, LockImpl, MinimalFloor, Redisson, ScriptFloor, Session};
 use crate::measure::{Delta, connected_clients, median, snap};
 use crate::report::{fmt, fmt_ratios, print_table};
 
@@ -35,10 +36,10 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
     let idle = settle(stats, f64::INFINITY)?;
     let mut rows = Vec::new();
     for &threads in &c.w7_threads {
-        // minimal floor, keyholder scripts, baseline, keyholder; with
-        // --aa the minimal floor again.
-        let mut runs: [Vec<PerRequest>; 5] = Default::default();
-        let count = if c.aa { 5 } else { 4 };
+        // minimal floor, keyholder scripts, baseline, keyholder, Redisson
+        // 4; with --aa the minimal floor again.
+        let mut runs: [Vec<PerRequest>; 6] = Default::default();
+        let count = if c.aa { 6 } else { 5 };
         for run in 1..=c.runs {
             eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
             // Each run starts with another of them, so that none is always
@@ -47,9 +48,15 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 let which = (run + turn) % count;
                 settle(stats, idle)?;
                 let window = match which {
-                    0 | 4 => per_request(env, stats, &minimal, threads, None)?,
+                    0 | 5 => per_request(env, stats, &minimal, threads, None)?,
                     1 => per_request(env, stats, &scripts, threads, None)?,
                     2 => per_request(env, stats, &baseline, threads, None)?,
+                    4 => {
+                        // Its pub/sub connection opens with the client.
+                        let before = connected_clients(stats)?;
+                        let redisson = Redisson::new(env, 1)?;
+                        per_request(env, stats, &redisson, threads, Some(before))?
+                    }
                     _ => {
                         // The client opens a connection as it is built:
                         // counted too.
@@ -61,10 +68,10 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 runs[which].push(window);
             }
         }
-        let [minimal_runs, script_runs, base_runs, kh_runs, again_runs] = &runs;
+        let [minimal_runs, script_runs, base_runs, kh_runs, redisson_runs, again_runs] = &runs;
         let rate = |runs: &[PerRequest]| fmt(median(runs.iter().map(|r| r.rate).collect()), 0);
         let each = |f: fn(&PerRequest) -> f64, decimals: usize| {
-            runs[..4]
+            runs[..5]
                 .iter()
                 .map(|r| fmt(median(r.iter().map(f).collect()), decimals))
                 .collect::<Vec<_>>()
@@ -80,14 +87,18 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             rate(script_runs),
             rate(base_runs),
             rate(kh_runs),
+            rate(redisson_runs),
             ratio(kh_runs, minimal_runs),
             ratio(script_runs, minimal_runs),
             ratio(kh_runs, base_runs),
+            ratio(kh_runs, redisson_runs),
+            ratio(redisson_runs, minimal_runs),
             if c.aa { ratio(again_runs, minimal_runs) } else { "-".to_owned() },
             each(|r| r.connections, 0),
             each(|r| r.server_us, 1),
             each(|r| r.command_us, 1),
             fmt(median(kh_runs.iter().map(|r| r.rt).collect()), 2),
+            fmt(median(redisson_runs.iter().map(|r| r.rt).collect()), 2),
         ]);
     }
     print_table(
@@ -104,21 +115,28 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "keyholder scripts pairs/s",
             "baseline pairs/s",
             "keyholder pairs/s",
+            "Redisson 4 pairs/s",
             "keyholder vs minimal floor",
             "keyholder scripts vs minimal floor",
             "keyholder vs baseline",
+            "keyholder vs Redisson 4",
+            "Redisson 4 vs minimal floor",
             "minimal floor again vs minimal floor (A/A, --aa)",
-            "Redis connections minimal / scripts / baseline / keyholder",
-            "Redis CPU µs/pair minimal / scripts / baseline / keyholder",
-            "Redis command µs/pair minimal / scripts / baseline / keyholder",
+            "Redis connections minimal / scripts / baseline / keyholder / Redisson 4",
+            "Redis CPU µs/pair minimal / scripts / baseline / keyholder / Redisson 4",
+            "Redis command µs/pair minimal / scripts / baseline / keyholder / Redisson 4",
             "keyholder round trips/pair",
+            "Redisson 4 round trips/pair",
         ],
         &rows,
         &["The minimal floor runs the minimal Redisson-semantics scripts of SPEC section 2 raw, the \
            keyholder scripts floor keyholder's own acquire.lua and release.lua raw (its gap to the minimal \
            floor is the cost of their extra work), and the baseline SET NX PX and its compare-and-delete, \
            each thread on a connection of its own; keyholder is one client with default settings (at most \
-           16 command connections, shared by its threads). The four take turns, each run starting with \
+           16 command connections, shared by its threads); Redisson 4 is one client running Redisson 4's \
+           RLock protocol on the wire (its acquire script, its 3.24+ unlock script with the unlock latch and \
+           the latch's DEL it sends after it without waiting), a connection per thread (what its pool \
+           effectively gives) and its pub/sub connection, counted. The five take turns, each run starting with \
            another (with --aa, the minimal floor again takes a turn too: identical code, so its ratio to the \
            minimal floor is the noise of one run). Connections: connected_clients added while every thread still holds what it opened, \
            counting keyholder's pub/sub connection; each window starts once the connections before it \
