@@ -402,6 +402,15 @@ impl RedissonSession<'_> {
     }
 }
 
+impl Drop for RedissonSession<'_> {
+    /// Reads the last latch `DEL`'s reply: the server has run it before a
+    /// contended worker's thread ends, and so before its window's counters
+    /// are read.
+    fn drop(&mut self) {
+        let _ = self.settle_latch();
+    }
+}
+
 impl Session for RedissonSession<'_> {
     /// The lock's name.
     type Held = String;
