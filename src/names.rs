@@ -6,8 +6,9 @@
 //!
 //! Redisson's derived names (the unlock channel, the fencing-token counter)
 //! follow its rule exactly, so Java and Rust meet on them; under that rule the
-//! names `x` and `{x}` share them. keyholder's own keys (the claim marker,
-//! the waiter queue, grants and recent releasers, the unlock latches, the
+//! names `x` and `{x}` share them, and so does keyholder's listening
+//! channel, which mirrors the unlock channel. keyholder's own keys (the
+//! claim marker, the waiter queue and grants, the unlock latches, the
 //! wake channels) are one-to-one with lock names instead, so
 //! that no lock's key can stand in for another's. Names under the derived
 //! keys' prefixes are reserved: a lock there could be overwritten, or mistaken
@@ -77,9 +78,10 @@ const TOKEN_PREFIX: &str = "redisson_lock_token";
 const MARKER_PREFIX: &str = "keyholder_lock_next";
 const QUEUE_PREFIX: &str = "keyholder_lock_queue";
 const GRANTS_PREFIX: &str = "keyholder_lock_grants";
-const RECENT_PREFIX: &str = "keyholder_lock_recent";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 const WAKE_PREFIX: &str = "keyholder_lock__wake";
+const UNLOCK_PREFIX: &str = "redisson_lock__channel";
+const LISTENING_PREFIX: &str = "keyholder_lock__listening";
 
 /// Name prefixes of the keys derived from lock names.
 const RESERVED_PREFIXES: [&str; 10] = [
@@ -87,6 +89,7 @@ const RESERVED_PREFIXES: [&str; 10] = [
     "keyholder_lock_next:",
     "keyholder_lock_queue:",
     "keyholder_lock_grants:",
+    // Older keyholders' recent releasers.
     "keyholder_lock_recent:",
     "redisson_unlock_latch:",
     // The fair lock's queue, deadlines and grants.
@@ -98,8 +101,8 @@ const RESERVED_PREFIXES: [&str; 10] = [
 ];
 
 /// True for a key derived from some lock's name (a fencing counter, a
-/// claim marker, a waiter queue, grants, recent releasers, an unlock
-/// latch): never a lock itself.
+/// claim marker, a waiter queue, grants, an unlock latch): never a lock
+/// itself.
 pub(crate) fn is_derived_key(key: &str) -> bool {
     RESERVED_PREFIXES.iter().any(|prefix| key.starts_with(prefix))
 }
@@ -117,8 +120,8 @@ pub(crate) struct LockKeys {
     pub(crate) queue: Arc<str>,
     /// The waiter grants.
     pub(crate) grants: Arc<str>,
-    /// The recent releasers.
-    pub(crate) recent: Arc<str>,
+    /// keyholder's listening channel (see [`listening_channel`]).
+    pub(crate) listening: Arc<str>,
     /// The prefix of the lock's wake channels.
     pub(crate) wake_prefix: Arc<str>,
     /// This client's wake channel for the lock.
@@ -134,7 +137,7 @@ impl LockKeys {
             marker: Arc::from(next_marker(name)),
             queue: Arc::from(queue_key(name)),
             grants: Arc::from(grants_key(name)),
-            recent: Arc::from(recent_key(name)),
+            listening: Arc::from(listening_channel(name)),
             wake_prefix: Arc::from(wake_prefix(name)),
             wake_channel: Arc::from(wake_channel(name, client_id)),
         }
@@ -149,7 +152,48 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
 
 /// The unlock channel of the lock `name`.
 pub(crate) fn unlock_channel(name: &str) -> String {
-    prefixed("redisson_lock__channel", name)
+    prefixed(UNLOCK_PREFIX, name)
+}
+
+/// keyholder's listening channel of the lock `name`: every keyholder client
+/// that listens on the lock's unlock channel listens on this one too,
+/// subscribed and unsubscribed in the same command (see
+/// [`listening_companion`]), and nobody publishes on it. So `PUBSUB NUMSUB`
+/// of the two, in one call, tells how many others listen on the unlock
+/// channel: Redisson waiters (see `lua/lock/release.lua`).
+pub(crate) fn listening_channel(name: &str) -> String {
+    prefixed(LISTENING_PREFIX, name)
+}
+
+/// The listening channel that goes with `channel` when `channel` is a
+/// reentrant lock's unlock channel ([`unlock_channel`] of some name);
+/// `None` for any other channel, a fair lock's per-waiter channel
+/// (`<unlock channel>:<uuid>:<thread>`) among them.
+pub(crate) fn listening_companion(channel: &str) -> Option<String> {
+    let rest = channel.strip_prefix(UNLOCK_PREFIX)?.strip_prefix(':')?;
+    // The common form, `{<name>}` of a name without `{`, first: on every
+    // SUBSCRIBE of a waiter.
+    let plain = rest.len() > 1 && rest.starts_with('{') && rest.ends_with('}') && !rest[1..].contains('{');
+    if !plain {
+        let mut tail = rest.rsplitn(3, ':');
+        if let (Some(thread), Some(uuid), Some(_)) = (tail.next(), tail.next(), tail.next())
+            && !thread.is_empty()
+            && thread.bytes().all(|b| b.is_ascii_digit())
+            && uuid::Uuid::try_parse(uuid).is_ok()
+        {
+            return None;
+        }
+    }
+    let mut companion = String::with_capacity(LISTENING_PREFIX.len() + 1 + rest.len());
+    companion.push_str(LISTENING_PREFIX);
+    companion.push(':');
+    companion.push_str(rest);
+    Some(companion)
+}
+
+/// True for a listening channel ([`listening_channel`]).
+pub(crate) fn is_listening_channel(channel: &str) -> bool {
+    channel.strip_prefix(LISTENING_PREFIX).is_some_and(|rest| rest.starts_with(':'))
 }
 
 /// The fencing-token counter of the lock `name` (Redisson's RFencedLock key).
@@ -180,12 +224,6 @@ pub(crate) fn queue_key(name: &str) -> String {
 /// hand the lock to directly.
 pub(crate) fn grants_key(name: &str) -> String {
     own_key(GRANTS_PREFIX, name)
-}
-
-/// The keyholder clients that released the lock `name` and may still listen
-/// on its unlock channel.
-pub(crate) fn recent_key(name: &str) -> String {
-    own_key(RECENT_PREFIX, name)
 }
 
 /// The prefix of the lock `name`'s wake channels: client `<id>` listens on
@@ -261,6 +299,25 @@ mod tests {
         }
         assert!(validate_name("keyholder_lock_next").is_ok());
         assert!(validate_name("redisson_lock__channel:{x}").is_ok());
+    }
+
+    #[test]
+    fn every_unlock_channel_and_no_fair_waiter_channel_has_a_listening_companion() {
+        for name in ["orders", "a}b", "{user}:1", "orders{eu}", "{a}", "x:y:1"] {
+            let companion = listening_companion(&unlock_channel(name));
+            assert_eq!(companion.as_deref(), Some(listening_channel(name).as_str()), "{name}");
+            assert!(is_listening_channel(&listening_channel(name)), "{name}");
+            assert_eq!(
+                hash_tag(listening_channel(name).as_bytes()),
+                hash_tag(unlock_channel(name).as_bytes())
+            );
+        }
+        let owner = "3c50053a-48a4-4d0e-9534-1f08d98ab38e:17";
+        for name in ["orders", "{user}:1"] {
+            assert_eq!(listening_companion(&format!("{}:{owner}", unlock_channel(name))), None, "{name}");
+        }
+        assert_eq!(listening_companion("keyholder_lock__wake:{orders}:x"), None);
+        assert!(!is_listening_channel(&unlock_channel("orders")));
     }
 
     #[test]

@@ -14,12 +14,12 @@
 --          empty: nobody)
 -- KEYS[3]  optional waiter queue (keyholder's own key): a ZSET of the client
 --          ids of keyholder waiters in arrival order, each scored by when it
---          joined (server ms, with thousandths added to keep arrivals within
---          one millisecond apart; a client queued at the front after losing
---          a race for its turn is scored 1 below the front's): how long the
---          front has waited decides whether a release barges (release.lua's
---          barging window). Scores of an older keyholder (0, 1, 2 ...) read as
---          waiting since long ago
+--          joined (the server's clock in milliseconds, with the microseconds
+--          as thousandths; a client queued at the front after losing a race
+--          for its turn is scored 1 below the front's): how long the front
+--          has waited decides whether a release barges (release.lua's
+--          barging window). Scores of an older keyholder (0, 1, 2 ...) read
+--          as waiting since long ago
 -- KEYS[4]  waiter grants (keyholder's own key; required with KEYS[3]): a
 --          HASH from a queued client id to "<owner id> <lease ms> <server
 --          ms> <ticket>": the thread a release may hand the lock to
@@ -36,14 +36,9 @@
 --          the lock held: used); "~idle", how many foreign turns in a row
 --          went unused (to 6 at most; a used one resets it), counted when
 --          that client takes the lock
--- KEYS[5]  recent releasers (keyholder's own key; required with KEYS[3]): a
---          ZSET of the client ids that released the lock, or gave up
---          waiting for it (dequeue.lua), and may still listen on its unlock
---          channel, scored by when they stop (server ms); see release.lua.
---          A client that joins the queue leaves it
--- KEYS[6]  optional fencing-token counter "redisson_lock_token:{<name>}": a
+-- KEYS[5]  optional fencing-token counter "redisson_lock_token:{<name>}": a
 --          STRING holding a decimal integer, no TTL, shared with Java's
---          RFencedLock; every acquisition made with KEYS[6] mints a token
+--          RFencedLock; every acquisition made with KEYS[5] mints a token
 --          into it (the caller passes it for a new hold, and for a re-entry
 --          of a hold that has no token yet): the larger of its value plus
 --          one and the server's clock in microseconds (lua/common/fencing.lua)
@@ -64,7 +59,10 @@
 --          release.lua): if it does not get the lock, its client joins the
 --          queue (at the back; at the front when the marker names it, since
 --          it was woken and lost the race to a client that ignores the
---          queue), and the queue's TTL is made to outlast the caller's wait
+--          queue), and the TTLs of the queue and the grants are made to
+--          outlast the caller's wait: when the queue's is shorter than the
+--          wait, both are set to twice the wait (one PTTL per refusal, and
+--          a refresh about once per wait)
 -- ARGV[6]  slack in milliseconds added to the queue's TTL (with ARGV[5])
 -- ARGV[7]  optional (with ARGV[5]): when the caller accepts the lock
 --          handed to it by a release (see release.lua), the ticket of its
@@ -77,7 +75,7 @@
 --          its PTTL, without queueing. Absent or "0": such a key is a
 --          WRONGTYPE error, as before
 --
--- Returns, without KEYS[6]
+-- Returns, without KEYS[5]
 --   nil      acquired or re-entered: a new hold's count set to 1, a
 --            re-entry's incremented; the key's PTTL set to ARGV[1] (a
 --            re-entry only ever lengthens it: a shorter lease never cuts the
@@ -90,7 +88,7 @@
 --            marker's PTTL (during a foreign turn, the milliseconds left of
 --            the turn, at least 1); -2 for a re-entry that found the lock
 --            free
--- and with KEYS[6] the same as a pair: {-1, token} when acquired, token being
+-- and with KEYS[5] the same as a pair: {-1, token} when acquired, token being
 -- the minted token, the counter's new value, as a decimal STRING (exact over
 -- the whole 64-bit range, where Lua's numbers are not); {ms, -1} when not.
 --
@@ -109,7 +107,7 @@
 -- Nothing prepended: the common case above builds no closure (ADR 39), so
 -- the parts it shares are inline copies, marked "<common:NAME>", of
 -- lua/common/fencing.lua and lua/common/kinds.lua.
-local key, marker, queue, grants, recent, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local key, marker, queue, grants, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[2]
 local lease = tonumber(ARGV[1])
 
@@ -221,19 +219,18 @@ if ARGV[8] == '1' and redis.call('type', key).ok == 'string' then
     return refuse(math.max(ttl, 1))
 end
 
--- Whether the lock is free (one EXISTS, as on the common path: one per
--- attempt that is no re-entry) and, when it is held, the owner's field and
--- another kind's lock at the name in one HMGET: a read-write lock's hash
--- (its "mode" field) is never taken (the free lock needs no such check);
--- then its PTTL (-2 when free).
-local free, mine, ttl = redis.call('exists', key) == 0, false, -2
+-- Whether the lock is free and its PTTL (-2 when free), in one PTTL; when
+-- it is held, the owner's field and another kind's lock at the name in one
+-- HMGET: a read-write lock's hash (its "mode" field) is never taken (the
+-- free lock needs no such check).
+local ttl = redis.call('pttl', key)
+local free, mine = ttl == -2, false
 if not free then
     local held = redis.call('hmget', key, owner, 'mode')
     if held[2] then
         return redis.error_reply('WRONGTYPE ' .. key .. RWLOCK_HERE)
     end
     mine = held[1] ~= false
-    ttl = redis.call('pttl', key)
 end
 
 -- Mints the next token: exact, as the counter's string (see
@@ -283,41 +280,37 @@ local function enqueue(wait, front)
     end
     local now = redis.call('time')
     local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    -- The queue's front (for a client queued at the front) or back.
-    local edge = redis.pcall('zrange', queue, front and 0 or -1, front and 0 or -1, 'withscores')
-    if edge.err then
+    -- The score is when the client joined (see KEYS[3]): microseconds apart
+    -- are two arrivals apart, with no read of the queue's back.
+    local score = tonumber(now[1]) * 1000 + tonumber(now[2]) / 1000
+    if front then
+        local edge = redis.pcall('zrange', queue, 0, 0, 'withscores')
+        if edge.err then
+            return
+        end
+        if edge[2] then
+            score = tonumber(edge[2]) - 1
+        end
+    end
+    -- NX: a client already queued keeps its place. The queue first, so that
+    -- a key of another type at its name leaves both keys untouched.
+    if type(redis.pcall('zadd', queue, 'nx', string.format('%.3f', score), client)) ~= 'number' then
         return
     end
-    -- The grant is written before the queue, so that a key of another type
-    -- at either name leaves both untouched.
     local written
     if ARGV[7] and ARGV[7] ~= '0' then
         written = redis.pcall('hset', grants, client, owner .. ' ' .. ARGV[1] .. ' ' .. ms .. ' ' .. ARGV[7])
     else
         written = redis.pcall('hdel', grants, client)
     end
-    if type(written) ~= 'number' then
-        return
-    end
-    -- The score is when the client joined (server ms; see KEYS[3]); NX: a
-    -- client already queued keeps its place.
-    local score = ms
-    if edge[2] and front then
-        score = tonumber(edge[2]) - 1
-    elseif edge[2] then
-        score = math.max(ms, tonumber(edge[2]) + 0.001)
-    end
-    redis.call('zadd', queue, 'nx', string.format('%.3f', score), client)
-    if recent then
-        redis.pcall('zrem', recent, client)
-    end
+    -- Both keys' TTLs are refreshed together, to twice what this wait needs,
+    -- when the queue's would not last it (a queue the ZADD made has none).
     local ttl = math.max(wait, lease) + tonumber(ARGV[6])
-    -- An empty edge: the ZADD made the queue, without a TTL.
-    if not edge[1] or redis.call('pttl', queue) < ttl then
-        redis.call('pexpire', queue, ttl)
-    end
-    if redis.call('pttl', grants) < ttl then
-        redis.call('pexpire', grants, ttl)
+    if redis.call('pttl', queue) < ttl then
+        redis.call('pexpire', queue, 2 * ttl)
+        if type(written) == 'number' then
+            redis.call('pexpire', grants, 2 * ttl)
+        end
     end
 end
 

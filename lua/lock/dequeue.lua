@@ -1,7 +1,5 @@
 -- dequeue.lua: a keyholder client whose waiter gives up leaves the queue, and
--- passes on whatever turn it was given meanwhile; while it still listens on
--- the unlock channel, it is recorded among the recent releasers, so that no
--- release takes it for a Redisson waiter (see release.lua).
+-- passes on whatever turn it was given meanwhile.
 --
 -- KEYS[1]  waiter queue (see acquire.lua)
 -- KEYS[2]  waiter grants (see acquire.lua)
@@ -9,16 +7,10 @@
 --          a marker and is left alone
 -- KEYS[4]  lock key (HASH)
 -- KEYS[5]  unlock channel "redisson_lock__channel:{<name>}"
--- KEYS[6]  optional recent releasers (see acquire.lua): ARGV[1] is added
---          to it, scored by when it stops listening (server ms), and its TTL
---          made to last that long, unless ARGV[5] is absent or "0"; a key of
---          another type there is left alone
 -- ARGV[1]  client id "<client-uuid>"
 -- ARGV[2]  owner id of the waiter giving up "<client-uuid>:<thread-id>"
 -- ARGV[3]  unlock message ("0")
 -- ARGV[4]  publish command, "publish" or "spublish"
--- ARGV[5]  optional (with KEYS[6]): for how many more milliseconds the
---          client listens on KEYS[5] (its linger), "0" when it does not
 --
 -- Returns
 --   2  a release had just handed the lock to ARGV[2] (see release.lua): the
@@ -33,18 +25,6 @@
 -- key of another type with an error reply, and that key is left alone.
 redis.pcall('zrem', KEYS[1], ARGV[1])
 redis.pcall('hdel', KEYS[2], ARGV[1])
--- Still listening, out of the queue: the next release must not count it
--- among the Redisson waiters (PUBSUB NUMSUB less the queued clients and the
--- recent releasers), nor take turns with it.
-local listens = tonumber(ARGV[5] or '0') or 0
-if KEYS[6] and listens > 0 then
-    local now = redis.call('time')
-    local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    if type(redis.pcall('zadd', KEYS[6], ms + listens, ARGV[1])) == 'number'
-        and redis.call('pttl', KEYS[6]) < listens then
-        redis.call('pexpire', KEYS[6], listens)
-    end
-end
 -- The waiter has no hold of its own (it was still waiting): a field of its
 -- owner id can only be a grant it will never take.
 local granted = redis.pcall('hmget', KEYS[4], ARGV[2], 'mode')

@@ -9,10 +9,9 @@
 --          marker; anything else there is ignored and left alone)
 -- KEYS[4]  optional latch of ARGV[3] (see release.lua: anything but a latch
 --          at its name is left alone, and the hand-off runs unlatched)
--- KEYS[5]  optional waiter queue (see acquire.lua; requires KEYS[4] and
---          KEYS[6]), to count the Redisson waiters listening
--- KEYS[6]  recent releasers (see acquire.lua; required with KEYS[5])
--- KEYS[7]  optional waiter grants (see acquire.lua): when its field "~idle"
+-- KEYS[5]  optional listening channel (see release.lua; requires KEYS[4]),
+--          to count the Redisson waiters listening
+-- KEYS[6]  optional waiter grants (see acquire.lua): when its field "~idle"
 --          is 6, the foreign turns of release.lua went unused six times in
 --          a row (a listener that does not lock, such as a monitoring
 --          SUBSCRIBE), and the hand-off does not step aside for it
@@ -25,8 +24,6 @@
 -- ARGV[7]  request id, as for release.lua (required with KEYS[4])
 -- ARGV[8]  optional "1" on a retry
 -- ARGV[9]  client id of both owners "<client-uuid>"
--- ARGV[10] for how many more milliseconds the releasing client listens on
---          KEYS[2] itself, "0" when it does not (required with KEYS[5])
 --
 -- Returns
 --   nil  ARGV[3] holds nothing here; nothing was changed
@@ -39,9 +36,8 @@
 --        receiver has no live hold here, so any count it had is stale), the
 --        key's PTTL set to ARGV[2], and a marker naming ARGV[9] removed
 --   3    not handed over, nothing changed: with KEYS[5], others than
---        keyholder clients listen on KEYS[2] (PUBSUB NUMSUB, less the queued
---        clients, the recent releasers still listening and the releasing
---        client; see release.lua), and, with KEYS[7], not six unused
+--        keyholder clients listen on KEYS[2] (PUBSUB NUMSUB of KEYS[2] less
+--        that of KEYS[5]; see release.lua), and, with KEYS[6], not six unused
 --        foreign turns in a row: Redisson waiters, with whom the lock is
 --        shared through release.lua's foreign turns, which the caller runs
 --        instead
@@ -68,28 +64,13 @@ if not held[1] then
 end
 -- A last hold (the count HMGET read), with Redisson waiters listening:
 -- release.lua's turn.
-local queue, recent = KEYS[5], KEYS[6]
+local listening = KEYS[5]
 local last = held[1] == '1'
-if queue and last then
+if listening and last then
     local numsub = ARGV[5] == 'spublish' and 'shardnumsub' or 'numsub'
-    local others = tonumber(redis.call('pubsub', numsub, KEYS[2])[2])
-        - (ARGV[10] ~= '0' and 1 or 0)
-    -- A key of another type at a keyholder key's name (an error reply to
-    -- redis.pcall) counts nobody.
-    local queued = others > 0 and redis.pcall('zcard', queue)
-    if type(queued) == 'number' then
-        others = others - queued
-    end
-    if others > 0 and redis.call('type', recent).ok == 'zset' then
-        local now = redis.call('time')
-        local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        others = others - redis.call('zcount', recent, '(' .. ms, '+inf')
-        local own = redis.call('zscore', recent, ARGV[9])
-        if own and tonumber(own) > ms then
-            others = others + 1
-        end
-    end
-    local grants = KEYS[7]
+    local counts = redis.call('pubsub', numsub, KEYS[2], listening)
+    local others = tonumber(counts[2]) - tonumber(counts[4])
+    local grants = KEYS[6]
     local idle = others > 0 and grants and redis.pcall('hget', grants, '~idle')
     if type(idle) == 'string' and tonumber(idle) == 6 then
         others = 0

@@ -7,7 +7,11 @@
 -- KEYS[3]  optional claim marker (see acquire.lua)
 -- KEYS[4]  waiter queue (see acquire.lua; required with KEYS[3])
 -- KEYS[5]  waiter grants (see acquire.lua; required with KEYS[3])
--- KEYS[6]  recent releasers (see acquire.lua; required with KEYS[3])
+-- KEYS[6]  keyholder's listening channel "keyholder_lock__listening:{<name>}"
+--          (see names.rs; required with KEYS[3]): every keyholder client
+--          that listens on KEYS[2] listens on it too, subscribed and
+--          unsubscribed in the same command, and nobody publishes there: its
+--          listeners, less KEYS[2]'s, are the others (Redisson waiters)
 -- KEYS[7]  optional unlock latch (keyholder's own key, see names.rs; requires
 --          KEYS[3..6]): one key per owner and lock, reused by each of its
 --          releases; a STRING "<request id>:<outcome>". Any other key at its
@@ -16,7 +20,10 @@
 -- ARGV[1]  lease in milliseconds re-applied while holds remain
 -- ARGV[2]  owner id "<client-uuid>:<thread-id>"
 -- ARGV[3]  for how many more milliseconds the releasing client listens on
---          KEYS[2] itself, "0" when it does not (required with KEYS[3])
+--          KEYS[2] itself, "0" when it does not (required with KEYS[3]): a
+--          release with nobody queued passes the lock on as below only when
+--          the releasing client listens (it may take turns with Redisson
+--          waiters), and otherwise publishes "0" alone
 -- ARGV[4]  what only passing the lock on reads, in one argument (required
 --          with KEYS[3]): "<claim> <turn> <window> <head start> <client>
 --          <prefix>", separated by single spaces: <claim> the claim window
@@ -60,9 +67,8 @@
 -- died or stopped listening counts 0). That client is served in one of two
 -- ways:
 --   granted  when KEYS[5] has an entry for it and nobody but keyholder
---            clients listens on KEYS[2] (PUBSUB NUMSUB of KEYS[2], less the
---            queued clients, the recent releasers still listening (KEYS[6])
---            and the releasing client, is 0: no Redisson waiter to be fair
+--            clients listens on KEYS[2] (PUBSUB NUMSUB of KEYS[2] less that
+--            of KEYS[6], in one call, is 0: no Redisson waiter to be fair
 --            to; or, they listening, on the queue's turn when foreign turns
 --            rotate, see below): the lock is given to the entry's owner id
 --            with count 1 and the entry's lease, counted from the same
@@ -79,13 +85,7 @@
 --            KEYS[2]: Redisson waiters take "0" as their wake-up and ignore
 --            "2", keyholder clients take a "0" right after a "2" as already
 --            handled.
--- With no such client, "0" alone is published on KEYS[2]. A releasing
--- client that still listens is then recorded in KEYS[6] until it stops
--- (ARGV[3] ms, its linger), whether or not a client was served: a queue
--- that forms while it lingers must not take it for a Redisson waiter. So
--- KEYS[6] outlives the lock by at most the longest linger recorded there
--- (about 120 ms), never longer: every entry's score is when it stops, and
--- the key's TTL is its latest entry's.
+-- With no such client, "0" alone is published on KEYS[2].
 --
 -- Barging. With <window> above 0, nobody but keyholder clients listening
 -- on KEYS[2] (counted as above), no marker at KEYS[3] (nor another key;
@@ -102,8 +102,7 @@
 -- the lock back meanwhile (should nobody hear that message, "0" on KEYS[2]
 -- wakes every keyholder waiter); a client that dies meanwhile leaves the
 -- queue to the lease of the hold it gave back, as if it had died holding
--- it. Nothing is published on KEYS[2]. The releasing client is recorded in
--- KEYS[6] as when a client was served. When the front client is the
+-- it. Nothing is published on KEYS[2]. When the front client is the
 -- releasing client itself, the release does not barge: passing the lock on
 -- serves it. Once the front client has waited <window> ms, releases pass
 -- the lock on as above again: a client waits about <window> ms and a hold
@@ -136,7 +135,7 @@
 -- Nothing prepended: the common case builds one closure only (ADR 39), so
 -- the parts it shares are inline copies, marked "<common:NAME>", of
 -- lua/common/latch.lua, lua/common/kinds.lua and lua/common/clock.lua.
-local key, channel, marker, queue, grants, recent, latch =
+local key, channel, marker, queue, grants, listening, latch =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner = ARGV[2]
 local publish = ARGV[5] or 'publish'
@@ -203,9 +202,8 @@ end
 redis.call('del', key)
 
 -- The common case ends here, before the helpers below are built: nobody
--- queued (no queue key), no recent releasers to delete (one call counts
--- both keys) and a releasing client that does not listen.
-if not queue or (ARGV[3] == '0' and redis.call('exists', queue, recent) == 0) then
+-- queued (no queue key) and a releasing client that does not listen.
+if not queue or (ARGV[3] == '0' and redis.call('exists', queue) == 0) then
     redis.call(publish, channel, '0')
     return done(1)
 end
@@ -217,11 +215,19 @@ local claim_ms, turn_ms, window, head_start, client, wake_prefix =
 turn_ms, window = tonumber(turn_ms) or 0, tonumber(window) or 0
 
 -- The server's clock in milliseconds.
-local function now_ms()
+local function read_clock()
     -- <common:now_ms> lua/common/clock.lua's, inline (see the header)
     local now = redis.call('time')
     return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     -- </common:now_ms>
+end
+
+-- The same, read once, when first needed: a release that serves nobody
+-- reads no clock.
+local clock = false
+local function now_ms()
+    clock = clock or read_clock()
+    return clock
 end
 
 -- Below, a keyholder key's type is read by the call that uses it: a call
@@ -229,32 +235,18 @@ end
 -- (a table with an "err" field), which leaves that key alone, as the
 -- header says; an absent key reads as empty.
 
--- Keyholder clients that listen on the unlock channel without being queued:
--- recent releasers (expired ones dropped), the releasing client aside; 0
--- also when KEYS[6] is absent (or no sorted set).
-local function lingering(now)
-    local listed = redis.pcall('zcard', recent)
-    if type(listed) ~= 'number' or listed == 0 then
-        return 0
-    end
-    listed = listed - redis.call('zremrangebyscore', recent, '-inf', now)
-    return listed - redis.call('zrem', recent, client)
+-- How many listen on the unlock channel besides keyholder clients (all of
+-- which listen on KEYS[6] too): Redisson waiters.
+local function count_others()
+    local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
+    local counts = redis.call('pubsub', numsub, channel, listening)
+    return tonumber(counts[2]) - tonumber(counts[4])
 end
 
--- How many listen on the unlock channel besides keyholder clients (the
--- queued ones, the recent releasers, the releasing client): Redisson
--- waiters; how many clients are queued (0 when KEYS[4] is no sorted set);
--- and how many recent releasers remain listed in KEYS[6] (0: it is absent,
--- or no sorted set).
-local function count_listeners(now)
+-- How many clients are queued (0 when KEYS[4] is no sorted set).
+local function count_queued()
     local queued = redis.pcall('zcard', queue)
-    if type(queued) ~= 'number' then
-        queued = 0
-    end
-    local numsub = publish == 'spublish' and 'shardnumsub' or 'numsub'
-    local listeners = tonumber(redis.call('pubsub', numsub, channel)[2])
-    local lingerers = lingering(now)
-    return listeners - queued - lingerers - (ARGV[3] ~= '0' and 1 or 0), queued, lingerers
+    return type(queued) == 'number' and queued or 0
 end
 
 -- Whether the marker's name is free to be set: nothing there, or a marker
@@ -266,7 +258,7 @@ end
 
 -- Whether the foreign waiters take turns with the queue, and whether this
 -- release is their turn (see the header).
-local function foreign_turn(others, queued)
+local function foreign_turn(others)
     if others <= 0 or turn_ms <= 0 then
         return false, false
     end
@@ -276,7 +268,7 @@ local function foreign_turn(others, queued)
         return false, false
     end
     local idle = tonumber(fields[1] or '0') or 0
-    local due = math.max(1, math.floor((queued + 1) / others)) * 2 ^ math.min(math.max(idle, 0), 6)
+    local due = math.max(1, math.floor((count_queued() + 1) / others)) * 2 ^ math.min(math.max(idle, 0), 6)
     local served = tonumber(fields[2] or '0') or 0
     local foreign = served >= due
     if foreign then
@@ -293,13 +285,12 @@ end
 
 -- Serves the first queued client that still listens; returns how: 'granted',
 -- 'woken', or nil when nobody was.
-local function pass_on(now, others, foreign, queued)
-    if queued == 0 then
-        return nil
-    end
+local function pass_on(others, foreign)
     while true do
-        -- ZPOPMIN: the front, taken off the queue in one call.
-        local head = redis.call('zpopmin', queue)[1]
+        -- ZPOPMIN: the front, taken off the queue in one call (nothing when
+        -- it is empty, or no sorted set).
+        local popped = redis.pcall('zpopmin', queue)
+        local head = type(popped) == 'table' and popped[1]
         if not head then
             return nil
         end
@@ -316,21 +307,21 @@ local function pass_on(now, others, foreign, queued)
         local message = ''
         if grantee then
             local to = ticket ~= '' and grantee .. '/' .. ticket or grantee
-            message = to .. ' ' .. math.max(0, now - tonumber(since))
+            message = to .. ' ' .. math.max(0, now_ms() - tonumber(since))
         end
         if redis.call(publish, wake_prefix .. ':' .. head, message) > 0 then
             if grantee then
                 redis.call('hset', key, grantee, 1)
-                -- The lease runs from `now`, the clock reading the message's
+                -- The lease runs from the clock reading the message's
                 -- milliseconds are measured to, not from the script's start
                 -- (PEXPIRE's base, which may be earlier by however long the
                 -- server was descheduled meanwhile): the grantee counts its
                 -- lease from no later than this.
-                redis.call('pexpireat', key, string.format('%d', now + tonumber(lease)))
+                redis.call('pexpireat', key, string.format('%d', now_ms() + tonumber(lease)))
                 return 'granted'
             end
             if foreign then
-                redis.call('set', marker, '~' .. (now + turn_ms) .. ':' .. head, 'px', claim_ms)
+                redis.call('set', marker, '~' .. (now_ms() + turn_ms) .. ':' .. head, 'px', claim_ms)
             elseif markable() then
                 redis.call('set', marker, head, 'px', claim_ms)
             end
@@ -339,26 +330,13 @@ local function pass_on(now, others, foreign, queued)
     end
 end
 
--- Records the releasing client among the recent releasers while it listens;
--- `lingerers`: how many remain listed there (0: KEYS[6] is absent, so the
--- ZADD creates it, without a TTL).
-local function remember_releaser(now, lingerers)
-    local listens = tonumber(ARGV[3])
-    if not listens or listens <= 0 or type(redis.pcall('zadd', recent, now + listens, client)) ~= 'number' then
-        return
-    end
-    if lingerers == 0 or redis.call('pttl', recent) < listens then
-        redis.call('pexpire', recent, listens)
-    end
-end
-
 -- Barging (see the header): the releasing client may take the lock back
 -- while the front client has waited less than the window; the front
 -- client keeps its place, unwoken. Returns the front client's id, owed a
 -- wake by the releasing client; false when the release does not barge
 -- (the releasing client at the front among the reasons).
-local function barge(now, others, queued)
-    if window <= 0 or others > 0 or queued == 0 then
+local function barge(others)
+    if window <= 0 or others > 0 then
         return false
     end
     -- No live marker (one in its last millisecond is as good as gone), nor
@@ -367,8 +345,8 @@ local function barge(now, others, queued)
     if left > 0 or left == -1 or (left == 0 and redis.call('type', marker).ok ~= 'string') then
         return false
     end
-    local front = redis.call('zrange', queue, 0, 0, 'withscores')
-    local waited = front[2] and now - tonumber(front[2])
+    local front = redis.pcall('zrange', queue, 0, 0, 'withscores')
+    local waited = type(front) == 'table' and front[2] and now_ms() - tonumber(front[2])
     if not waited or waited >= window then
         return false
     end
@@ -382,26 +360,21 @@ local function barge(now, others, queued)
     return head
 end
 
-local now = now_ms()
-local others, queued, lingerers = count_listeners(now)
-local front = barge(now, others, queued)
+local others = count_others()
+local front = barge(others)
 if front then
-    remember_releaser(now, lingerers)
     done(1)
     return front
 end
-local rotating, foreign = foreign_turn(others, queued)
+local rotating, foreign = foreign_turn(others)
 -- Taking turns, the queue's turn is its own: a grant, as with no foreign
 -- waiter.
-local served = pass_on(now, rotating and 0 or others, foreign, queued)
+local served = pass_on(rotating and 0 or others, foreign)
 if foreign and not served then
     -- Nobody queued: the turn still keeps keyholder clients off the free
     -- lock while it lasts.
-    redis.call('set', marker, '~' .. (now + turn_ms) .. ':', 'px', turn_ms)
+    redis.call('set', marker, '~' .. (now_ms() + turn_ms) .. ':', 'px', turn_ms)
 end
--- Served or not: a client still listening must not pass for a Redisson
--- waiter should a queue form before it stops (see the header).
-remember_releaser(now, lingerers)
 if served == 'woken' then
     redis.call(publish, channel, '2')
 end

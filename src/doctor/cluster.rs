@@ -219,7 +219,7 @@ pub(super) fn derived(name: &str) -> Vec<(&'static str, String)> {
         ("queue", c.queue),
         ("claim marker", c.marker),
         ("grants", keys.grants.to_string()),
-        ("recent releasers", keys.recent.to_string()),
+        ("listening channel", keys.listening.to_string()),
         ("wake channels", keys.wake_channel.to_string()),
         ("unlock latches", names::unlock_latch(name, 0, 0)),
         ("fair queue", c.fair_queue),

@@ -425,11 +425,7 @@ impl Reentrant {
             // place: leave the queue, and pass on a turn (or a lock) this
             // client was given meanwhile. (With Redis failing, the place is
             // dropped when its turn comes and nobody listens.)
-            // The subscription outlives the call (it lingers after this
-            // thread leaves the gate): the script records the client as
-            // listening meanwhile, not as a Redisson waiter.
             let turns = Turns::of(&entry.keys, ctx.id());
-            let listening = ctx.waits().subscribers().listening_for(&entry.keys.channel);
             let _ = ctx.calls().with_live_conn(&self.name, |conn| {
                 scripts::dequeue(
                     ctx.calls().scripts(),
@@ -438,7 +434,6 @@ impl Reentrant {
                     &entry.keys.channel,
                     turns,
                     owner,
-                    listening,
                 )
             });
         }

@@ -57,6 +57,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{PushKind, RedisResult, Value};
 
 use crate::error::{Error, Result};
+use crate::names;
 use crate::net::commands::write_commands;
 use crate::net::stream::Stream;
 use crate::pubsub::push::{channel_of, message_of, payload_of, push_of};
@@ -249,7 +250,11 @@ impl State {
     }
 
     /// Writes `verb channels...` and counts each channel's confirmation
-    /// still to come in the map `pending` picks.
+    /// still to come in the map `pending` picks. A reentrant lock's unlock
+    /// channel takes its listening channel along in the same command (see
+    /// `names::listening_channel`), so that no script ever sees one
+    /// subscribed without the other; the companions' confirmations are
+    /// not waited for.
     fn send_counted(
         &mut self,
         verb: &str,
@@ -259,10 +264,15 @@ impl State {
         if self.writer.is_none() || channels.is_empty() {
             return;
         }
+        let mut command = redis::cmd(verb);
         for channel in channels {
             *pending(self).entry(channel.clone()).or_insert(0) += 1;
+            command.arg(channel);
+            if let Some(companion) = names::listening_companion(channel) {
+                command.arg(companion);
+            }
         }
-        self.send(redis::cmd(verb).arg(channels));
+        self.send(&command);
     }
 
     /// Drops the channels `moved` names (their slot moved to another node)
@@ -939,6 +949,10 @@ impl Subscriber {
             }
             PushKind::SUnsubscribe | PushKind::Unsubscribe => {
                 let Some(channel) = channel_of(&push) else { return };
+                // A companion goes and comes with its unlock channel.
+                if names::is_listening_channel(channel) {
+                    return;
+                }
                 let mut st = self.state.lock();
                 match st.unsubscribes_pending.get_mut(channel) {
                     Some(pending) => {
@@ -965,6 +979,10 @@ impl Subscriber {
             }
             PushKind::Subscribe | PushKind::SSubscribe => {
                 let Some(channel) = channel_of(&push) else { return };
+                // Nobody waits for a companion's confirmation: no wake-up.
+                if names::is_listening_channel(channel) {
+                    return;
+                }
                 let mut st = self.state.lock();
                 if let Some(pending) = st.acks_pending.get_mut(channel) {
                     *pending = pending.saturating_sub(1);

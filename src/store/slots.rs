@@ -153,7 +153,7 @@ mod tests {
             let slot = key_slot(name.as_bytes());
             let keys = crate::names::LockKeys::new(&std::sync::Arc::from(name), "c");
             for derived in
-                [&keys.channel, &keys.marker, &keys.queue, &keys.grants, &keys.recent, &keys.wake_channel]
+                [&keys.channel, &keys.marker, &keys.queue, &keys.grants, &keys.listening, &keys.wake_channel]
             {
                 assert_eq!(key_slot(derived.as_bytes()), slot, "{name}: {derived}");
             }

@@ -20,6 +20,12 @@ const LINGER: Duration = Duration::from_millis(100);
 /// round trip, this test's polling).
 const SCHEDULING: Duration = Duration::from_millis(150);
 
+/// keyholder's listening channel of lock `name` (see `src/names.rs`): its
+/// clients subscribe and unsubscribe it with the unlock channel.
+fn listening_of(name: &str) -> String {
+    format!("keyholder_lock__listening:{{{name}}}")
+}
+
 /// How long after `since` `PUBSUB NUMSUB channel` fell to `n`, polled every
 /// 2 ms for at most 10 s; `None` if it never did.
 fn numsub_falls_to(con: &mut redis::Connection, channel: &str, n: i64, since: Instant) -> Option<Duration> {
@@ -72,22 +78,29 @@ fn an_unused_channel_is_unsubscribed_a_linger_later_whatever_the_command_timeout
         eprintln!("command timeout {command_timeout:?}: unsubscribed {after:?} after the waiter gave up");
         let after = after.expect("never unsubscribed");
         assert!(after <= LINGER + SCHEDULING, "unsubscribed {after:?} after the waiter gave up");
+        // The listening channel goes in the same UNSUBSCRIBE.
+        assert_eq!(numsub(&mut con, &listening_of(&waited_for)), 0, "the listening channel stayed");
 
         // A hold old enough to be listened on (20 ms), then released.
         let held = format!("linger-held-{ms}");
         let guard = client.lock(&held).unwrap().lock().unwrap();
         wait_numsub(&mut con, &channel_of(&held), 1);
+        assert_eq!(numsub(&mut con, &listening_of(&held)), 1, "subscribed without the listening channel");
         guard.unlock().unwrap();
         let released = Instant::now();
         let after = numsub_falls_to(&mut con, &channel_of(&held), 0, released);
         eprintln!("command timeout {command_timeout:?}: unsubscribed {after:?} after the release");
         let after = after.expect("never unsubscribed");
         assert!(after <= LINGER + SCHEDULING, "unsubscribed {after:?} after the release");
+        assert_eq!(numsub(&mut con, &listening_of(&held)), 0, "the listening channel stayed");
     }
 }
 
-/// Every key keyholder keeps for `name` (queue, grants, recent releasers,
-/// marker, latches).
+/// Every key keyholder keeps for `name` (queue, grants, marker). There is
+/// no key of the keyholder clients listening on the unlock channel: each
+/// listens on keyholder's listening channel `keyholder_lock__listening:{name}`
+/// too (a channel, no key), and releases count the Redisson waiters as the
+/// unlock channel's listeners less the listening channel's.
 fn own_keys(con: &mut redis::Connection, name: &str) -> Vec<String> {
     let mut keys: Vec<String> =
         redis::cmd("KEYS").arg(format!("keyholder_lock_*{{{name}}}*")).query(con).unwrap();
@@ -96,12 +109,14 @@ fn own_keys(con: &mut redis::Connection, name: &str) -> Vec<String> {
 }
 
 /// A waiter that gave up left the queue but still listens on the unlock
-/// channel for its linger: the holder's release counted it as a Redisson
-/// waiter (`PUBSUB NUMSUB` less the queue, the recent releasers and the
-/// releasing client), took turns with it and left `~turns` in
-/// `keyholder_lock_grants:{x}` for a second after the last release (for
-/// each of 25 names a waiter gave up on, 25 keys). The same with another
-/// keyholder client queued behind, which gets the lock and releases last.
+/// channel for its linger: the holder's release must not count it as a
+/// Redisson waiter (an older count did, took turns with it and left
+/// `~turns` in `keyholder_lock_grants:{x}` for a second after the last
+/// release: for each of 25 names a waiter gave up on, 25 keys). Its client
+/// listens on keyholder's listening channel too, so the count (`PUBSUB
+/// NUMSUB` of the unlock channel less that of the listening channel) leaves
+/// it out, and nothing is recorded for it. The same with another keyholder
+/// client queued behind, which gets the lock and releases last.
 #[test]
 fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
     const NAMES: [&str; 3] = ["gave-up-a", "gave-up-b", "gave-up-c"];
@@ -111,7 +126,7 @@ fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
     for (i, name) in NAMES.into_iter().enumerate() {
         let guard = holder.lock(name).unwrap().lock().unwrap();
         // The holder's client listens on the channel too (the hold is 20 ms
-        // old): the release counts it as the releasing client.
+        // old), and on the listening channel: no Redisson waiter either.
         wait_numsub(&mut con, &channel_of(name), 1);
         assert!(quitter.lock(name).unwrap().try_lock_for(200 * MILLI).unwrap().is_none());
         let waiter = (i == 2).then(|| {
@@ -140,12 +155,14 @@ fn a_waiter_that_gave_up_is_no_redisson_waiter_to_the_next_release() {
     }
 }
 
-/// A release that serves nobody records its client too while it still
-/// listens (its hold was old enough to be listened on): a queue that forms
-/// within that linger (another client takes the lock, a third queues) must
-/// not take the lingering client for a Redisson waiter, which took a
-/// foreign turn for nobody and left `keyholder_lock_grants:{x}` for a
-/// second. (Slower than the linger, the test proves nothing, and says so.)
+/// A release that serves nobody leaves its client listening for its linger
+/// (its hold was old enough to be listened on): a queue that forms within
+/// that linger (another client takes the lock, a third queues) must not
+/// take the lingering client for a Redisson waiter, which took a foreign
+/// turn for nobody and left `keyholder_lock_grants:{x}` for a second. The
+/// lingering client listens on the listening channel too, so the release
+/// does not count it, with nothing recorded for it. (Slower than the
+/// linger, the test proves nothing, and says so.)
 #[test]
 fn a_releaser_still_lingering_is_no_redisson_waiter_to_a_queue_formed_after_it() {
     let server = RedisServer::start();

@@ -170,7 +170,9 @@ struct Keys {
     marker: String,
     queue: String,
     grants: String,
-    recent: String,
+    /// keyholder's listening channel: every keyholder client listening on
+    /// `channel` listens on it too (nobody publishes there).
+    listening: String,
     wake: String,
 }
 
@@ -181,7 +183,7 @@ fn keys(name: &'static str) -> Keys {
         marker: format!("keyholder_lock_next:{{{name}}}"),
         queue: format!("keyholder_lock_queue:{{{name}}}"),
         grants: format!("keyholder_lock_grants:{{{name}}}"),
-        recent: format!("keyholder_lock_recent:{{{name}}}"),
+        listening: format!("keyholder_lock__listening:{{{name}}}"),
         wake: format!("keyholder_lock__wake:{{{name}}}"),
     }
 }
@@ -194,7 +196,6 @@ fn kh_acquire(con: &mut redis::Connection, k: &Keys, client: &str, owner: &str) 
         .key(&k.marker)
         .key(&k.queue)
         .key(&k.grants)
-        .key(&k.recent)
         .arg(30_000)
         .arg(owner)
         .arg(1)
@@ -215,7 +216,7 @@ fn kh_release(con: &mut redis::Connection, k: &Keys, client: &str, owner: &str) 
         .key(&k.marker)
         .key(&k.queue)
         .key(&k.grants)
-        .key(&k.recent)
+        .key(&k.listening)
         .arg(30_000)
         .arg(owner)
         .arg(0)
@@ -238,11 +239,12 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let k = keys("turns");
-    // Two Redisson processes wait (subscribed to the unlock channel), and
-    // keyholder client B listens on the unlock channel and its wake channel.
+    // Two Redisson processes wait (subscribed to the unlock channel alone),
+    // and keyholder client B listens on the unlock channel with keyholder's
+    // listening channel, and on its wake channel.
     let java_side = std::slice::from_ref(&k.channel);
     let java_listeners = [listener(&server, java_side), listener(&server, java_side)];
-    let _b = listener(&server, &[k.channel.clone(), format!("{}:B", k.wake)]);
+    let _b = listener(&server, &[k.channel.clone(), k.listening.clone(), format!("{}:B", k.wake)]);
     let _a = listener(&server, &[format!("{}:A", k.wake)]);
 
     // A holds; B queues with a grant. With 2 foreign listeners and 1 queued
@@ -290,8 +292,7 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
             .key(&k.channel)
             .key(&k.marker)
             .key(format!("redisson_unlock_latch:{{{}}}:A:1", k.name))
-            .key(&k.queue)
-            .key(&k.recent)
+            .key(&k.listening)
             .key(&k.grants)
             .arg("0")
             .arg(30_000)
@@ -302,7 +303,6 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
             .arg(1)
             .arg(0)
             .arg("A")
-            .arg(0)
             .invoke(con)
             .unwrap()
     };
@@ -311,6 +311,7 @@ fn releases_alternate_with_redisson_waiters_and_hand_offs_step_aside() {
     // With the Redisson waiters gone, it hands over.
     drop(java_listeners);
     assert!(common::eventually(Duration::from_secs(5), || common::numsub(&mut con, &k.channel) == 1));
+    assert_eq!(common::numsub(&mut con, &k.listening), 1, "B listens on both");
     assert_eq!(handoff(&mut con), Some(2));
     assert_eq!(common::hgetall(&mut con, k.name), [("A:2".to_owned(), "1".to_owned())].into());
 }

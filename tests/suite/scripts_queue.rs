@@ -33,8 +33,21 @@ fn grants_of(name: &str) -> String {
     format!("keyholder_lock_grants:{{{name}}}")
 }
 
-fn recent_of(name: &str) -> String {
-    format!("keyholder_lock_recent:{{{name}}}")
+/// keyholder's listening channel of lock `name` (see `src/names.rs`):
+/// every keyholder client listening on the unlock channel listens on it
+/// too; nobody publishes there.
+fn listening_of(name: &str) -> String {
+    format!("keyholder_lock__listening:{{{name}}}")
+}
+
+/// A connection standing for a keyholder client's pub/sub connection:
+/// subscribed to lock `name`'s unlock channel together with its listening
+/// channel, and to `more` (wake channels).
+fn keyholder_listener(server: &RedisServer, name: &str, more: &[&str]) -> Listener {
+    let (unlock, listening) = (channel_of(name), listening_of(name));
+    let mut channels = vec![unlock.as_str(), listening.as_str()];
+    channels.extend_from_slice(more);
+    Listener::start(server, &channels)
 }
 
 fn wake_prefix_of(name: &str) -> String {
@@ -62,7 +75,7 @@ fn release_latched(
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name)).key(latch);
+    invocation.key(listening_of(name)).key(latch);
     invocation.arg(10_000).arg(owner).arg(0).arg(settings(name, owner, None));
     invocation.arg("publish").arg(5_000).arg(request).arg(u8::from(retry));
     invocation.invoke(con)
@@ -100,7 +113,7 @@ fn release_last(
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name));
+    invocation.key(listening_of(name));
     invocation.arg(10_000).arg(owner).arg(listening_ms).arg(settings(name, owner, barging_ms));
     invocation.invoke(con)
 }
@@ -117,7 +130,7 @@ fn acquire_queued(
 ) -> redis::RedisResult<Value> {
     let script = acquire_script();
     let mut invocation = script.key(name);
-    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name)).key(recent_of(name));
+    invocation.key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
     invocation.arg(10_000).arg(owner).arg("1");
     invocation.arg(client_of(owner)).arg(u8::from(listening)).arg(1_000).arg(u8::from(grantable));
     invocation.invoke(con)
@@ -201,7 +214,9 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
     let (client_a, client_c, client_d) = (client_of(OWNER_A), client_of(OWNER_C), client_of(OWNER_D));
     let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
     let wake_c = format!("{}:{client_c}", wake_prefix_of(name));
-    let listener = Listener::start(&server, &[&channel_of(name), &wake_a, &wake_c]);
+    // A's and C's clients, keyholder clients, listen on both (so D, never
+    // heard, is the only one that does not).
+    let listener = keyholder_listener(&server, name, &[&wake_a, &wake_c]);
     assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, false).unwrap(), Value::Nil);
 
     // A refusal queues a listening waiter's client, in arrival order, once;
@@ -213,7 +228,9 @@ fn a_release_wakes_the_first_listening_queued_client_and_pairs_its_unlock_messag
         assert!(matches!(reply, Value::Int(ms) if ms > 9_000), "{owner}: {reply:?}");
     }
     assert_eq!(queue(&mut con, name), [client_d, client_a, client_c]);
-    assert!(pttl(&mut con, &queue_of(name)) > 10_000, "the queue must outlast its waiters' sleep");
+    // Its TTL: twice the longer of the wait and the lease, plus the slack.
+    let ttl = pttl(&mut con, &queue_of(name));
+    assert!(ttl > 10_000 && ttl <= 2 * (10_000 + 1_000), "the queue must outlast its waiters' sleep: {ttl}");
 
     // The release skips D (nobody listens on its wake channel), wakes A
     // alone (A takes no grant: it mints fencing tokens), and marks the lock as
@@ -315,7 +332,6 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
             .key(marker_of("fenced"))
             .key(queue_of("fenced"))
             .key(grants_of("fenced"))
-            .key(recent_of("fenced"))
             .key(counter)
             .arg(10_000)
             .arg(owner)
@@ -351,7 +367,6 @@ fn acquire_with_a_token_counter_mints_increasing_tokens() {
         .key(marker_of("other"))
         .key(queue_of("other"))
         .key(grants_of("other"))
-        .key(recent_of("other"))
         .key("redisson_lock_token:{other}")
         .arg(10_000)
         .arg(OWNER_A)
@@ -481,7 +496,6 @@ fn fencing_tokens_follow_the_servers_clock_are_exact_and_a_counter_without_a_nex
             .key(marker_of("t"))
             .key(queue_of("t"))
             .key(grants_of("t"))
-            .key(recent_of("t"))
             .key(counter)
             .arg(10_000)
             .arg(OWNER_A)
@@ -548,8 +562,10 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     let mut con = server.conn();
     let (marker, queue_key, grants, latch) =
         (marker_of("m"), queue_of("m"), grants_of("m"), latch_of("m", 1));
-    let recent = recent_of("m");
-    for key in [&marker, &queue_key, &grants, &recent, &latch] {
+    // The listening channel is no key: a key at its name is nobody's, and
+    // no script reads or writes it.
+    let listening = listening_of("m");
+    for key in [&marker, &queue_key, &grants, &listening, &latch] {
         let _: i64 = redis::cmd("HSET").arg(key).arg("f").arg("v").query(&mut con).unwrap();
     }
     // The hashes at the marker's and the queue's names are neither: the lock
@@ -564,51 +580,95 @@ fn foreign_keys_at_keyholders_derived_names_are_neither_honoured_nor_overwritten
     // dequeue.lua leaves them alone too.
     let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
     let mut invocation = dequeue.key(&queue_key);
-    invocation.key(&grants).key(&marker).key("m").key(channel_of("m")).key(&recent);
-    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish").arg(120);
+    invocation.key(&grants).key(&marker).key("m").key(channel_of("m"));
+    invocation.arg(client_of(OWNER_B)).arg(OWNER_B).arg("0").arg("publish");
     assert_eq!(invocation.invoke::<i64>(&mut con).unwrap(), 0);
-    for key in [&marker, &queue_key, &grants, &recent, &latch] {
+    for key in [&marker, &queue_key, &grants, &listening, &latch] {
         assert_eq!(hgetall(&mut con, key), one_field("f", "v"), "{key} was changed");
+        assert_eq!(pttl(&mut con, key), -1, "{key} was given a TTL");
     }
 }
 
+/// Every key of the database, sorted.
+fn all_keys(con: &mut redis::Connection) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.sort();
+    keys
+}
+
+/// Issue 38: release.lua counts the Redisson waiters as the listeners of
+/// the unlock channel less those of keyholder's listening channel, which
+/// every keyholder client's pub/sub connection subscribes along with the
+/// unlock channel. So keyholder clients listening (queued, lingering after
+/// their own release, or out of the queue), whatever the releasing client's
+/// ARGV[3] says and however long they listen, are never taken for Redisson
+/// waiters: the queued client is handed the lock. A connection on the
+/// unlock channel alone is a Redisson waiter: the queued client is woken
+/// (the marker names it, "2" then "0" are published), not handed the lock.
+/// Nothing is recorded for either: no key but the lock's own is left, and
+/// once the Redisson waiter leaves, the next release hands over again.
 #[test]
-fn recent_releasers_still_listening_are_not_taken_for_redisson_waiters() {
+fn listening_keyholder_clients_are_no_redisson_waiters_but_a_bare_unlock_listener_is() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    let name = "recent";
+    let name = "listening";
     let wake = |owner: &str| format!("{}:{}", wake_prefix_of(name), client_of(owner));
-    // Each listener stands for one client's pub/sub connection.
-    let _a = Listener::start(&server, &[&channel_of(name), &wake(OWNER_A)]);
-    let _b = Listener::start(&server, &[&channel_of(name), &wake(OWNER_B)]);
+    // Each listener stands for one keyholder client's pub/sub connection.
+    let _a = keyholder_listener(&server, name, &[&wake(OWNER_A)]);
+    let _b = keyholder_listener(&server, name, &[&wake(OWNER_B)]);
     assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
     // A releases and still listens for 300 ms: B is handed the lock.
     assert_eq!(release_queued(&mut con, name, OWNER_A, 300).unwrap(), Value::Int(1));
     assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"));
-    // C queues; B releases while A (not queued) still listens: A is a recent
-    // releaser, not a Redisson waiter, so C is handed the lock too.
-    let _c = Listener::start(&server, &[&channel_of(name), &wake(OWNER_C)]);
+    // C queues; B releases (saying it does not listen) while A, out of the
+    // queue, still listens: A is no Redisson waiter, so C is handed the lock
+    // too.
+    let _c = keyholder_listener(&server, name, &[&wake(OWNER_C)]);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
-    assert_eq!(release_queued(&mut con, name, OWNER_B, 300).unwrap(), Value::Int(1));
-    assert_eq!(hgetall(&mut con, name), one_field(OWNER_C, "1"), "a recent releaser blocked the hand-over");
-    // Past A's and B's linger, whoever still listens unqueued may be a
-    // Redisson waiter: the next client is woken, not handed the lock.
+    assert_eq!(release_queued(&mut con, name, OWNER_B, 0).unwrap(), Value::Int(1));
+    assert_eq!(
+        hgetall(&mut con, name),
+        one_field(OWNER_C, "1"),
+        "a lingering keyholder client blocked the hand-over"
+    );
+    // Nothing recorded for the releasers: the queue and the grants emptied,
+    // only the lock is left.
+    assert_eq!(all_keys(&mut con), [name]);
+
+    // A connection on the unlock channel alone may be a Redisson waiter: A,
+    // queued with a grant, is woken, not handed the lock, though C's client
+    // listens (for 300 ms more) and all the others are keyholder clients.
+    let redisson = Listener::start(&server, &[&channel_of(name)]);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Int(_)));
-    let _: i64 = redis::cmd("ZREM").arg(queue_of(name)).arg(client_of(OWNER_A)).query(&mut con).unwrap();
-    let _: i64 =
-        redis::cmd("ZADD").arg(queue_of(name)).arg(0).arg(client_of(OWNER_A)).query(&mut con).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
-    assert_eq!(release_queued(&mut con, name, OWNER_C, 0).unwrap(), Value::Int(1));
-    assert!(!exists(&mut con, name), "handed over past listeners that may be Redisson waiters");
+    assert_eq!(release_queued(&mut con, name, OWNER_C, 300).unwrap(), Value::Int(1));
+    assert!(!exists(&mut con, name), "handed over past a listener that may be a Redisson waiter");
     assert_eq!(get(&mut con, &marker_of(name)).as_deref(), Some(client_of(OWNER_A)));
+    assert_eq!(
+        redisson.drain_until_marker(&mut con, &channel_of(name)),
+        [(channel_of(name), "2".to_owned()), (channel_of(name), "0".to_owned())]
+    );
+    assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
+    assert!(!exists(&mut con, &marker_of(name)));
+
+    // The Redisson waiter leaves: the next release hands over again (nothing
+    // of the foreign listener was recorded either).
+    drop(redisson);
+    assert!(common::eventually(Duration::from_secs(5), || common::numsub(&mut con, &channel_of(name)) == 3));
+    assert_eq!(common::numsub(&mut con, &listening_of(name)), 3);
+    assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
+    assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
+    assert_eq!(hgetall(&mut con, name), one_field(OWNER_B, "1"), "a Redisson waiter that left still counted");
+    assert_eq!(all_keys(&mut con), [name]);
 }
 
-/// dequeue.lua (issue 35, item 1): a client whose waiter gives up leaves the
-/// queue but still listens for its linger; it is recorded among the recent
-/// releasers until then, so that the next release hands the lock to the
-/// queued client behind instead of taking it for a Redisson waiter. Not
-/// recorded when it does not listen, nor over a key of another type.
+/// dequeue.lua (issue 35, item 1; issue 38): a client whose waiter gives up
+/// leaves the queue and its grant, but still listens (on the unlock and the
+/// listening channel) for its linger. dequeue.lua records nothing for it
+/// (no key is written), and the next release still hands the lock to the
+/// queued client behind it: the lingering client is no Redisson waiter.
+/// Once it stops listening on both channels, the two counts fall together
+/// and nothing of it is left behind.
 #[test]
 fn a_client_leaving_the_queue_still_listening_is_no_redisson_waiter() {
     let server = RedisServer::start();
@@ -616,34 +676,27 @@ fn a_client_leaving_the_queue_still_listening_is_no_redisson_waiter() {
     let name = "left";
     let wake = |owner: &str| format!("{}:{}", wake_prefix_of(name), client_of(owner));
     let dequeue = redis::Script::new(include_str!("../../lua/lock/dequeue.lua"));
-    let run = |con: &mut redis::Connection, owner: &str, listens: u64| -> i64 {
+    let run = |con: &mut redis::Connection, owner: &str| -> i64 {
         let mut invocation = dequeue.key(queue_of(name));
         invocation.key(grants_of(name)).key(marker_of(name)).key(name).key(channel_of(name));
-        invocation.key(recent_of(name));
-        invocation.arg(client_of(owner)).arg(owner).arg("0").arg("publish").arg(listens).invoke(con).unwrap()
+        invocation.arg(client_of(owner)).arg(owner).arg("0").arg("publish").invoke(con).unwrap()
     };
-    let score = |con: &mut redis::Connection, owner: &str| -> Option<f64> {
-        redis::cmd("ZSCORE").arg(recent_of(name)).arg(client_of(owner)).query(con).unwrap()
-    };
-    let server_ms = |con: &mut redis::Connection| -> f64 {
-        let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
-        (s * 1000 + us / 1000) as f64
-    };
-    // Each listener stands for one client's pub/sub connection.
-    let _a = Listener::start(&server, &[&channel_of(name), &wake(OWNER_A)]);
-    let _b = Listener::start(&server, &[&channel_of(name), &wake(OWNER_B)]);
-    let _c = Listener::start(&server, &[&channel_of(name), &wake(OWNER_C)]);
+    // Each listener stands for one keyholder client's pub/sub connection.
+    let _a = keyholder_listener(&server, name, &[&wake(OWNER_A)]);
+    let b = keyholder_listener(&server, name, &[&wake(OWNER_B)]);
+    let _c = keyholder_listener(&server, name, &[&wake(OWNER_C)]);
     assert_eq!(acquire_queued(&mut con, name, OWNER_A, true, true).unwrap(), Value::Nil);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(_)));
     assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
-    // B gives up and listens for 120 ms more.
-    let before = server_ms(&mut con);
-    assert_eq!(run(&mut con, OWNER_B, 120), 0);
+    let keys = all_keys(&mut con);
+    assert_eq!(keys, [grants_of(name), queue_of(name), name.to_owned()]);
+    // B gives up and still listens: out of the queue and the grants, and
+    // nothing else written.
+    assert_eq!(run(&mut con, OWNER_B), 0);
     assert_eq!(queue(&mut con, name), [client_of(OWNER_C)]);
-    let until = score(&mut con, OWNER_B).expect("not recorded");
-    assert!(until >= before + 120.0 && until <= server_ms(&mut con) + 120.0, "{until} from {before}");
-    let ttl: i64 = redis::cmd("PTTL").arg(recent_of(name)).query(&mut con).unwrap();
-    assert!(ttl > 0 && ttl <= 120, "{ttl}");
+    let granted: Vec<String> = redis::cmd("HKEYS").arg(grants_of(name)).query(&mut con).unwrap();
+    assert_eq!(granted, [client_of(OWNER_C)]);
+    assert_eq!(all_keys(&mut con), keys, "dequeue.lua wrote a key");
     // A releases (and listens): B listens unqueued, but is no Redisson
     // waiter: C is handed the lock (with B counted as one, C would only be
     // woken).
@@ -653,65 +706,46 @@ fn a_client_leaving_the_queue_still_listening_is_no_redisson_waiter() {
         one_field(OWNER_C, "1"),
         "the lingering client blocked the hand-over"
     );
-    // Not listening any more: not recorded.
-    let _: i64 = redis::cmd("DEL").arg(recent_of(name)).query(&mut con).unwrap();
-    let _: i64 =
-        redis::cmd("ZADD").arg(queue_of(name)).arg(1).arg(client_of(OWNER_B)).query(&mut con).unwrap();
-    assert_eq!(run(&mut con, OWNER_B, 0), 0);
-    assert!(!exists(&mut con, &recent_of(name)));
-    // A key of another type at the recent releasers' name is left alone.
-    let _: i64 = redis::cmd("HSET").arg(recent_of(name)).arg("f").arg("v").query(&mut con).unwrap();
-    assert_eq!(run(&mut con, OWNER_B, 120), 0);
-    assert_eq!(hgetall(&mut con, &recent_of(name)), one_field("f", "v"));
-    let ttl: i64 = redis::cmd("PTTL").arg(recent_of(name)).query(&mut con).unwrap();
-    assert_eq!(ttl, -1);
+    // B stops listening (its connection closes): both counts fall by one.
+    drop(b);
+    assert!(common::eventually(Duration::from_secs(5), || common::numsub(&mut con, &channel_of(name)) == 2));
+    assert_eq!(common::numsub(&mut con, &listening_of(name)), 2);
+    // C's last release, nobody queued: "0" alone, and no key is left.
+    assert_eq!(release_queued(&mut con, name, OWNER_C, 300).unwrap(), Value::Int(1));
+    assert_eq!(all_keys(&mut con), Vec::<String>::new(), "keys outlived the lock");
 }
 
+/// acquire.lua and release.lua end early in the common case (a free lock
+/// no marker reserves; a last release with nobody queued by a client that
+/// does not listen). Each boundary of those short paths, checked: a last
+/// release with nobody queued publishes "0" alone and writes no key,
+/// whether its client does not listen (the short path: no listener is
+/// counted) or still listens (ARGV[3] above 0: the long path, which counts
+/// them, and records nothing for the releasing client); a marker reserves
+/// the free lock for the client it names; an inner release publishes
+/// nothing.
 #[test]
-fn the_short_paths_keep_the_queue_marker_and_recent_releaser_rules() {
-    // acquire.lua and release.lua end early in the common case (a free lock
-    // no marker reserves; a last release with nobody queued by a client that
-    // does not listen). Each boundary of those short paths, checked.
+fn the_short_paths_keep_the_queue_and_marker_rules_and_write_no_key() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let name = "short";
-    let members = |con: &mut redis::Connection| -> Vec<String> {
-        redis::cmd("ZRANGE").arg(recent_of(name)).arg(0).arg(-1).query(con).unwrap()
-    };
-    // Nobody queued, the releaser does not listen: unlock message, nothing recorded.
     let unlocks = Listener::start(&server, &[&channel_of(name)]);
-    assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
-    assert_eq!(release_queued(&mut con, name, OWNER_A, 0).unwrap(), Value::Int(1));
-    assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
-    assert!(members(&mut con).is_empty());
-    // Nobody queued, the releaser still listens: it is recorded until it
-    // stops, as when a client was served, so that a queue formed meanwhile
-    // does not take it for a Redisson waiter (issue 35, item 1); the key
-    // lives no longer than that (issue 21, item 9, within a linger). One
-    // left by an earlier release (another client lingering) is kept, with
-    // its own end, whether the releaser listens or not.
-    let now_ms = |con: &mut redis::Connection| -> i64 {
-        let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-        s * 1000 + us / 1000
-    };
-    for listens in [300, 0] {
-        let other_ends = now_ms(&mut con) + 200;
-        let _: i64 =
-            redis::cmd("ZADD").arg(recent_of(name)).arg(other_ends).arg("other").query(&mut con).unwrap();
-        let _: i64 = redis::cmd("PEXPIRE").arg(recent_of(name)).arg(200).query(&mut con).unwrap();
+    let _keyholder = keyholder_listener(&server, name, &[]);
+    for listens in [0, 300] {
+        let counted = common::calls_of(&mut con, "pubsub|numsub");
         assert_eq!(acquire_queued(&mut con, name, OWNER_A, false, false).unwrap(), Value::Nil);
         assert_eq!(release_queued(&mut con, name, OWNER_A, listens).unwrap(), Value::Int(1));
-        let recorded = members(&mut con);
-        let expected: Vec<String> = if listens > 0 {
-            vec!["other".to_owned(), client_of(OWNER_A).to_string()]
-        } else {
-            vec!["other".to_owned()]
-        };
-        assert_eq!(recorded, expected, "listening {listens} ms");
-        let ttl = pttl(&mut con, &recent_of(name));
-        assert!(ttl > 0 && ttl <= (listens as i64).max(200), "listening {listens} ms: PTTL {ttl}");
-        assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
-        let _: i64 = redis::cmd("DEL").arg(recent_of(name)).query(&mut con).unwrap();
+        assert_eq!(
+            unlocks.drain_until_marker(&mut con, &channel_of(name)),
+            [(channel_of(name), "0".to_owned())],
+            "listening {listens} ms"
+        );
+        assert_eq!(all_keys(&mut con), Vec::<String>::new(), "listening {listens} ms: a key was written");
+        assert_eq!(
+            common::calls_of(&mut con, "pubsub|numsub") - counted,
+            i64::from(listens > 0),
+            "listening {listens} ms: the listeners were counted or not"
+        );
     }
     // A free lock that a marker reserves for another client is refused.
     let _: () = redis::cmd("SET")
@@ -750,7 +784,7 @@ fn a_grant_message_names_the_grantee_with_the_ticket_of_its_wait() {
         assert_eq!(acquire(&mut con, "tk", 10_000, OWNER_A).unwrap(), Value::Nil);
         let script = acquire_script();
         let mut invocation = script.key("tk");
-        invocation.key(marker_of("tk")).key(queue_of("tk")).key(grants_of("tk")).key(recent_of("tk"));
+        invocation.key(marker_of("tk")).key(queue_of("tk")).key(grants_of("tk"));
         invocation.arg(10_000).arg(OWNER_B).arg("1").arg(client_of(OWNER_B)).arg(1).arg(1_000);
         invocation.arg(ticket.unwrap_or(1));
         assert!(matches!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(ms) if ms > 0));
@@ -809,9 +843,9 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
     let name = "barged";
     let client_a = client_of(OWNER_A);
     let wake_a = format!("{}:{client_a}", wake_prefix_of(name));
-    // A's client listens on its wake channel and the unlock channel, as a
-    // keyholder waiter does.
-    let listener = Listener::start(&server, &[&wake_a, &channel_of(name)]);
+    // A's client listens on its wake channel, the unlock channel and the
+    // listening channel, as a keyholder waiter does.
+    let listener = keyholder_listener(&server, name, &[&wake_a]);
     let before: (String, String) = redis::cmd("TIME").query(&mut con).unwrap();
     let before_ms = before.0.parse::<f64>().unwrap() * 1e3;
     assert_eq!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Nil);
@@ -883,11 +917,12 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
     );
     assert!(queue(&mut con, name).is_empty());
 
-    // A Redisson waiter listening on the unlock channel: no barging (its
-    // turns are release.lua's foreign turns); A is woken with a marker.
-    // (C's client listens on both its channels, as a keyholder waiter does.)
+    // A Redisson waiter listening on the unlock channel (alone): no barging
+    // (its turns are release.lua's foreign turns); C is woken with a marker.
+    // (C's client listens on its wake, unlock and listening channels, as a
+    // keyholder waiter does.)
     let wake_c = format!("{}:{}", wake_prefix_of(name), client_of(OWNER_C));
-    let _c = Listener::start(&server, &[&wake_c, &channel_of(name)]);
+    let _c = keyholder_listener(&server, name, &[&wake_c]);
     let _redisson = Listener::start(&server, &[&channel_of(name)]);
     assert!(matches!(acquire_queued(&mut con, name, OWNER_C, true, true).unwrap(), Value::Int(_)));
     assert_eq!(release_barging(&mut con, name, OWNER_A, 60_000).unwrap(), Value::Int(1));
@@ -899,8 +934,10 @@ fn a_release_within_the_barging_window_leaves_the_lock_free_and_the_front_client
 /// the client id from the owner id when none is sent (and an explicit one
 /// when the owner id was made by another client); release.lua's common
 /// case never reads ARGV[4], the queue's settings; and a key of another
-/// type at the grants' name, read by the call that writes it, still leaves
-/// the queue and the grants untouched.
+/// type at the grants' name, read by the call that writes it, is left
+/// untouched, the refused client queued without a grant (the queue is
+/// written first; a key of another type at the queue's name leaves both
+/// untouched, see the foreign keys' test).
 #[test]
 fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() {
     let server = RedisServer::start();
@@ -931,7 +968,7 @@ fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() 
     let script = release_script();
     let mut invocation = script.key(name);
     invocation.key(channel_of(name)).key(marker_of(name)).key(queue_of(name)).key(grants_of(name));
-    invocation.key(recent_of(name)).arg(10_000).arg(OWNER_B).arg(0).arg("-");
+    invocation.key(listening_of(name)).arg(10_000).arg(OWNER_B).arg(0).arg("-");
     assert_eq!(invocation.invoke::<Value>(&mut con).unwrap(), Value::Int(1));
     assert_eq!(unlocks.next(Duration::from_secs(2)), Some((channel_of(name), "0".to_owned())));
     // An owner id made by another client (a token's): the client id sent
@@ -940,10 +977,13 @@ fn the_common_calls_derive_the_client_id_and_leave_the_queues_settings_unread() 
     assert!(matches!(plain(&mut con, OWNER_A, None), Value::Int(ms) if ms > 0));
     assert_eq!(plain(&mut con, OWNER_A, Some("C")), Value::Nil);
     assert!(!exists(&mut con, &marker_of(name)));
-    // A string at the grants' name: B, refused, queues nothing and the
-    // string stays.
+    // A string at the grants' name: B, refused, is queued (the queue is
+    // written first) without a grant, and the string stays as it was, TTL
+    // included.
     let _: () = redis::cmd("SET").arg(grants_of(name)).arg("x").query(&mut con).unwrap();
     assert!(matches!(acquire_queued(&mut con, name, OWNER_B, true, true).unwrap(), Value::Int(ms) if ms > 0));
-    assert!(!exists(&mut con, &queue_of(name)));
+    assert_eq!(queue(&mut con, name), [client_of(OWNER_B)]);
+    assert!(pttl(&mut con, &queue_of(name)) > 10_000, "the queue must outlast its waiter's sleep");
     assert_eq!(get(&mut con, &grants_of(name)).as_deref(), Some("x"));
+    assert_eq!(pttl(&mut con, &grants_of(name)), -1, "the string at the grants' name was given a TTL");
 }

@@ -90,12 +90,13 @@ fn is_another_kind(reply: &redis::RedisResult<Value>) -> bool {
 /// array of "held" flags instead of an error.
 fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis::RedisResult<Value>)> {
     let now = now_ms(con);
-    let (marker, queue, grants, recent) = (
+    let (marker, queue, grants) = (
         braced("keyholder_lock_next", n),
         braced("keyholder_lock_queue", n),
         braced("keyholder_lock_grants", n),
-        braced("keyholder_lock_recent", n),
     );
+    // keyholder's listening channel (a channel, no key).
+    let listening = braced("keyholder_lock__listening", n);
     let channel = braced("redisson_lock__channel", n);
     let token = braced("redisson_lock_token", n);
     let latch = format!("{}:{:032x}", braced("redisson_unlock_latch", n), 1);
@@ -130,7 +131,6 @@ fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis
             .key(&marker)
             .key(&queue)
             .key(&grants)
-            .key(&recent)
             .key(&token)
             .arg(30_000)
             .arg(OWNER)
@@ -149,7 +149,7 @@ fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis
             .key(&marker)
             .key(&queue)
             .key(&grants)
-            .key(&recent)
+            .key(&listening)
             .arg(30_000)
             .arg(OWNER)
             .arg(300)
@@ -163,6 +163,8 @@ fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis
             .key(&channel)
             .key(&marker)
             .key(&latch)
+            .key(&listening)
+            .key(&grants)
             .arg("0")
             .arg(30_000)
             .arg(OWNER)

@@ -6,8 +6,10 @@
 //!    in one thread and across clients;
 //! 2. stored counts (semaphore permits, latch counts) are exact over the
 //!    whole 64-bit range, and a change past it is refused unchanged;
-//! 3. keyholder's recent-releasers key does not outlive the lock by more
-//!    than a linger.
+//! 3. no keyholder key of a reentrant lock outlives it: its clients listen
+//!    on the unlock channel together with keyholder's listening channel
+//!    (so that releases tell them from Redisson waiters without a key),
+//!    and unsubscribe both when they stop.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
@@ -292,33 +294,45 @@ fn own_keys(con: &mut redis::Connection, name: &str) -> Vec<String> {
     keys
 }
 
-/// How long after a lock's last release keyholder's keys of it may stay:
-/// a client's linger and its slack (120 ms), as issue 35 asks.
-const LINGERED: Duration = Duration::from_millis(150);
+/// How long after a lock's last release its clients may still listen on
+/// its channels: a client's linger (100 ms) and what a loaded machine adds.
+const LINGERED: Duration = Duration::from_secs(2);
 
+/// keyholder's listening channel of lock `name` (see `src/names.rs`).
+fn listening_of(name: &str) -> String {
+    format!("keyholder_lock__listening:{{{name}}}")
+}
+
+/// Issue 38 (and issue 21, item 9): keyholder keeps no key to tell its
+/// clients listening on the unlock channel from Redisson waiters (the
+/// recent releasers' ZSET is gone): each client subscribes keyholder's
+/// listening channel in the same command as the unlock channel, so both
+/// counts are always equal with keyholder clients alone, and fall to 0
+/// together once the clients stop listening. Once the last release is done
+/// none of keyholder's keys of the lock is left, while the releasing client
+/// still lingers on the channels or after.
 #[test]
-fn no_recent_releasers_key_outlives_the_last_release() {
+fn no_keyholder_key_outlives_the_last_release() {
     let server = RedisServer::start();
     let mut con = server.conn();
     let (a, b) = (server.client(), server.client());
+    let (unlock, listening) = (common::channel_of("r"), listening_of("r"));
     // One client: a thread waits, is handed the lock, and releases while
-    // its client still listens on the unlock channel (the linger that used
-    // to leave the recent releasers key for up to 100 ms).
+    // its client still listens on the unlock channel (its linger).
     let guard = a.lock("r").unwrap().lock().unwrap();
     let waiter = {
         let a = a.clone();
         std::thread::spawn(move || a.lock("r").unwrap().lock().unwrap().unlock())
     };
-    assert!(common::eventually(Duration::from_secs(5), || common::numsub(
-        &mut con,
-        &common::channel_of("r")
-    ) > 0));
+    assert!(common::eventually(Duration::from_secs(5), || common::numsub(&mut con, &unlock) > 0));
+    assert_eq!(common::numsub(&mut con, &listening), common::numsub(&mut con, &unlock));
     guard.unlock().unwrap();
     waiter.join().unwrap().unwrap();
     assert!(!exists(&mut con, "r"));
-    // A client still listening is recorded until its linger ends (issue 35,
-    // item 1): about 120 ms at most.
-    std::thread::sleep(LINGERED);
+    assert_eq!(own_keys(&mut con, "r"), Vec::<String>::new(), "keyholder keys outlived the lock");
+    // The client stops listening on both channels, and nothing is left.
+    assert!(common::eventually(LINGERED, || common::numsub(&mut con, &unlock) == 0));
+    assert_eq!(common::numsub(&mut con, &listening), 0, "the listening channel outlived the unlock channel");
     assert_eq!(own_keys(&mut con, "r"), Vec::<String>::new(), "keyholder keys outlived the lock");
     // Two clients taking turns through the queue: after the last release,
     // none of keyholder's keys of the lock is left.
@@ -332,10 +346,21 @@ fn no_recent_releasers_key_outlives_the_last_release() {
             let queued: i64 = redis::cmd("ZCARD").arg("keyholder_lock_queue:{r}").query(&mut con).unwrap();
             queued > 0
         }));
+        // B's client listens (A's too, once its hold is old enough), each
+        // on both channels at once.
+        let listeners = common::numsub(&mut con, &unlock);
+        assert!(listeners >= 1, "round {round}");
+        assert_eq!(common::numsub(&mut con, &listening), listeners, "round {round}");
         guard.unlock().unwrap();
         waiter.join().unwrap().unwrap();
         assert!(!exists(&mut con, "r"));
-        std::thread::sleep(LINGERED);
+        assert_eq!(
+            own_keys(&mut con, "r"),
+            Vec::<String>::new(),
+            "round {round}: keyholder keys outlived the lock"
+        );
+        assert!(common::eventually(LINGERED, || common::numsub(&mut con, &unlock) == 0), "round {round}");
+        assert_eq!(common::numsub(&mut con, &listening), 0, "round {round}");
         assert_eq!(
             own_keys(&mut con, "r"),
             Vec::<String>::new(),

@@ -174,7 +174,6 @@ fn hand_over(ctx: Context<'_>, entry: &Arc<Entry>, hold: &Arc<Hold>, successor: 
             from: &hold.owner,
             to: &successor.owner,
             latch,
-            listening: ctx.waits().subscribers().listening_for(&entry.keys.channel),
         };
         let outcome = scripts::handoff(ctx.calls().scripts(), conn, &args)?;
         Ok((outcome, conn.replicated()))

@@ -120,8 +120,8 @@ pub(crate) struct Turns<'a> {
     pub(crate) queue: &'a str,
     /// The grants key.
     pub(crate) grants: &'a str,
-    /// The recent releasers key.
-    pub(crate) recent: &'a str,
+    /// keyholder's listening channel (see `names::listening_channel`).
+    pub(crate) listening: &'a str,
     /// The prefix of the lock's per-client wake channels.
     pub(crate) wake_prefix: &'a str,
     /// This client's id.
@@ -135,7 +135,7 @@ impl<'a> Turns<'a> {
             marker: &keys.marker,
             queue: &keys.queue,
             grants: &keys.grants,
-            recent: &keys.recent,
+            listening: &keys.listening,
             wake_prefix: &keys.wake_prefix,
             client,
         }
@@ -177,9 +177,6 @@ pub(crate) struct HandoffArgs<'a> {
     pub(crate) from: &'a str,
     pub(crate) to: &'a str,
     pub(crate) latch: Latch<'a>,
-    /// For how much longer this client listens on the lock's unlock channel
-    /// itself (zero when it does not).
-    pub(crate) listening: Duration,
 }
 
 /// What `release.lua` needs to release one hold.
@@ -219,7 +216,7 @@ pub(crate) fn acquire(
     // owner id may have been made by another client).
     if enqueue || legacy || token_key.is_some() {
         invocation.arg(turns.client);
-        invocation.key(turns.queue).key(turns.grants).key(turns.recent);
+        invocation.key(turns.queue).key(turns.grants);
         invocation.arg(u8::from(enqueue)).arg(QUEUE_SLACK_MS).arg(grant_ticket.unwrap_or(0));
     } else if client_of(owner) != Some(turns.client) {
         invocation.arg(turns.client);
@@ -266,7 +263,7 @@ pub(crate) fn release(
     let ReleaseArgs { name, channel, turns, lease_ms, owner, latch, listening, barging } = *args;
     let mut invocation = RELEASE.call();
     invocation.key(name).key(channel).key(turns.marker).key(turns.queue).key(turns.grants);
-    invocation.key(turns.recent);
+    invocation.key(turns.listening);
     invocation.arg(lease_ms).arg(owner).arg(crate::lease::millis_ceil(listening));
     // What only passing the lock on reads goes out as one argument, which
     // the common release never parses: Redis's cost of a call grows with
@@ -315,13 +312,12 @@ pub(crate) fn handoff(
     session: &mut Session<'_>,
     args: &HandoffArgs<'_>,
 ) -> Result<Handoff> {
-    let HandoffArgs { name, channel, turns, lease_ms, from, to, latch, listening } = *args;
+    let HandoffArgs { name, channel, turns, lease_ms, from, to, latch } = *args;
     let mut invocation = HANDOFF.call();
-    invocation.key(name).key(channel).key(turns.marker).key(latch.key).key(turns.queue).key(turns.recent);
+    invocation.key(name).key(channel).key(turns.marker).key(latch.key).key(turns.listening);
     invocation.key(turns.grants);
     invocation.arg(UNLOCK_MESSAGE).arg(lease_ms).arg(from).arg(to).arg(scripts.publish()).arg(latch.ttl_ms);
     invocation.arg(latch.request).arg(u8::from(latch.retry)).arg(turns.client);
-    invocation.arg(crate::lease::millis_ceil(listening));
     let (reply, acked) = invocation.invoke(session, scripts.acks())?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     session.note_replicated(acked);
@@ -336,10 +332,7 @@ pub(crate) fn handoff(
 }
 
 /// Takes this client out of the lock's queue, and passes on its turn if
-/// it was woken for one; `listening`: for how much longer, at most, the
-/// client still listens on the unlock channel (see
-/// `Subscriber::listening_for`), during which releases must not take it
-/// for a Redisson waiter.
+/// it was woken for one.
 pub(crate) fn dequeue(
     scripts: &Scripts,
     session: &mut Session<'_>,
@@ -347,12 +340,10 @@ pub(crate) fn dequeue(
     channel: &str,
     turns: Turns<'_>,
     owner: &str,
-    listening: Duration,
 ) -> Result<()> {
     let mut invocation = DEQUEUE.call();
-    invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel).key(turns.recent);
+    invocation.key(turns.queue).key(turns.grants).key(turns.marker).key(name).key(channel);
     invocation.arg(turns.client).arg(owner).arg(UNLOCK_MESSAGE).arg(scripts.publish());
-    invocation.arg(crate::lease::millis_ceil(listening));
     let (reply, _) = invocation.invoke(session, false)?;
     reply.map_err(Error::redis)?;
     Ok(())
