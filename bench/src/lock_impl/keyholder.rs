@@ -81,8 +81,11 @@ impl LockImpl for Keyholder {
         Ok(KeyholderSession { client: client.clone(), locks: HashMap::new() })
     }
 
+    /// EVALSHA less one per acquisition (its release or hand-off script):
+    /// acquire.lua's refusals read the lock with PTTL, not EXISTS, so no
+    /// command inside it runs exactly once per call.
     fn attempt_command(&self) -> &'static str {
-        "exists"
+        "evalsha"
     }
 
     fn script_commands(&self) -> &'static [&'static str] {

@@ -181,9 +181,15 @@ impl Delta {
     /// Calls of an implementation's attempt command (see
     /// `LockImpl::attempt_command`), less the counter's `counter_ops` when it
     /// is the GET or SET the counter also sends.
-    pub(crate) fn attempts(&self, command: &str, counter_ops: u64) -> f64 {
+    pub(crate) fn attempts(&self, command: &str, counter_ops: u64, acquisitions: u64) -> f64 {
         let n = self.calls.get(command).copied().unwrap_or(0);
-        let own = if command == "get" || command == "set" { counter_ops } else { 0 };
+        // The counter's GET/SET; and for "evalsha", each acquisition's one
+        // release (or hand-off) script: the rest are acquire attempts.
+        let own = match command {
+            "get" | "set" => counter_ops,
+            "evalsha" => acquisitions,
+            _ => 0,
+        };
         n.saturating_sub(own) as f64
     }
 

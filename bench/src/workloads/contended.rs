@@ -90,7 +90,7 @@ impl Figures {
             lost,
             rt: d.round_trips(imp.script_commands(), counter_ops) / n,
             cmds: (d.commands_run() - 2.0 * counter_ops as f64).max(0.0) / n,
-            attempts: d.attempts(imp.attempt_command(), counter_ops) / n,
+            attempts: d.attempts(imp.attempt_command(), counter_ops, acquisitions as u64) / n,
             evalsha: d.calls("evalsha") / n,
             subs: subs / n,
             hexists: d.top_calls("hexists") / n,
@@ -264,7 +264,7 @@ pub(crate) fn contended(
                  counter's GET/SET and the slow-log audit included alike in every row. \
                  HEXISTS: keyholder's own top-level HEXISTS (a queued thread checking a local holder \
                  after an unlock message), counted by the audit. Acquire attempts: keyholder's acquire.lua \
-                 calls (its EXISTS count), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
+                 calls (its EVALSHA count less one release or hand-off script per acquisition), the baseline's SET NX calls; hand-offs: keyholder's HDEL \
                  count: handoff.lua calls that passed the lock straight to a local thread, and grant \
                  entries taken off the queue when clients queue (about one per acquisition then). Client CPU includes the \
                  counter's GET/SET, and has a 10 ms tick resolution. The minimal floor loop is measured: \

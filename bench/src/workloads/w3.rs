@@ -115,11 +115,11 @@ fn herds(env: &Env, stats: &mut redis::Connection, clients: usize, baseline: boo
          measured over {:?} while every thread waits on a lock held by another owner: client CPU, context \
          switches of all non-main threads (wake-ups), and top-level Redis commands. pub/sub conns: CLIENT \
          LIST TYPE pubsub; conns: connected_clients added by the implementation; subscribers: PUBSUB NUMSUB \
-         of the lock's channel. Acquire attempts per acquisition: keyholder's acquire.lua calls (EXISTS \
-         count), the baseline's SET NX calls; hand-offs: HDEL count, i.e. handoff.lua calls that passed the \
+         of the lock's channel. Acquire attempts per acquisition: keyholder's acquire.lua calls (EVALSHA \
+         less one release per acquisition), the baseline's SET NX calls; hand-offs: HDEL count, i.e. handoff.lua calls that passed the \
          lock straight to a local thread and, across clients, grant entries taken off the queue (so about \
          one per acquisition once clients queue); acquire calls/unlock: acquire.lua calls per unlock message published \
-         (EXISTS / PUBLISH count, a release that hands the lock over publishing once, one that wakes a \
+         (those / PUBLISH count, a release that hands the lock over publishing once, one that wakes a \
          client three times), at most one per client when each unlock wakes at most one thread per \
          client. EVALSHA counts every script \
          call: acquires, releases, hand-offs. keyholder's round trips and idle commands{}; HEXISTS: its own \
@@ -278,14 +278,14 @@ fn herd<I: LockImpl, O: LockImpl>(
             pubsub_conns: idle.pubsub_conns,
             conns: idle.conns,
             numsub: idle.numsub,
-            attempts: d.attempts(imp.attempt_command(), 0) / nf,
+            attempts: d.attempts(imp.attempt_command(), 0, n as u64) / nf,
             rt: d.round_trips(imp.script_commands(), 0) / nf,
             evalsha: d.calls("evalsha") / nf,
             subs: d.subscribes() / nf,
             handoffs: d.calls("hdel") / nf,
-            // acquire.lua calls (EXISTS) per unlock message; 0 / 0, n/a, for
-            // the baseline, which runs neither.
-            per_unlock: d.calls("exists") / d.calls("publish"),
+            // acquire.lua calls per unlock message; 0 / 0, n/a, for the
+            // baseline, which runs neither.
+            per_unlock: d.attempts("evalsha", 0, n as u64) / d.calls("publish"),
             // NaN without an audit.
             hexists: d.top_calls("hexists") / nf,
             idle_cpu_ms_s: idle.cpu_ms_s,
