@@ -6,7 +6,7 @@
 //! own, for a "36% memset" that turned out to be callgrind counting the
 //! `rep stosb` bytes of combine's zero-fill (up to 8 KiB before every socket
 //! read); measured in time, on W1 and W7 in the same minutes, the two
-//! readers did not differ above noise (issue 23, design.md ADR 45). So the
+//! readers did not differ above noise (issue 23, docs/reference/decisions.md, ADR 45). So the
 //! values, the error replies (`ServerError`, with the code and kind every
 //! `code()`/`kind()` check in keyholder was written against) and the parse
 //! errors are redis-rs's, and keyholder keeps no parser of its own.

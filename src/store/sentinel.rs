@@ -10,7 +10,7 @@
 //! Why not redis-rs's `SentinelClient`: its lookups connect without a
 //! timeout, and it would hold the command connections' addresses itself, where
 //! keyholder needs one answer shared by them and the pub/sub connection (see
-//! docs/design.md, ADR 31).
+//! docs/reference/decisions.md, ADR 31).
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};

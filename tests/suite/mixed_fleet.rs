@@ -131,7 +131,7 @@ fn redisson_waiters_get_their_share_beside_keyholder_threads() {
     let share = run.redisson as f64 / total as f64;
     // The Redisson side is 2 of the 6 contending threads, and 2 of the 4
     // contending clients (keyholder's turns go by client, as Redisson's
-    // wake-ups go by process: see ADR 41 in docs/design.md).
+    // wake-ups go by process: see ADR 41 in docs/reference/decisions.md).
     let (by_thread, by_client) = (2.0 / 6.0, 2.0 / 4.0);
     println!(
         "mixed fleet: while all 6 contended ({} ms, {:.0} acquisitions/s), Redisson {} and \

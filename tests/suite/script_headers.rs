@@ -1,5 +1,5 @@
 //! Every Lua script's header is its contract: each documents its `KEYS`,
-//! `ARGV` and replies, and docs/redisson-compat.md quotes each verbatim.
+//! `ARGV` and replies, and docs/reference/scripts.md quotes each verbatim.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[test]
@@ -18,19 +18,19 @@ fn every_script_documents_its_contract_in_a_header() {
     assert!(scripts >= 4, "only {scripts} scripts under lua/");
 }
 
-/// docs/redisson-compat.md quotes every script's header comment; they must
+/// docs/reference/scripts.md quotes every script's header comment; they must
 /// not drift apart.
 #[test]
 fn the_compat_doc_quotes_every_script_header_verbatim() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/redisson-compat.md")).unwrap();
+    let doc = std::fs::read_to_string(root.join("docs/reference/scripts.md")).unwrap();
     for path in lua_scripts() {
         let text = std::fs::read_to_string(&path).unwrap();
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
         let quoted = format!("```lua\n{}\n```", header.join("\n"));
         assert!(
             doc.contains(&quoted),
-            "docs/redisson-compat.md does not quote {}'s header as it is",
+            "docs/reference/scripts.md does not quote {}'s header as it is",
             path.display()
         );
     }
