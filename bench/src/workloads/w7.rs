@@ -3,7 +3,10 @@
 //! scripts and keyholder's own) and the baseline with a connection per
 //! thread, keyholder with one client and its defaults (at most 16 command
 //! connections, shared by its threads), and Redisson 4 with one client (a
-//! connection per thread, and its pub/sub connection).
+//! connection per thread, and its pub/sub connection). Beside them, what
+//! Redis allows when the network costs nothing (issue 38's moonshot):
+//! the minimal scripts' pairs in 32-deep pipelines over a few connections,
+//! as `redis-benchmark -P 32` would send them.
 
 use std::sync::Barrier;
 use std::thread;
@@ -39,6 +42,7 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
         // minimal floor, keyholder scripts, baseline, keyholder, Redisson
         // 4; with --aa the minimal floor again.
         let mut runs: [Vec<PerRequest>; 6] = Default::default();
+        let mut ceilings = Vec::new();
         let count = if c.aa { 6 } else { 5 };
         for run in 1..=c.runs {
             eprintln!("W7 ({threads} threads) run {run}/{}", c.runs);
@@ -67,6 +71,8 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
                 };
                 runs[which].push(window);
             }
+            settle(stats, idle)?;
+            ceilings.push(pipelined_ceiling(env)?);
         }
         let [minimal_runs, script_runs, base_runs, kh_runs, redisson_runs, again_runs] = &runs;
         let rate = |runs: &[PerRequest]| fmt(median(runs.iter().map(|r| r.rate).collect()), 0);
@@ -93,6 +99,8 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             ratio(kh_runs, base_runs),
             ratio(kh_runs, redisson_runs),
             ratio(redisson_runs, minimal_runs),
+            fmt(median(ceilings.clone()), 0),
+            fmt_ratios(kh_runs.iter().zip(&ceilings).map(|(k, p)| k.rate / p).collect()),
             if c.aa { ratio(again_runs, minimal_runs) } else { "-".to_owned() },
             each(|r| r.connections, 0),
             each(|r| r.server_us, 1),
@@ -121,6 +129,8 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
             "keyholder vs baseline",
             "keyholder vs Redisson 4",
             "Redisson 4 vs minimal floor",
+            "pipelined ceiling pairs/s",
+            "keyholder vs pipelined ceiling",
             "minimal floor again vs minimal floor (A/A, --aa)",
             "Redis connections minimal / scripts / baseline / keyholder / Redisson 4",
             "Redis CPU µs/pair minimal / scripts / baseline / keyholder / Redisson 4",
@@ -144,7 +154,14 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
            ratios, in brackets the worst run's; round trips from INFO commandstats; Redis CPU is the server's own (INFO cpu) over the \
            window, per pair; Redis command time is the part of it the commands and scripts themselves \
            take (INFO commandstats usec of the top-level commands: no network I/O, no event loop)."
-            .to_owned()],
+            .to_owned(),
+          format!(
+              "Pipelined ceiling: what Redis allows when the network costs nothing (issue 38's moonshot: \
+               keyholder at 512 threads >= 0.75x it): the minimal scripts' acquire+release pairs, each on a \
+               name of its own, sent by EVALSHA in pipelines of {CEILING_DEPTH} pairs over {CEILING_CONNECTIONS} \
+               connections (a thread each), as redis-benchmark -P {CEILING_DEPTH} sends them, {CEILING_PAIRS} \
+               pairs in all, once per run after the rotation; the ratio is per run."
+          )],
     );
     Ok(())
 }
@@ -234,4 +251,75 @@ fn per_request<I: LockImpl>(
         server_us: d.server_cpu / n * 1e6,
         command_us: d.command_usec(imp.script_commands()) / n,
     })
+}
+
+/// Pairs per pipeline of the pipelined ceiling (issue 38: 32-deep).
+const CEILING_DEPTH: usize = 32;
+/// Its connections, a thread each: enough to keep Redis's one thread busy.
+const CEILING_CONNECTIONS: usize = 8;
+/// Its pairs in all.
+const CEILING_PAIRS: usize = 200_000;
+
+/// The pipelined ceiling's pairs per second: [`CEILING_CONNECTIONS`]
+/// threads, each sending the minimal acquire and release of
+/// [`CEILING_DEPTH`] names in one pipeline, checking every reply (nil, then
+/// 1: each pair took and released its lock), until [`CEILING_PAIRS`] pairs
+/// in all have run.
+fn pipelined_ceiling(env: &Env) -> Res<f64> {
+    let per_connection = CEILING_PAIRS / CEILING_CONNECTIONS;
+    let go = Barrier::new(CEILING_CONNECTIONS + 1);
+    let elapsed = thread::scope(|scope| -> Res<Duration> {
+        let mut handles = Vec::new();
+        for c in 0..CEILING_CONNECTIONS {
+            let go = &go;
+            handles.push(scope.spawn(move || -> Res<()> {
+                let prepared = prepare_ceiling(env, c);
+                go.wait();
+                let (mut con, acquire, release, keys) = prepared?;
+                let owner = format!("bench-ceiling:{c}");
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("EVALSHA")
+                        .arg(&acquire)
+                        .arg(1)
+                        .arg(key)
+                        .arg(crate::lock_impl::LEASE_MS)
+                        .arg(&owner);
+                    pipe.cmd("EVALSHA").arg(&release).arg(2).arg(key).arg(crate::env::channel_of(key));
+                    pipe.arg("0").arg(crate::lock_impl::LEASE_MS).arg(&owner);
+                }
+                for _ in 0..per_connection / CEILING_DEPTH {
+                    let replies: Vec<redis::Value> = pipe.query(&mut con)?;
+                    for pair in replies.chunks(2) {
+                        if !matches!(pair, [redis::Value::Nil, redis::Value::Int(1)]) {
+                            return Err(crate::error::err(format!(
+                                "pipelined ceiling: a pair replied {pair:?}"
+                            )));
+                        }
+                    }
+                }
+                Ok(())
+            }));
+        }
+        go.wait();
+        let start = Instant::now();
+        for handle in handles {
+            join(handle)?;
+        }
+        Ok(start.elapsed())
+    })?;
+    let pairs = (per_connection / CEILING_DEPTH * CEILING_DEPTH * CEILING_CONNECTIONS) as f64;
+    Ok(pairs / elapsed.as_secs_f64())
+}
+
+/// One ceiling connection, the minimal scripts loaded on it (their SHA1s),
+/// and its [`CEILING_DEPTH`] names.
+fn prepare_ceiling(env: &Env, c: usize) -> Res<(redis::Connection, String, String, Vec<String>)> {
+    let mut con = env.connect()?;
+    let acquire: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(crate::env::MINIMAL_ACQUIRE_LUA).query(&mut con)?;
+    let release: String =
+        redis::cmd("SCRIPT").arg("LOAD").arg(crate::env::MINIMAL_RELEASE_LUA).query(&mut con)?;
+    let keys = (0..CEILING_DEPTH).map(|i| env.key(&format!("w7p:{c}:{i}"))).collect();
+    Ok((con, acquire, release, keys))
 }
