@@ -159,8 +159,9 @@ pub(crate) fn w7(env: &Env, stats: &mut redis::Connection) -> Res<()> {
               "Pipelined ceiling: what Redis allows when the network costs nothing (issue 38's moonshot: \
                keyholder at 512 threads >= 0.75x it): the minimal scripts' acquire+release pairs, each on a \
                name of its own, sent by EVALSHA in pipelines of {CEILING_DEPTH} pairs over {CEILING_CONNECTIONS} \
-               connections (a thread each), as redis-benchmark -P {CEILING_DEPTH} sends them, {CEILING_PAIRS} \
-               pairs in all, once per run after the rotation; the ratio is per run."
+               connections (a thread each), as redis-benchmark -P {CEILING_DEPTH} sends them, {} pairs in \
+               all, once per run after the rotation; the ratio is per run.",
+              c.w7_pairs * CEILING_PAIRS_PER_PAIR
           )],
     );
     Ok(())
@@ -257,16 +258,18 @@ fn per_request<I: LockImpl>(
 const CEILING_DEPTH: usize = 32;
 /// Its connections, a thread each: enough to keep Redis's one thread busy.
 const CEILING_CONNECTIONS: usize = 8;
-/// Its pairs in all.
-const CEILING_PAIRS: usize = 200_000;
+/// Its pairs in all, per pair of the other rows' windows (200 000 with
+/// the full configuration's 32 000).
+const CEILING_PAIRS_PER_PAIR: usize = 6;
 
 /// The pipelined ceiling's pairs per second: [`CEILING_CONNECTIONS`]
 /// threads, each sending the minimal acquire and release of
 /// [`CEILING_DEPTH`] names in one pipeline, checking every reply (nil, then
-/// 1: each pair took and released its lock), until [`CEILING_PAIRS`] pairs
-/// in all have run.
+/// 1: each pair took and released its lock), until [`CEILING_PAIRS_PER_PAIR`] times
+/// the other rows' pairs have run.
 fn pipelined_ceiling(env: &Env) -> Res<f64> {
-    let per_connection = CEILING_PAIRS / CEILING_CONNECTIONS;
+    let pairs = (env.cfg.w7_pairs * CEILING_PAIRS_PER_PAIR).max(CEILING_DEPTH * CEILING_CONNECTIONS);
+    let per_connection = pairs / CEILING_CONNECTIONS;
     let go = Barrier::new(CEILING_CONNECTIONS + 1);
     let elapsed = thread::scope(|scope| -> Res<Duration> {
         let mut handles = Vec::new();
