@@ -35,6 +35,8 @@ pub(crate) use baseline::Baseline;
 pub(crate) use keyholder::Keyholder;
 pub(crate) use minimal_floor::MinimalFloor;
 pub(crate) use redisson::Redisson;
+#[cfg(test)]
+pub(crate) use redisson::SCRIPT_COMMANDS as REDISSON_SCRIPT_COMMANDS;
 pub(crate) use script_floor::ScriptFloor;
 
 use std::time::Duration;

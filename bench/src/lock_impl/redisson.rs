@@ -47,7 +47,7 @@ use crate::error::{Res, err};
 /// the client sends a `DEL` of the latch itself: `del-publish-spublish`
 /// counts the `del` calls beyond those as top-level (`Delta::top_level`).
 /// The audited windows (W2, W6) count top-level commands exactly.
-const SCRIPT_COMMANDS: &[&str] = &[
+pub(crate) const SCRIPT_COMMANDS: &[&str] = &[
     "exists",
     "hexists",
     "hincrby",
