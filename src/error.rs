@@ -135,6 +135,13 @@ pub enum ErrorKind {
     Spawn,
     /// The client was shut down; no new acquisitions are made.
     Shutdown,
+    /// The caller already holds the non-reentrant lock it asked for
+    /// ([`NonReentrantLock`](crate::NonReentrantLock),
+    /// [`NonReentrantFairLock`](crate::NonReentrantFairLock)): a second hold
+    /// would wait for itself forever, as Redisson's refuses it with an
+    /// `IllegalMonitorStateException`. Nothing was sent or changed; the
+    /// first hold is untouched. See [`Error::lock_name`].
+    AlreadyHeld,
 }
 
 /// An error returned by keyholder.
@@ -312,6 +319,11 @@ impl Error {
         self.kind() == ErrorKind::Shutdown
     }
 
+    /// True for [`ErrorKind::AlreadyHeld`].
+    pub fn is_already_held(&self) -> bool {
+        self.kind() == ErrorKind::AlreadyHeld
+    }
+
     // Constructors, for the crate only.
 
     /// A failure to reach a server (see `reaching.rs`): its kind, its
@@ -468,6 +480,11 @@ impl Error {
         Error::new(ErrorKind::Shutdown)
     }
 
+    /// A second acquire of a non-reentrant lock (`noun`) by its holder.
+    pub(crate) fn already_held(noun: &str, name: &str) -> Error {
+        Error::new(ErrorKind::AlreadyHeld).with_name(name).with_detail(noun)
+    }
+
     /// True when a command failed in transit (I/O error, timeout, dropped
     /// connection): it may or may not have run on the server.
     pub(crate) fn is_transport(&self) -> bool {
@@ -587,6 +604,9 @@ impl fmt::Display for Error {
                 write!(f, "lock '{name}': fewer replicas than required acknowledged the write in time")
             }
             ErrorKind::Shutdown => f.write_str("the keyholder client was shut down"),
+            ErrorKind::AlreadyHeld => {
+                write!(f, "{detail} '{name}' is already held by this caller, and it is not reentrant")
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ pub(crate) mod job;
 pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod multi_lock;
+pub(crate) mod non_reentrant;
 pub(crate) mod permit_semaphore;
 pub(crate) mod red_lock;
 pub(crate) mod rwlock;

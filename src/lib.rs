@@ -109,7 +109,11 @@
 //!
 //! [`Client::spin_lock`] gives a [`SpinLock`]: the same lock without pub/sub,
 //! which sleeps a [`BackOff`] between tries (for deployments where pub/sub
-//! is unavailable). [`MultiLock`] takes several [`Lock`]s, of any clients,
+//! is unavailable). [`Client::non_reentrant_lock`] and
+//! [`Client::non_reentrant_fair_lock`] give Redisson 4.4's non-reentrant
+//! twins of [`Lock`] and [`FairLock`]: the same keys, but a holder's second
+//! acquire fails with [`ErrorKind::AlreadyHeld`] instead of counting.
+//! [`MultiLock`] takes several [`Lock`]s, of any clients,
 //! all or none, in an order every process agrees on. [`RedLock`] holds one
 //! name on a quorum of N independent masters, with an optional combined
 //! fencing token; `docs/redlock.md` says what it does not guarantee.
@@ -291,6 +295,10 @@ pub use kinds::family::{
 pub use kinds::job::{DEFAULT_JOB_AT_MOST, Job, JobOutcome, JobRun};
 pub use kinds::lock::{Lock, LockGuard, OwnedLockGuard};
 pub use kinds::multi_lock::{Lost, LostSignals, MultiLock, MultiLockGuard};
+pub use kinds::non_reentrant::{
+    NonReentrantFairLock, NonReentrantFairLockGuard, NonReentrantLock, NonReentrantLockGuard,
+    OwnedNonReentrantFairLockGuard, OwnedNonReentrantLockGuard,
+};
 pub use kinds::permit_semaphore::{
     ExpirablePermits, MAX_PERMITS_PER_CALL, PermitExpirableSemaphore, PermitId,
 };
@@ -319,6 +327,7 @@ struct ReadmeDoctests;
 pub mod kind {
     pub use crate::kinds::fair::Fair;
     pub use crate::kinds::lock::Reentrant;
+    pub use crate::kinds::non_reentrant::NonReentrant;
     pub use crate::kinds::rwlock::{Read, RwSide, Write};
     pub use crate::kinds::spin_lock::Spin;
 }

@@ -50,7 +50,7 @@ use crate::kinds::family::contend::{self, Bounds, Contended, Contender, OnChanne
 use crate::kinds::family::fresh::{self, Keeping, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
 use crate::kinds::family::release as released;
-use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::sealed::{Core, Fences, Reenters, Tokens};
 use crate::kinds::family::tokens::{self, TokenHold};
 use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::confirm;
@@ -208,6 +208,16 @@ impl Handle<Fair> {
 }
 
 impl Kind for Fair {}
+
+impl Reenters for Fair {
+    const ONCE: [&'static str; 3] =
+        ["non-reentrant fair lock", "NonReentrantFairLock", "NonReentrantFairLockGuard"];
+
+    fn live_hold(&self, ctx: Context<'_>, _thread: u64) -> Option<Arc<Hold>> {
+        // The calling thread's: a fair lock's holds are registered per thread.
+        reentry::current(ctx.uuid(), Self::NOUN, &self.keys.name)
+    }
+}
 
 impl Fenced for Fair {}
 

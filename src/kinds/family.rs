@@ -59,7 +59,10 @@ use crate::owner::{self, OwnerToken};
 /// [`try_lock`](Handle::try_lock) never waits,
 /// [`try_lock_for`](Handle::try_lock_for) and
 /// [`try_lock_until`](Handle::try_lock_until) wait at most so long. Not
-/// getting the lock in time is `Ok(None)`, not an error. Every kind is
+/// getting the lock in time is `Ok(None)`, not an error. Every kind but the
+/// non-reentrant twins ([`NonReentrantLock`](crate::NonReentrantLock),
+/// [`NonReentrantFairLock`](crate::NonReentrantFairLock), which refuse it
+/// with [`ErrorKind::AlreadyHeld`](crate::ErrorKind::AlreadyHeld)) is
 /// reentrant per thread: a thread that holds the lock may acquire it again,
 /// and each acquisition is released by its own [`Guard`].
 #[derive(Clone)]

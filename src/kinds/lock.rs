@@ -29,7 +29,7 @@ use crate::holds::renew::OnLost;
 use crate::kinds::family::contend::{self, Bounds, Contended, Contender, Step, Wait};
 use crate::kinds::family::fresh::{self, Won};
 use crate::kinds::family::reentry::{self, Reenter, Reentry};
-use crate::kinds::family::sealed::{Core, Fences, Tokens};
+use crate::kinds::family::sealed::{Core, Fences, Reenters, Tokens};
 use crate::kinds::family::tokens::{self, TokenHold};
 use crate::kinds::family::{self, Acquirer, ByToken, Call, Fenced, Guard, Handle, Kind, TokenOwned};
 use crate::kinds::lock::scripts::{Acquire, AcquireArgs, Confirm, Turns};
@@ -200,6 +200,14 @@ impl Tokens for Reentrant {
         let held = TokenHold::of(Self::NOUN, &entry.keys.name, owner, lease, lease_ms);
         let hold = tokens::resume(ctx, held, release::keeping(ctx, &entry))?;
         Ok((hold, entry))
+    }
+}
+
+impl Reenters for Reentrant {
+    const ONCE: [&'static str; 3] = ["non-reentrant lock", "NonReentrantLock", "NonReentrantLockGuard"];
+
+    fn live_hold(&self, ctx: Context<'_>, thread: u64) -> Option<Arc<Hold>> {
+        ctx.waits().entry(&self.name).hold_of(thread)
     }
 }
 

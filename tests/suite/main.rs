@@ -53,6 +53,7 @@ mod linger;
 mod migration;
 mod mixed_fleet;
 mod mutual_exclusion;
+mod non_reentrant;
 mod queue;
 mod reentrancy;
 mod replicas;

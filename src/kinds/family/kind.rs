@@ -72,6 +72,17 @@ pub(crate) mod sealed {
         ) -> Result<(Arc<Hold>, Self::Keep)>;
     }
 
+    /// A reentrant kind that has a non-reentrant twin
+    /// ([`NonReentrant`](crate::kind::NonReentrant)): the same layout and
+    /// scripts, a second hold refused.
+    pub(crate) trait Reenters: Core {
+        /// The twin's `NOUN`, `HANDLE` and `GUARD`.
+        const ONCE: [&'static str; 3];
+        /// The live hold of `thread` (a thread id) at this client, which a
+        /// second acquire would re-enter.
+        fn live_hold(&self, ctx: Context<'_>, thread: u64) -> Option<Arc<Hold>>;
+    }
+
     /// A kind whose fresh acquisitions can mint fencing tokens.
     pub(crate) trait Fences: Core {
         /// The same handle, minting tokens.
@@ -84,8 +95,10 @@ pub(crate) mod sealed {
 ///
 /// Sealed: the kinds are keyholder's ([`Lock`](crate::Lock),
 /// [`FairLock`](crate::FairLock), [`SpinLock`](crate::SpinLock),
-/// [`ReadLock`](crate::ReadLock), [`WriteLock`](crate::WriteLock)), named
-/// in [`kind`](crate::kind).
+/// [`ReadLock`](crate::ReadLock), [`WriteLock`](crate::WriteLock),
+/// [`NonReentrantLock`](crate::NonReentrantLock),
+/// [`NonReentrantFairLock`](crate::NonReentrantFairLock)), named in
+/// [`kind`](crate::kind).
 #[allow(private_bounds)]
 pub trait Kind: sealed::Core {}
 
