@@ -144,10 +144,76 @@ impl LockKeys {
     }
 }
 
+/// Redisson's hash-tag rule, the one place it is written: the name itself
+/// when it contains `{` (it carries its own tag), else `{<name>}`.
+fn tagged(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains('{') { name.into() } else { format!("{{{name}}}").into() }
+}
+
 /// Redisson's `prefixName`: `<prefix>:{<name>}`, or `<prefix>:<name>` when the
 /// name already contains `{`.
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') { format!("{prefix}:{name}") } else { format!("{prefix}:{{{name}}}") }
+    format!("{prefix}:{}", tagged(name))
+}
+
+/// Redisson's `suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when the
+/// name already contains `{`.
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
+    format!("{}:{suffix}", tagged(name))
+}
+
+// Every other kind's keys and channels, written here once for the kinds'
+// script callers, the renewers and the operators' tools alike.
+
+/// The fair lock's queue of owner ids (a LIST, Redisson's).
+pub(crate) fn fair_queue(name: &str) -> String {
+    prefixed("redisson_lock_queue", name)
+}
+
+/// The fair lock's waiters' deadlines (a ZSET, Redisson's).
+pub(crate) fn fair_timeouts(name: &str) -> String {
+    prefixed("redisson_lock_timeout", name)
+}
+
+/// keyholder's fair grants: whom a fair release may hand the lock to.
+pub(crate) fn fair_grants(name: &str) -> String {
+    own_key("keyholder_fair_grants", name)
+}
+
+/// The prefix of a fair waiter's grant channel, `<prefix>:<owner>`.
+pub(crate) fn fair_grant_prefix(name: &str) -> String {
+    own_key("keyholder_fair__grant", name)
+}
+
+/// The read-write lock's channel (Redisson's).
+pub(crate) fn rw_channel(name: &str) -> String {
+    prefixed("redisson_rwlock", name)
+}
+
+/// The base of a read-write lock's read holds' timeout keys (Redisson's).
+pub(crate) fn rw_timeout_base(name: &str) -> String {
+    tagged(name).into_owned()
+}
+
+/// keyholder's waiting writers of a read-write lock (a ZSET).
+pub(crate) fn rw_writers(name: &str) -> String {
+    own_key("keyholder_rwlock_writers", name)
+}
+
+/// Both semaphores' channel (Redisson's `redisson_sc`).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed("redisson_sc", name)
+}
+
+/// The permit-expirable semaphore's held permits (a ZSET, Redisson's).
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
+/// The count-down latch's channel: Redisson wraps the name in braces
+/// whatever it holds, so a hash-tagged name gets a second pair.
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
 /// The unlock channel of the lock `name`.
@@ -206,7 +272,10 @@ pub(crate) fn token_key(name: &str) -> String {
 /// own hash tag. (Redisson's rule would give `x` and `{x}` the same key.) The
 /// first `{` of either form opens the name's slot tag, as in the lock key.
 pub(crate) fn own_key(prefix: &str, name: &str) -> String {
-    if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
+    match tagged(name) {
+        std::borrow::Cow::Borrowed(own) => format!("{prefix}:tagged:{own}"),
+        braced => format!("{prefix}:{braced}"),
+    }
 }
 
 /// The claim marker of the lock `name`: the client whose turn it is (see
@@ -248,6 +317,57 @@ pub(crate) fn unlock_latch(name: &str, client: u128, thread: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kinds_keys_follow_redissons_brace_rule_and_keyholders_own_are_one_to_one() {
+        let layout = |name: &str| {
+            [
+                fair_queue(name),
+                fair_timeouts(name),
+                rw_channel(name),
+                rw_timeout_base(name),
+                semaphore_channel(name),
+                permit_timeouts(name),
+                fair_grants(name),
+                fair_grant_prefix(name),
+                rw_writers(name),
+                latch_channel(name),
+            ]
+        };
+        assert_eq!(
+            layout("slots"),
+            [
+                "redisson_lock_queue:{slots}",
+                "redisson_lock_timeout:{slots}",
+                "redisson_rwlock:{slots}",
+                "{slots}",
+                "redisson_sc:{slots}",
+                "{slots}:timeout",
+                "keyholder_fair_grants:{slots}",
+                "keyholder_fair__grant:{slots}",
+                "keyholder_rwlock_writers:{slots}",
+                "redisson_countdownlatch__channel__{slots}",
+            ]
+        );
+        assert_eq!(
+            layout("{user}:1"),
+            [
+                "redisson_lock_queue:{user}:1",
+                "redisson_lock_timeout:{user}:1",
+                "redisson_rwlock:{user}:1",
+                "{user}:1",
+                "redisson_sc:{user}:1",
+                "{user}:1:timeout",
+                "keyholder_fair_grants:tagged:{user}:1",
+                "keyholder_fair__grant:tagged:{user}:1",
+                "keyholder_rwlock_writers:tagged:{user}:1",
+                "redisson_countdownlatch__channel__{{user}:1}",
+            ]
+        );
+        // Redisson's rule gives `x` and `{x}` one key; keyholder's own keys differ.
+        assert_eq!(semaphore_channel("x"), semaphore_channel("{x}"));
+        assert_ne!(fair_grants("x"), fair_grants("{x}"));
+    }
 
     #[test]
     fn channel_wraps_the_name_in_braces() {

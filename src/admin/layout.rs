@@ -22,7 +22,6 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use crate::error::Error;
-use crate::kinds::{count_down_latch, permit_semaphore, semaphore};
 use crate::names;
 
 /// What sits at a name: which of keyholder's (and Redisson's) kinds, if
@@ -223,17 +222,17 @@ impl Companions {
     pub(crate) fn of(name: &str) -> Companions {
         Companions {
             lock_channel: names::unlock_channel(name),
-            rw_channel: names::prefixed("redisson_rwlock", name),
-            semaphore_channel: semaphore::channel_of(name),
-            latch_channel: count_down_latch::channel_of(name),
+            rw_channel: names::rw_channel(name),
+            semaphore_channel: names::semaphore_channel(name),
+            latch_channel: names::latch_channel(name),
             token: names::token_key(name),
             queue: names::queue_key(name),
             marker: names::next_marker(name),
-            fair_queue: names::prefixed("redisson_lock_queue", name),
-            fair_timeouts: names::prefixed("redisson_lock_timeout", name),
-            fair_grants: names::own_key("keyholder_fair_grants", name),
-            permits: permit_semaphore::timeouts_of(name),
-            writers: names::own_key("keyholder_rwlock_writers", name),
+            fair_queue: names::fair_queue(name),
+            fair_timeouts: names::fair_timeouts(name),
+            fair_grants: names::fair_grants(name),
+            permits: names::permit_timeouts(name),
+            writers: names::rw_writers(name),
         }
     }
 

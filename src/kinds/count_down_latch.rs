@@ -46,7 +46,7 @@ impl Client {
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
         let ctx = self.context();
         ctx.validate_name(name)?;
-        let channel = channel_of(name);
+        let channel = crate::names::latch_channel(name);
         if ctx.is_cluster() && hash_tag(channel.as_bytes()) != hash_tag(name.as_bytes()) {
             return Err(Error::invalid_argument(format!(
                 "latch name {name:?}: on a Redis Cluster its channel {channel:?} (Redisson's) would hash to \
@@ -55,11 +55,6 @@ impl Client {
         }
         Ok(CountDownLatch { client: self.clone(), name: Arc::from(name), channel: Arc::from(channel) })
     }
-}
-
-/// The channel of latch `name`: always Redisson's literal braces.
-pub(crate) fn channel_of(name: &str) -> String {
-    format!("redisson_countdownlatch__channel__{{{name}}}")
 }
 
 /// A handle to one named count-down latch (Redisson's `RCountDownLatch`).

@@ -18,8 +18,8 @@ mod renewal;
 pub(crate) mod scripts;
 
 pub use guard::ExpirablePermits;
+pub(crate) use layout::Keys;
 pub use layout::PermitId;
-pub(crate) use layout::{Keys, timeouts_of};
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 use crate::client::{Calls, Client};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
+use crate::kinds::semaphore::check_permits;
 use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
-use crate::kinds::semaphore::{channel_of, check_permits};
 use crate::lease::Lease;
+use crate::names;
 use renewal::PermitRenewal;
 use scripts::{Acquired, Released};
 
@@ -50,8 +51,8 @@ impl Client {
         self.context().validate_name(name)?;
         let name: Arc<str> = Arc::from(name);
         let keys = Arc::new(Keys {
-            timeouts: Arc::from(timeouts_of(&name)),
-            channel: Arc::from(channel_of(&name)),
+            timeouts: Arc::from(names::permit_timeouts(&name)),
+            channel: Arc::from(names::semaphore_channel(&name)),
             name,
         });
         Ok(PermitExpirableSemaphore { client: self.clone(), keys, lease: Lease::Watchdog })
@@ -362,13 +363,5 @@ mod tests {
             assert!(bad.parse::<PermitId>().is_err_and(|e| e.is_invalid()), "{bad:?}");
         }
         assert_ne!(PermitId::random(), PermitId::random());
-    }
-
-    #[test]
-    fn derived_names_follow_redissons_brace_rule() {
-        assert_eq!(timeouts_of("slots"), "{slots}:timeout");
-        assert_eq!(timeouts_of("{user}:1"), "{user}:1:timeout");
-        assert_eq!(channel_of("slots"), "redisson_sc:{slots}");
-        assert_eq!(channel_of("{user}:1"), "redisson_sc:{user}:1");
     }
 }

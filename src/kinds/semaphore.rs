@@ -40,14 +40,12 @@ impl Client {
     /// for a name [`Client::lock`] would refuse.
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         self.context().validate_name(name)?;
-        Ok(Semaphore { client: self.clone(), name: Arc::from(name), channel: Arc::from(channel_of(name)) })
+        Ok(Semaphore {
+            client: self.clone(),
+            name: Arc::from(name),
+            channel: Arc::from(crate::names::semaphore_channel(name)),
+        })
     }
-}
-
-/// The channel of semaphore `name` (Redisson's `redisson_sc` prefix rule,
-/// shared by the permit-expirable semaphore).
-pub(crate) fn channel_of(name: &str) -> String {
-    if name.contains('{') { format!("redisson_sc:{name}") } else { format!("redisson_sc:{{{name}}}") }
 }
 
 /// Refuses 0 permits before any I/O.

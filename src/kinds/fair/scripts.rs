@@ -61,23 +61,16 @@ pub(crate) struct FairKeys {
     pub(crate) grant_prefix: String,
 }
 
-/// A key of keyholder's own, one-to-one with names (as `names.rs` makes
-/// RLock's): `<prefix>:{<name>}`, or `<prefix>:tagged:<name>` when the name
-/// has braces of its own; either way in the lock key's cluster slot.
-fn own_key(prefix: &str, name: &str) -> String {
-    if name.contains('{') { format!("{prefix}:tagged:{name}") } else { format!("{prefix}:{{{name}}}") }
-}
-
 impl FairKeys {
     pub(crate) fn new(name: &str) -> FairKeys {
         FairKeys {
             name: std::sync::Arc::from(name),
-            queue: names::prefixed("redisson_lock_queue", name),
-            timeouts: names::prefixed("redisson_lock_timeout", name),
+            queue: names::fair_queue(name),
+            timeouts: names::fair_timeouts(name),
             channel_prefix: names::unlock_channel(name),
             token: names::token_key(name),
-            grants: own_key("keyholder_fair_grants", name),
-            grant_prefix: own_key("keyholder_fair__grant", name),
+            grants: names::fair_grants(name),
+            grant_prefix: names::fair_grant_prefix(name),
         }
     }
 

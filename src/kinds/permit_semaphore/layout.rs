@@ -10,11 +10,6 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
-/// The held-permits set of semaphore `name` (Redisson's `suffixName`).
-pub(crate) fn timeouts_of(name: &str) -> String {
-    if name.contains('{') { format!("{name}:timeout") } else { format!("{{{name}}}:timeout") }
-}
-
 /// A permit-expirable semaphore's keys and channel.
 #[derive(Debug)]
 pub(crate) struct Keys {

@@ -8,13 +8,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
-use super::layout::{Keys, PermitId, timeouts_of};
+use super::layout::{Keys, PermitId};
 use super::scripts;
 use crate::client::{Holds, Inner};
 use crate::error::{Error, Result};
 use crate::holds::hold::Hold;
 use crate::holds::renew::Renew;
-use crate::kinds::semaphore::channel_of;
+use crate::names;
 
 /// Renews permit holds.
 #[derive(Debug)]
@@ -52,8 +52,8 @@ impl Renew for PermitRenewal {
         for (name, positions) in by_name {
             let name_arc: Arc<str> = Arc::from(name);
             let keys = Keys {
-                timeouts: Arc::from(timeouts_of(name)),
-                channel: Arc::from(channel_of(name)),
+                timeouts: Arc::from(names::permit_timeouts(name)),
+                channel: Arc::from(names::semaphore_channel(name)),
                 name: name_arc,
             };
             let mut ids = Vec::new();

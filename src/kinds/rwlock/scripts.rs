@@ -50,8 +50,6 @@ pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
 /// trying again: its wake-up and one round trip, on a loaded machine.
 pub(crate) const WRITER_SLACK_MS: u64 = 1000;
 
-const WRITERS_PREFIX: &str = "keyholder_rwlock_writers";
-
 /// The keys and channel of one read-write lock.
 #[derive(Debug)]
 pub(crate) struct RwKeys {
@@ -69,17 +67,11 @@ pub(crate) struct RwKeys {
 
 impl RwKeys {
     pub(crate) fn new(name: &str) -> RwKeys {
-        let key_prefix = if name.contains('{') { name.to_owned() } else { format!("{{{name}}}") };
-        let writers = if name.contains('{') {
-            format!("{WRITERS_PREFIX}:tagged:{name}")
-        } else {
-            format!("{WRITERS_PREFIX}:{{{name}}}")
-        };
         RwKeys {
             name: std::sync::Arc::from(name),
-            channel: names::prefixed("redisson_rwlock", name),
-            key_prefix,
-            writers,
+            channel: names::rw_channel(name),
+            key_prefix: names::rw_timeout_base(name),
+            writers: names::rw_writers(name),
             token: names::token_key(name),
         }
     }
