@@ -14,7 +14,7 @@ use common::{RedisServer, ServerExt, channel_of, numsub, wait_numsub};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MILLI: Duration = Duration::from_millis(1);
-/// The documented linger (README, ADR 10).
+/// The documented linger (docs/reference/deployments.md, ADR 10).
 const LINGER: Duration = Duration::from_millis(100);
 /// What a scheduler on a loaded machine may add to it (the UNSUBSCRIBE's
 /// round trip, this test's polling).
