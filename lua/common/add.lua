@@ -1,6 +1,6 @@
 -- lua/common/add.lua: the semaphores' exact INCRBY. Prepended to the scripts
--- whose header names it (see docs/design.md, "Lua scripts"); defines one
--- local function.
+-- whose header names it, after lua/common/integer.lua (see docs/design.md,
+-- "Lua scripts"); defines two local functions.
 
 -- INCRBY key by delta, exact; an OVERFLOW error reply (and nothing
 -- written) when the sum would leave the 64-bit range, else nil.
@@ -14,4 +14,14 @@ local function add(key, delta, what)
         return reply
     end
     return nil
+end
+
+-- add(), to a permit count that must be one: a BADCOUNT error reply (and
+-- nothing written) when key holds a string that is not a count.
+local function add_permits(key, delta)
+    local value = redis.call('get', key)
+    if value and not integer(value) then
+        return redis.error_reply('BADCOUNT semaphore ' .. key .. ' does not hold a permit count')
+    end
+    return add(key, delta, 'semaphore')
 end

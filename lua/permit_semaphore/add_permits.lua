@@ -24,11 +24,7 @@
 --
 -- Prepended: lua/common/integer.lua, lua/common/add.lua
 
-local value = redis.call('get', KEYS[1])
-if value and not integer(value) then
-    return redis.error_reply('BADCOUNT semaphore ' .. KEYS[1] .. ' does not hold a permit count')
-end
-local bad = add(KEYS[1], ARGV[1], 'semaphore')
+local bad = add_permits(KEYS[1], ARGV[1])
 if bad then
     return bad
 end

@@ -20,14 +20,11 @@
 --   without a "mode" field (another kind's lock, which its own force unlock
 --   deletes): untouched.
 --
--- Prepended: lua/common/kinds.lua
+-- Prepended: lua/common/kinds.lua, lua/common/force.lua
 local key = KEYS[1]
-local kind = redis.call('type', key).ok
-if kind == 'none' then
-    return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE the key at the lock name is a ' .. kind .. ', not a lock hash')
+local found = lock_hash(key)
+if found ~= 'hash' then
+    return found
 end
 local mode = redis.call('hget', key, 'mode')
 if not mode then

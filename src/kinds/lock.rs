@@ -263,7 +263,7 @@ impl Core for Reentrant {
     fn force_unlock(&self) -> Result<bool> {
         let ctx = self.client.context();
         ctx.calls().with_live_conn(&self.name, |conn| {
-            scripts::force_unlock(ctx.calls().scripts(), conn, &self.name, &self.channel)
+            scripts::force_unlock(ctx.calls().scripts(), conn, &self.name, Some(&self.channel))
         })
     }
 

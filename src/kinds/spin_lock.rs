@@ -161,7 +161,9 @@ impl Core for Spin {
     /// free at their next try.
     fn force_unlock(&self) -> Result<bool> {
         let ctx = self.client.context();
-        ctx.calls().with_live_conn(&self.name, |conn| scripts::force_unlock(conn, &self.name))
+        ctx.calls().with_live_conn(&self.name, |conn| {
+            crate::kinds::lock::scripts::force_unlock(ctx.calls().scripts(), conn, &self.name, None)
+        })
     }
 
     fn debug_fields(&self, f: &mut std::fmt::DebugStruct<'_, '_>) {

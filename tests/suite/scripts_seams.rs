@@ -213,7 +213,7 @@ fn plain_calls(con: &mut redis::Connection, n: &str) -> Vec<(&'static str, redis
         "spin_lock/release",
         script("spin_lock/release.lua").key(n).arg(30_000).arg(OWNER).invoke(con),
     ));
-    calls.push(("spin_lock/force_unlock", script("spin_lock/force_unlock.lua").key(n).invoke(con)));
+    calls.push(("spin_lock/force_unlock", script("lock/force_unlock.lua").key(n).invoke(con)));
     for mode in ["1", "0"] {
         calls.push((
             "fair/acquire",

@@ -84,6 +84,7 @@ static RENEW: LuaScript = LuaScript::new(include_str!("../../../lua/lock/renew.l
 static CONFIRM: LuaScript = LuaScript::new(include_str!("../../../lua/lock/confirm.lua"));
 static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/force.lua"),
     include_str!("../../../lua/lock/force_unlock.lua")
 ));
 static DEQUEUE: LuaScript = LuaScript::new(include_str!("../../../lua/lock/dequeue.lua"));
@@ -421,15 +422,20 @@ pub(crate) fn confirm(
     }
 }
 
-/// Deletes the lock whoever holds it; `true` when there was one.
+/// Deletes the lock whoever holds it; `true` when there was one. With
+/// `channel` (the reentrant lock's), its waiters are told; without (the
+/// spin lock's, as Redisson's), nothing is published.
 pub(crate) fn force_unlock(
     scripts: &Scripts,
     session: &mut Session<'_>,
     name: &str,
-    channel: &str,
+    channel: Option<&str>,
 ) -> Result<bool> {
     let mut invocation = FORCE_UNLOCK.call();
-    invocation.key(name).key(channel).arg(UNLOCK_MESSAGE).arg(scripts.publish());
+    invocation.key(name);
+    if let Some(channel) = channel {
+        invocation.key(channel).arg(UNLOCK_MESSAGE).arg(scripts.publish());
+    }
     let (reply, _) = invocation.invoke(session, false)?;
     let reply = reply.map_err(|e| Error::from_redis(name, e))?;
     match reply {

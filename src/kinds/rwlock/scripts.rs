@@ -40,6 +40,7 @@ static WRITE_RELEASE: LuaScript = LuaScript::new(concat!(
 static WRITE_WITHDRAW: LuaScript = LuaScript::new(include_str!("../../../lua/rwlock/write_withdraw.lua"));
 static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/kinds.lua"),
+    include_str!("../../../lua/common/force.lua"),
     include_str!("../../../lua/rwlock/force_unlock.lua")
 ));
 

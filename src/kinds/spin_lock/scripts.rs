@@ -23,10 +23,6 @@ static RELEASE: LuaScript = LuaScript::new(concat!(
     include_str!("../../../lua/common/kinds.lua"),
     include_str!("../../../lua/spin_lock/release.lua")
 ));
-static FORCE_UNLOCK: LuaScript = LuaScript::new(concat!(
-    include_str!("../../../lua/common/kinds.lua"),
-    include_str!("../../../lua/spin_lock/force_unlock.lua")
-));
 
 /// Which acquire: `ARGV[3]` of `acquire.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,17 +99,5 @@ pub(crate) fn release(
         Value::Int(0) => Ok(Release::StillHeld),
         Value::Int(1) => Ok(Release::Released),
         other => Err(unexpected("spin_lock release", &other)),
-    }
-}
-
-/// Deletes `name` whoever holds it; true if there was a lock.
-pub(crate) fn force_unlock(session: &mut Session<'_>, name: &str) -> Result<bool> {
-    let mut call = FORCE_UNLOCK.call();
-    call.key(name);
-    let (reply, _) = call.invoke(session, false)?;
-    match reply.map_err(|e| Error::from_redis(name, e))? {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
-        other => Err(unexpected("spin_lock force_unlock", &other)),
     }
 }
