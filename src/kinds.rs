@@ -10,8 +10,8 @@
 //! made of other kinds' handles), or shares its layout (the hash renewer of
 //! `lock::renewal`); every lock-like kind imports `family`. `latch` is what every kind whose
 //! release decrements a count shares: the unlock latch and its one retry.
-//! The semaphores and the count-down latch share `semaphore::wait_loop`
-//! (Redisson's try, subscribe, sleep-on-the-channel loop, bounded) and
+//! The semaphores and the count-down latch share `semaphore::wait` (their
+//! side of `family::contend`, the one waiting loop of every kind) and
 //! `semaphore::scripts::eval`; the permit-expirable semaphore also shares the
 //! semaphore's count and channel.
 

@@ -12,6 +12,8 @@
 //!   `GateRedis` seam, so it is tested without it.
 //! - [`owed`]: the wakes a barging release owes the queue's front client
 //!   once its own client's head start ends, and the thread that pays them.
+//! - [`patience`]: how long one call waits, `_for` derived from `_until`
+//!   once for every kind.
 //! - [`outage`]: what every waiting loop does when Redis is unreachable:
 //!   keep waiting, on its own wake-up with a bounded back-off, until its
 //!   deadline or the client's outage budget, then return the error.
@@ -20,3 +22,4 @@ pub(crate) mod channel;
 pub(crate) mod entry;
 pub(crate) mod outage;
 pub(crate) mod owed;
+pub(crate) mod patience;

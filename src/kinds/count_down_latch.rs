@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 use crate::client::{Calls, Client, Context, Repeat};
 use crate::error::{Error, Result};
 use crate::kinds::semaphore::scripts::{int, read_count};
-use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
+use crate::kinds::semaphore::wait::{self, Attempt};
 use crate::names::hash_tag;
 use crate::store::eval::LuaScript;
 use crate::store::scripts::unexpected;
+use crate::wait::patience::Patience;
 
 static COUNT_DOWN: LuaScript = LuaScript::new(concat!(
     include_str!("../../lua/common/integer.lua"),
@@ -193,7 +194,7 @@ impl CountDownLatch {
     /// ([`ClientBuilder::outage_budget`](crate::ClientBuilder::outage_budget))
     /// or the timeout has passed; any other failure ends it at once.
     pub fn await_for(&self, timeout: Duration) -> Result<bool> {
-        self.await_until(Instant::now() + timeout)
+        self.await_with(Patience::within(timeout))
     }
 
     /// Waits until `deadline` at most for the latch to open; true when it
@@ -205,10 +206,13 @@ impl CountDownLatch {
     ///
     /// As [`count`](CountDownLatch::count); a failure ends the wait.
     pub fn await_until(&self, deadline: Instant) -> Result<bool> {
-        let opened =
-            wait_loop::wait_for(self.ctx(), &self.name, &self.channel, Patience::Until(deadline), || {
-                Ok(if self.count()? == 0 { Attempt::Won(()) } else { Attempt::Refused { retry_in: None } })
-            })?;
+        self.await_with(Patience::until(deadline))
+    }
+
+    fn await_with(&self, patience: Patience) -> Result<bool> {
+        let opened = wait::wait_for(self.ctx(), &self.name, &self.channel, patience, || {
+            Ok(if self.count()? == 0 { Attempt::Won(()) } else { Attempt::Refused { retry_in: None } })
+        })?;
         Ok(opened.is_some())
     }
 }

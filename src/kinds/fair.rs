@@ -490,6 +490,8 @@ struct Queueing<'a> {
 }
 
 impl Contender for Queueing<'_> {
+    type Won = Won;
+
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
         // A fresh attempt is safe to repeat (see `Fair::attempt`).
         let retry_in = match self.fair.attempt(self.owner, self.lease_ms, Some(self.ticket))? {

@@ -47,6 +47,7 @@ use crate::lease::Lease;
 use crate::names;
 use crate::observe;
 use crate::owner::{self, OwnerToken};
+use crate::wait::patience::Patience;
 
 /// A handle to one named lock of kind `K`; the public names are its
 /// aliases ([`Lock`](crate::Lock), [`FairLock`](crate::FairLock),
@@ -168,7 +169,7 @@ impl<K: Kind> Handle<K> {
     /// [`ErrorKind::Shutdown`]: crate::ErrorKind::Shutdown
     pub fn lock(&self) -> Result<Guard<K>> {
         // Without a deadline, acquire returns only once the lock is held.
-        self.acquire(None, true)?.ok_or_else(Error::shutdown)
+        self.acquire(Patience::forever())?.ok_or_else(Error::shutdown)
     }
 
     /// Makes one attempt, never waiting: `Ok(None)` if the lock is held
@@ -180,7 +181,7 @@ impl<K: Kind> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock(&self) -> Result<Option<Guard<K>>> {
-        self.acquire(Some(Instant::now()), false)
+        self.acquire(Patience::once())
     }
 
     /// Acquires the lock, waiting at most `wait`; `Ok(None)` if it was not
@@ -191,10 +192,7 @@ impl<K: Kind> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<Guard<K>>> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.try_lock_until(deadline),
-            None => self.lock().map(Some),
-        }
+        self.acquire(Patience::within(wait))
     }
 
     /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)`
@@ -207,7 +205,7 @@ impl<K: Kind> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<Guard<K>>> {
-        self.acquire(Some(deadline), true)
+        self.acquire(Patience::until(deadline))
     }
 
     /// True if any owner holds the lock (one round trip): for the hash
@@ -296,8 +294,8 @@ impl<K: Kind> Handle<K> {
     }
 
     /// One acquire call of the calling thread.
-    fn acquire(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K>>> {
-        self.acquire_for(None, deadline, block)
+    fn acquire(&self, patience: Patience) -> Result<Option<Guard<K>>> {
+        self.acquire_for(None, patience)
     }
 
     /// One acquire call, for the calling thread or for `token` (and
@@ -306,10 +304,10 @@ impl<K: Kind> Handle<K> {
     fn acquire_for<O: Ownership>(
         &self,
         token: Option<(&OwnerToken, bool)>,
-        deadline: Option<Instant>,
-        block: bool,
+        patience: Patience,
     ) -> Result<Option<Guard<K, O>>> {
-        let mode = observe::Mode::of(deadline, block);
+        let (deadline, block) = (patience.deadline(), patience.waits());
+        let mode = patience.mode();
         let obs = observe::Acquire::start(self.kind.name(), self.kind.client().context().id(), K::NOUN, mode);
         let acquired = obs.in_scope(|| {
             let ctx = self.kind.client().context();
@@ -403,7 +401,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn lock_owned(&self) -> Result<Guard<K, ByToken>> {
-        self.acquire_owned(None, true)?.ok_or_else(Error::shutdown)
+        self.acquire_owned(Patience::forever())?.ok_or_else(Error::shutdown)
     }
 
     /// One attempt for a new token, never waiting: `Ok(None)` if the lock
@@ -413,7 +411,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock_owned(&self) -> Result<Option<Guard<K, ByToken>>> {
-        self.acquire_owned(Some(Instant::now()), false)
+        self.acquire_owned(Patience::once())
     }
 
     /// Acquires the lock for a new token, waiting at most `wait`;
@@ -423,10 +421,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock_owned_for(&self, wait: Duration) -> Result<Option<Guard<K, ByToken>>> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.try_lock_owned_until(deadline),
-            None => self.lock_owned().map(Some),
-        }
+        self.acquire_owned(Patience::within(wait))
     }
 
     /// Acquires the lock for a new token, waiting until `deadline` at the
@@ -436,7 +431,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock`](Handle::lock).
     pub fn try_lock_owned_until(&self, deadline: Instant) -> Result<Option<Guard<K, ByToken>>> {
-        self.acquire_owned(Some(deadline), true)
+        self.acquire_owned(Patience::until(deadline))
     }
 
     /// Acquires the lock for `token`, waiting as long as it takes: a
@@ -458,7 +453,7 @@ impl<K: TokenOwned> Handle<K> {
     /// when another thread of this client is acquiring a
     /// [`Lock`](crate::Lock) with the same token right now.
     pub fn lock_with(&self, token: &OwnerToken) -> Result<Guard<K, ByToken>> {
-        self.acquire_for(Some((token, false)), None, true)?.ok_or_else(Error::shutdown)
+        self.acquire_for(Some((token, false)), Patience::forever())?.ok_or_else(Error::shutdown)
     }
 
     /// [`lock_with`](Handle::lock_with) that makes one attempt, never
@@ -468,7 +463,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock_with`](Handle::lock_with).
     pub fn try_lock_with(&self, token: &OwnerToken) -> Result<Option<Guard<K, ByToken>>> {
-        self.acquire_for(Some((token, false)), Some(Instant::now()), false)
+        self.acquire_for(Some((token, false)), Patience::once())
     }
 
     /// [`lock_with`](Handle::lock_with) that waits at most `wait`.
@@ -477,10 +472,7 @@ impl<K: TokenOwned> Handle<K> {
     ///
     /// As [`lock_with`](Handle::lock_with).
     pub fn try_lock_with_for(&self, token: &OwnerToken, wait: Duration) -> Result<Option<Guard<K, ByToken>>> {
-        match Instant::now().checked_add(wait) {
-            Some(deadline) => self.try_lock_with_until(token, deadline),
-            None => self.lock_with(token).map(Some),
-        }
+        self.acquire_for(Some((token, false)), Patience::within(wait))
     }
 
     /// [`lock_with`](Handle::lock_with) that waits until `deadline` at the
@@ -494,7 +486,7 @@ impl<K: TokenOwned> Handle<K> {
         token: &OwnerToken,
         deadline: Instant,
     ) -> Result<Option<Guard<K, ByToken>>> {
-        self.acquire_for(Some((token, false)), Some(deadline), true)
+        self.acquire_for(Some((token, false)), Patience::until(deadline))
     }
 
     /// Takes on the hold `token` has on this lock, made elsewhere (another
@@ -525,9 +517,9 @@ impl<K: TokenOwned> Handle<K> {
         Ok(Guard::new(Arc::clone(self.kind.client().inner()), hold, keep))
     }
 
-    fn acquire_owned(&self, deadline: Option<Instant>, block: bool) -> Result<Option<Guard<K, ByToken>>> {
+    fn acquire_owned(&self, patience: Patience) -> Result<Option<Guard<K, ByToken>>> {
         let token = OwnerToken::mint(self.kind.client().context().id());
-        self.acquire_for(Some((&token, true)), deadline, block)
+        self.acquire_for(Some((&token, true)), patience)
     }
 }
 

@@ -533,6 +533,8 @@ struct Contending<'a> {
 }
 
 impl Contender for Contending<'_> {
+    type Won = Won;
+
     fn attempt(&mut self, sent: Instant, listening: bool) -> Result<Step> {
         // Once the thread listens on its wake channel, a refusal queues
         // this client in Redis.

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::kinds::family::{Guard, Handle, Kind};
 use crate::kinds::lock::{Lock, Reentrant};
+use crate::wait::patience::Patience;
 
 /// A round of [`MultiLock::lock`] lasts this long per lock (Redisson's
 /// `RedissonMultiLock.lock()` waits `locks × 1500 ms` per try).
@@ -196,7 +197,7 @@ impl<K: Kind> MultiLock<K> {
     ///
     /// As [`lock`](MultiLock::lock).
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<MultiLockGuard<K>>> {
-        match Instant::now().checked_add(wait) {
+        match Patience::within(wait).deadline() {
             Some(deadline) => self.try_lock_until(deadline),
             None => self.lock().map(Some),
         }

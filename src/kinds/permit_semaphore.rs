@@ -29,9 +29,10 @@ use crate::client::{Calls, Client};
 use crate::error::{Error, Result};
 use crate::holds::hold::{Acquisition, Hold};
 use crate::kinds::semaphore::check_permits;
-use crate::kinds::semaphore::wait_loop::{self, Attempt, Patience};
+use crate::kinds::semaphore::wait::{self, Attempt};
 use crate::lease::Lease;
 use crate::names;
+use crate::wait::patience::Patience;
 use renewal::PermitRenewal;
 use scripts::{Acquired, Released};
 
@@ -140,7 +141,7 @@ impl PermitExpirableSemaphore {
     /// `ErrorKind::Redis` for a count that is no integer; connection
     /// failures.
     pub fn try_acquire(&self, permits: u32) -> Result<Option<ExpirablePermits>> {
-        self.acquire_with(permits, Patience::Once)
+        self.acquire_with(permits, Patience::once())
     }
 
     /// Takes `permits` permits, waiting at most `timeout`; `Ok(None)` when
@@ -150,7 +151,7 @@ impl PermitExpirableSemaphore {
     ///
     /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn try_acquire_for(&self, permits: u32, timeout: Duration) -> Result<Option<ExpirablePermits>> {
-        self.acquire_with(permits, Patience::Until(Instant::now() + timeout))
+        self.acquire_with(permits, Patience::within(timeout))
     }
 
     /// Takes `permits` permits, waiting until `deadline` at most;
@@ -160,7 +161,7 @@ impl PermitExpirableSemaphore {
     ///
     /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn try_acquire_until(&self, permits: u32, deadline: Instant) -> Result<Option<ExpirablePermits>> {
-        self.acquire_with(permits, Patience::Until(deadline))
+        self.acquire_with(permits, Patience::until(deadline))
     }
 
     /// Takes `permits` permits, waiting as long as it takes: on the
@@ -173,7 +174,7 @@ impl PermitExpirableSemaphore {
     ///
     /// As [`try_acquire`](PermitExpirableSemaphore::try_acquire).
     pub fn acquire(&self, permits: u32) -> Result<ExpirablePermits> {
-        self.acquire_with(permits, Patience::Forever)?.ok_or_else(|| {
+        self.acquire_with(permits, Patience::forever())?.ok_or_else(|| {
             Error::unexpected_reply("permit semaphore acquire", "an endless wait ended".to_owned())
         })
     }
@@ -186,7 +187,7 @@ impl PermitExpirableSemaphore {
         let lease_ms = self.lease.ttl_ms(ctx.config().watchdog_timeout);
         // The same ids on every attempt: a repeated call is recognised.
         let ids: Vec<PermitId> = (0..permits).map(|_| PermitId::random()).collect();
-        let sent = wait_loop::observed(
+        let sent = wait::observed(
             ctx,
             &self.keys.name,
             "permit semaphore",

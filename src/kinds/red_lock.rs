@@ -50,6 +50,7 @@ use crate::kinds::lock::{Lock, LockGuard};
 use crate::kinds::multi_lock::node;
 use crate::lease::Lease;
 use crate::names;
+use crate::wait::patience::Patience;
 
 /// How long a round of [`RedLock::lock`] waits per master, at most
 /// (Redisson's `RedissonMultiLock.lock()` waits `1500 ms × N` per try,
@@ -210,7 +211,7 @@ impl RedLock {
     ///
     /// As [`try_lock_until`](RedLock::try_lock_until).
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<RedLockGuard>> {
-        match Instant::now().checked_add(wait) {
+        match Patience::within(wait).deadline() {
             Some(deadline) => self.try_lock_until(deadline),
             None => self.lock().map(Some),
         }

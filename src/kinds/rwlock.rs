@@ -514,6 +514,8 @@ struct Contending<'a> {
 }
 
 impl Contender for Contending<'_> {
+    type Won = Won;
+
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
         let Want { deadline, block, fenced, .. } = self.want;
         let (side, ctx) = (self.side, self.side.context());

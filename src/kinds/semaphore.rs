@@ -9,12 +9,12 @@
 //! [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore) when
 //! holders may die). keyholder adds what Java's `RSemaphore` lacks: a
 //! guard that gives its permits back when dropped, waits that are always
-//! bounded (see `wait_loop.rs`), and bad input refused before any I/O.
+//! bounded (see `wait.rs`), and bad input refused before any I/O.
 
 mod guard;
 mod handover;
 pub(crate) mod scripts;
-pub(crate) mod wait_loop;
+pub(crate) mod wait;
 
 pub use guard::SemaphorePermits;
 
@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use crate::client::{Calls, Client};
 use crate::error::{Error, Result};
 use crate::lease::millis_ceil;
-use wait_loop::{Attempt, Patience};
+use crate::wait::patience::Patience;
+use wait::Attempt;
 
 impl Client {
     /// A handle to the semaphore `name`, Redisson's
@@ -119,7 +120,7 @@ impl Semaphore {
     /// type sits at the name; `ErrorKind::Redis` when it holds a string that
     /// is no count; connection failures.
     pub fn try_acquire(&self, permits: u32) -> Result<Option<SemaphorePermits>> {
-        self.acquire_with(permits, Patience::Once)
+        self.acquire_with(permits, Patience::once())
     }
 
     /// Takes `permits` permits, waiting at most `timeout` for them.
@@ -129,7 +130,7 @@ impl Semaphore {
     ///
     /// As [`try_acquire`](Semaphore::try_acquire).
     pub fn try_acquire_for(&self, permits: u32, timeout: Duration) -> Result<Option<SemaphorePermits>> {
-        self.acquire_with(permits, Patience::Until(Instant::now() + timeout))
+        self.acquire_with(permits, Patience::within(timeout))
     }
 
     /// Takes `permits` permits, waiting until `deadline` at most.
@@ -139,7 +140,7 @@ impl Semaphore {
     ///
     /// As [`try_acquire`](Semaphore::try_acquire).
     pub fn try_acquire_until(&self, permits: u32, deadline: Instant) -> Result<Option<SemaphorePermits>> {
-        self.acquire_with(permits, Patience::Until(deadline))
+        self.acquire_with(permits, Patience::until(deadline))
     }
 
     /// Takes `permits` permits, waiting as long as it takes. The wait
@@ -154,7 +155,7 @@ impl Semaphore {
     /// As [`try_acquire`](Semaphore::try_acquire); a connection failure
     /// that outlasts the outage budget ends the wait.
     pub fn acquire(&self, permits: u32) -> Result<SemaphorePermits> {
-        self.acquire_with(permits, Patience::Forever)?
+        self.acquire_with(permits, Patience::forever())?
             .ok_or_else(|| Error::unexpected_reply("semaphore acquire", "an endless wait ended".to_owned()))
     }
 
@@ -163,11 +164,8 @@ impl Semaphore {
         let (ctx, calls) = (self.client.context(), self.calls());
         // A waiting acquire right after this thread's own release leaves
         // the permits to the waiters first (`handover.rs`).
-        let pause = match patience {
-            Patience::Once => None,
-            Patience::Until(_) | Patience::Forever => handover::pause_until(ctx, &self.name),
-        };
-        wait_loop::observed(ctx, &self.name, "semaphore", &self.channel, patience, pause, || {
+        let pause = if patience.waits() { handover::pause_until(ctx, &self.name) } else { None };
+        wait::observed(ctx, &self.name, "semaphore", &self.channel, patience, pause, || {
             Ok(if scripts::try_acquire(calls, &self.name, &self.channel, permits)? {
                 Attempt::Won(())
             } else {

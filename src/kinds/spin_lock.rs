@@ -278,6 +278,8 @@ struct Spinning<'a> {
 }
 
 impl Contender for Spinning<'_> {
+    type Won = Won;
+
     fn attempt(&mut self, sent: Instant, _listening: bool) -> Result<Step> {
         let (ctx, name) = (self.ctx, &self.spin.name);
         ctx.check_running()?;

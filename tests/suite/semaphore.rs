@@ -652,3 +652,22 @@ fn a_thread_that_gives_a_permit_back_does_not_retake_it_ahead_of_a_waiting_clien
         "one thread took the permit {longest} times in a row while the other waited: {log:?}"
     );
 }
+
+/// A wait too long for the clock (`Duration::MAX`, "forever") is a wait
+/// without a deadline, as for locks, never a panic: for both semaphores,
+/// the latch, and the lock-like kinds' `_for` forms.
+#[test]
+fn a_wait_the_clock_cannot_add_waits_as_long_as_it_takes() {
+    let server = RedisServer::start();
+    let client = server.client();
+    let sem = client.semaphore("forever").unwrap();
+    assert!(sem.try_set_permits(1).unwrap());
+    assert!(sem.try_acquire_for(1, Duration::MAX).unwrap().is_some());
+    let expirable = client.permit_expirable_semaphore("forever-x").unwrap();
+    assert!(expirable.try_set_permits(1).unwrap());
+    assert!(expirable.try_acquire_for(1, Duration::MAX).unwrap().is_some());
+    let latch = client.count_down_latch("forever-latch").unwrap();
+    assert!(latch.await_for(Duration::MAX).unwrap(), "an absent latch is open");
+    let lock = client.non_reentrant_fair_lock("forever-lock").unwrap();
+    assert!(lock.try_lock_for(Duration::MAX).unwrap().is_some());
+}

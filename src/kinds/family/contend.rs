@@ -60,10 +60,11 @@ pub(crate) trait Wait {
     }
 }
 
-/// What one attempt said.
+/// What one attempt said: won (the lock's [`Won`], a semaphore's permits,
+/// an open latch), or refused.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Step {
-    Won(Won),
+pub(crate) enum Step<W = Won> {
+    Won(W),
     /// Refused; worth another attempt after `retry_in` at the latest
     /// (`None`: the key has no TTL; re-checked every watchdog timeout).
     /// `queued`: the attempt queued the caller in Redis.
@@ -75,12 +76,14 @@ pub(crate) enum Step {
 
 /// A kind's side of the loop.
 pub(crate) trait Contender {
+    /// What winning gives.
+    type Won;
     /// One attempt, sent at `sent`; `listening`: the caller hears releases.
-    fn attempt(&mut self, sent: Instant, listening: bool) -> Result<Step>;
+    fn attempt(&mut self, sent: Instant, listening: bool) -> Result<Step<Self::Won>>;
     /// A grant heard while asleep, to the caller if it is theirs (`queued_at`:
     /// when the caller's last queueing attempt was sent): the lock, `None`
     /// to attempt again.
-    fn granted(&mut self, _grant: Grant, _queued_at: Option<Instant>) -> Result<Option<Won>> {
+    fn granted(&mut self, _grant: Grant, _queued_at: Option<Instant>) -> Result<Option<Self::Won>> {
         Ok(None)
     }
 }
@@ -89,7 +92,9 @@ pub(crate) trait Contender {
 pub(crate) struct Bounds<'a> {
     pub(crate) deadline: Option<Instant>,
     pub(crate) block: bool,
-    pub(crate) obs: &'a observe::Acquire<'a>,
+    /// The call's span and metrics, told when it starts to wait (none for
+    /// a latch's await, which acquires nothing).
+    pub(crate) obs: Option<&'a observe::Acquire<'a>>,
     /// The call's ride through outages (`Waits::outage`; none for a
     /// RedLock's masters, which ask the next master instead).
     pub(crate) outage: Outage<'a>,
@@ -109,20 +114,20 @@ impl<'a> Bounds<'a> {
         rides_outages: bool,
     ) -> Self {
         let outage = ctx.waits().outage(block && rides_outages);
-        Bounds { deadline, block, obs, outage, recheck: ctx.config().watchdog_timeout }
+        Bounds { deadline, block, obs: Some(obs), outage, recheck: ctx.config().watchdog_timeout }
     }
 }
 
 /// How the loop ended: the lock or not, and when the caller last queued
 /// itself in Redis (`None`: never).
-pub(crate) struct Contended {
-    pub(crate) outcome: Result<Option<Won>>,
+pub(crate) struct Contended<W = Won> {
+    pub(crate) outcome: Result<Option<W>>,
     pub(crate) queued_at: Option<Instant>,
 }
 
 /// Contends until an attempt wins, a grant hands the lock over, or the
 /// deadline passes.
-pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bounds<'_>) -> Contended {
+pub(crate) fn contend<C: Contender>(kind: &mut C, wait: &impl Wait, bounds: Bounds<'_>) -> Contended<C::Won> {
     // Redis unreachable for a while is waited out (`wait/outage.rs`).
     let Bounds { deadline, block, obs, mut outage, recheck } = bounds;
     let mut queued_at = None;
@@ -155,7 +160,9 @@ pub(crate) fn contend(kind: &mut impl Contender, wait: &impl Wait, bounds: Bound
         if !block || deadline.is_some_and(|d| now >= d) {
             break Ok(None);
         }
-        obs.waiting();
+        if let Some(obs) = obs {
+            obs.waiting();
+        }
         // A subscription whose slot moved to another cluster node hears
         // nothing more: subscribe again, where the slot went.
         listening = listening && wait.is_subscribed();
@@ -289,6 +296,8 @@ mod tests {
     }
 
     impl Contender for Fake {
+        type Won = Won;
+
         fn attempt(&mut self, _sent: Instant, listening: bool) -> Result<Step> {
             self.listening.push(listening);
             self.steps.pop_front().expect("an attempt past the script")
@@ -352,7 +361,7 @@ mod tests {
         let clock = OutageClock::default();
         let obs = observe::Acquire::start("k", "client", "lock", observe::Mode::of(deadline, block));
         let outage = Outage::new(&clock, if block { 5 * SECOND } else { Duration::ZERO }, 10 * SECOND);
-        contend(kind, wait, Bounds { deadline, block, obs: &obs, outage, recheck: 30 * SECOND })
+        contend(kind, wait, Bounds { deadline, block, obs: Some(&obs), outage, recheck: 30 * SECOND })
     }
 
     #[test]
